@@ -1,0 +1,132 @@
+"""A Parquet embedding cache keyed by (model id, text hash): unchanged text is never re-embedded."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lab.embed.base import Embedder
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """Vectors of one model, in part files under ``root/<model>/``; loaded whole into memory.
+
+    New vectors are buffered and written as a new part file by ``flush`` (write to a temporary
+    name, then rename, so a killed process leaves no half file). ``compact`` merges the parts.
+    """
+
+    def __init__(self, root: str | Path, model_id: str, dim: int) -> None:
+        self.dir = Path(root) / re.sub(r"[^A-Za-z0-9_.-]", "_", model_id)
+        self.model_id = model_id
+        self.dim = dim
+        self._index: dict[str, int] = {}
+        self._vectors = np.zeros((0, dim), dtype=np.float32)
+        self._pending_keys: list[str] = []
+        self._pending: list[np.ndarray] = []
+        self.hits = 0
+        self.misses = 0
+        self._load()
+
+    def _schema(self) -> pa.Schema:
+        return pa.schema([("text_hash", pa.string()), ("vector", pa.list_(pa.float32(), self.dim))])
+
+    def _load(self) -> None:
+        if not self.dir.is_dir():
+            return
+        keys: list[str] = []
+        blocks: list[np.ndarray] = []
+        for part in sorted(self.dir.glob("part-*.parquet")):
+            table = pq.read_table(part)
+            keys.extend(table["text_hash"].to_pylist())
+            flat = table["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            blocks.append(np.asarray(flat, dtype=np.float32).reshape(-1, self.dim))
+        if blocks:
+            self._vectors = np.vstack(blocks)
+            self._index = {k: i for i, k in enumerate(keys)}
+
+    def __len__(self) -> int:
+        return len(self._index) + len(self._pending_keys)
+
+    def embed(self, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for ``texts``: cached ones looked up, the rest embedded once and remembered."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        keys = [text_hash(t) for t in texts]
+        pending = {k: i for i, k in enumerate(self._pending_keys)}
+        todo: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            if key in self._index:
+                out[i] = self._vectors[self._index[key]]
+            elif key in pending:
+                out[i] = self._pending[pending[key]]
+            else:
+                todo.setdefault(key, []).append(i)
+        self.hits += len(texts) - sum(len(v) for v in todo.values())
+        if todo:
+            first = [positions[0] for positions in todo.values()]
+            vectors = embedder.embed([texts[i] for i in first])
+            self.misses += len(first)
+            for (key, positions), vector in zip(todo.items(), vectors):
+                out[positions] = vector
+                self._pending_keys.append(key)
+                self._pending.append(vector)
+        return out
+
+    def flush(self) -> int:
+        """Write buffered vectors as one new part file; returns how many were written."""
+        if not self._pending_keys:
+            return 0
+        self.dir.mkdir(parents=True, exist_ok=True)
+        vectors = np.vstack(self._pending).astype(np.float32)
+        table = pa.table(
+            {
+                "text_hash": self._pending_keys,
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), self.dim),
+            },
+            schema=self._schema(),
+        )
+        name = f"part-{uuid.uuid4().hex}.parquet"
+        tmp = self.dir / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.dir / name)
+        start = len(self._vectors)
+        self._vectors = np.vstack([self._vectors, vectors])
+        for offset, key in enumerate(self._pending_keys):
+            self._index[key] = start + offset
+        n = len(self._pending_keys)
+        self._pending_keys, self._pending = [], []
+        return n
+
+    def compact(self) -> int:
+        """Rewrite all parts as one file; returns the number of parts merged."""
+        self.flush()
+        parts = sorted(self.dir.glob("part-*.parquet")) if self.dir.is_dir() else []
+        if len(parts) <= 1:
+            return len(parts)
+        keys = sorted(self._index, key=self._index.get)
+        table = pa.table(
+            {
+                "text_hash": keys,
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(self._vectors[[self._index[k] for k in keys]].ravel()), self.dim
+                ),
+            },
+            schema=self._schema(),
+        )
+        name = f"part-{uuid.uuid4().hex}.parquet"
+        tmp = self.dir / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.dir / name)
+        for part in parts:
+            part.unlink()
+        return len(parts)

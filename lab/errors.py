@@ -1,0 +1,40 @@
+"""LabError and its few subclasses; mapped to exit codes (and later HTTP codes) at the edges."""
+from __future__ import annotations
+
+
+class LabError(Exception):
+    """Base class of every error lab raises on purpose."""
+
+    exit_code = 1
+    http_status = 500
+
+
+class ValidationError(LabError, ValueError):
+    """Input that does not meet the contract: a bad field, value, name or file."""
+
+    exit_code = 2
+    http_status = 422
+
+
+class NotFoundError(LabError, KeyError):
+    """A namespace, memory, edge or run that does not exist."""
+
+    exit_code = 3
+    http_status = 404
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0]) if self.args else "not found"
+
+
+class ConflictError(LabError):
+    """The request conflicts with the store's state (exists already, incompatible model...)."""
+
+    exit_code = 4
+    http_status = 409
+
+
+class StoreError(LabError):
+    """The store on disk cannot be read or written as expected."""
+
+    exit_code = 5
+    http_status = 500

@@ -1,0 +1,1 @@
+"""Indexes over a namespace's chunks: vector (hnswlib), lexical (bm25s), and their manager."""

@@ -1,0 +1,293 @@
+"""One namespace's indexes: vector + lexical main index, a lexical delta, persistence, manifest."""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lab import __version__
+from lab.config import IndexConfig, to_dict
+from lab.index.lexical import LexicalAnalyzer, LexicalIndex
+from lab.index.vector import VectorIndex
+
+MANIFEST = "manifest.json"
+
+
+def _embeddings(frame: pl.DataFrame, dim: int) -> np.ndarray:
+    if frame.height == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.asarray(frame["embedding"].to_numpy(), dtype=np.float32).reshape(-1, dim)
+
+
+def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: int) -> list[tuple[str, float]]:
+    """Chunk hits -> memory hits (max score over a memory's chunks), best first, ties by id."""
+    best: dict[str, float] = {}
+    for label, score in zip(labels.tolist(), scores.tolist()):
+        mid = memory_of[label]
+        if score > best.get(mid, -np.inf):
+            best[mid] = score
+    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+class NamespaceIndex:
+    """Chunk labels 0..n-1 shared by both indexes; deletions are masks until the next rebuild.
+
+    Vectors are added to hnswlib incrementally. BM25 (bm25s) cannot grow, so chunks saved after
+    the last lexical build go to a small delta index that is rebuilt on demand; past
+    ``delta_merge_threshold`` chunks the delta is folded into the main index in a background
+    thread. A saved memory is therefore found by the very next search.
+    """
+
+    def __init__(self, namespace: str, dim: int, config: IndexConfig, embed_model: str) -> None:
+        self.namespace = namespace
+        self.dim = dim
+        self.config = config
+        self.embed_model = embed_model
+        self.chunk_ids: list[str] = []
+        self.memory_of: list[str] = []
+        self.texts: list[str] = []
+        self.live = np.zeros(0, dtype=bool)
+        self.label_of: dict[str, int] = {}
+        self.vector = VectorIndex(dim, config.vector)
+        self.analyzer = LexicalAnalyzer(config.lexical)
+        self.lexical = LexicalIndex(config.lexical, self.analyzer)
+        self.lexical_labels = np.zeros(0, dtype=np.int64)
+        self.delta_labels: list[int] = []
+        self._delta: LexicalIndex | None = None
+        self._delta_for = 0  # how many delta labels the cached delta index covers
+        self.store_version = ""
+        self.built_at = ""
+        self._lock = threading.RLock()
+        self._merge_thread: threading.Thread | None = None
+        self.merges = 0
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(
+        cls, namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
+        store_version: str,
+    ) -> "NamespaceIndex":
+        idx = cls(namespace, dim, config, embed_model)
+        chunks = chunks.sort("chunk_id")  # label order independent of file order: reproducible
+        idx.vector = VectorIndex(dim, config.vector, capacity=max(chunks.height, 16))
+        idx._append(chunks)
+        idx.lexical = LexicalIndex(config.lexical, idx.analyzer).build(idx.texts)
+        idx.lexical_labels = np.arange(len(idx.texts), dtype=np.int64)
+        idx.delta_labels = []
+        idx.store_version = store_version
+        idx.built_at = datetime.now(timezone.utc).isoformat()
+        return idx
+
+    def _append(self, chunks: pl.DataFrame) -> list[int]:
+        start = len(self.chunk_ids)
+        labels = list(range(start, start + chunks.height))
+        self.chunk_ids.extend(chunks["chunk_id"].to_list())
+        self.memory_of.extend(chunks["memory_id"].to_list())
+        self.texts.extend(chunks["text"].to_list())
+        self.live = np.concatenate([self.live, np.ones(chunks.height, dtype=bool)])
+        for label, cid in zip(labels, chunks["chunk_id"].to_list()):
+            self.label_of[cid] = label
+        self.vector.add(_embeddings(chunks, self.dim), np.asarray(labels, dtype=np.int64))
+        return labels
+
+    def apply(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
+        """Fold a store change in: new chunks into the vector index and lexical delta, removals masked."""
+        with self._lock:
+            if added is not None and self.label_of:
+                added = added.filter(~pl.col("chunk_id").is_in(list(self.label_of)))
+            if added is not None and added.height:
+                self.delta_labels.extend(self._append(added.sort("chunk_id")))
+            dead = [self.label_of[c] for c in removed if c in self.label_of and self.live[self.label_of[c]]]
+            if dead:
+                self.live[dead] = False
+                self.vector.remove(dead)
+            self.store_version = store_version
+
+    def sync(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
+        """Bring the index to the store's visible chunks; returns (added, removed)."""
+        with self._lock:
+            visible = set(chunks["chunk_id"].to_list())
+            live_ids = {cid for cid, label in self.label_of.items() if self.live[label]}
+            removed = sorted(live_ids - visible)
+            added = chunks.filter(~pl.col("chunk_id").is_in(list(live_ids)))
+            # a chunk id masked earlier and visible again (e.g. content reverted) needs a new label
+            revived = [c for c in added["chunk_id"].to_list() if c in self.label_of]
+            for cid in revived:
+                del self.label_of[cid]
+            self.apply(added, removed, store_version)
+            return added.height, len(removed)
+
+    @property
+    def n_live(self) -> int:
+        return int(self.live.sum())
+
+    @property
+    def delta_size(self) -> int:
+        return len(self.delta_labels)
+
+    def needs_merge(self) -> bool:
+        return self.delta_size > self.config.delta_merge_threshold
+
+    # ------------------------------------------------------------------ merging
+    def merge(self) -> None:
+        """Rebuild the lexical main index over every live chunk; the delta becomes empty."""
+        with self._lock:
+            labels = np.flatnonzero(self.live).astype(np.int64)
+            texts = [self.texts[i] for i in labels]
+            covered = set(self.delta_labels)
+        fresh = LexicalIndex(self.config.lexical, self.analyzer).build(texts)
+        with self._lock:
+            self.lexical = fresh
+            self.lexical_labels = labels
+            # delta entries added while we were building stay in the delta
+            self.delta_labels = [label for label in self.delta_labels if label not in covered]
+            self._delta = None
+            self._delta_for = 0
+            self.merges += 1
+
+    def merge_in_background(self) -> threading.Thread | None:
+        """Start a merge thread unless one is running; searches keep working meanwhile."""
+        with self._lock:
+            if self._merge_thread is not None and self._merge_thread.is_alive():
+                return None
+            thread = threading.Thread(target=self.merge, name=f"lab-merge-{self.namespace}", daemon=True)
+            self._merge_thread = thread
+        thread.start()
+        return thread
+
+    def wait_for_merge(self) -> None:
+        thread = self._merge_thread
+        if thread is not None:
+            thread.join()
+
+    # ------------------------------------------------------------------ search
+    def _lexical_delta(self) -> tuple[LexicalIndex | None, np.ndarray]:
+        with self._lock:
+            labels = np.asarray(self.delta_labels, dtype=np.int64)
+            if len(labels) == 0:
+                return None, labels
+            if self._delta is None or self._delta_for != len(labels):
+                self._delta = LexicalIndex(self.config.lexical, self.analyzer).build(
+                    [self.texts[i] for i in labels]
+                )
+                self._delta_for = len(labels)
+            return self._delta, labels
+
+    def search_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters)."""
+        if k <= 0 or self.n_live == 0:
+            return []
+        fetch = min(self.vector.n_live, max(4 * k, k + 16))
+        while True:
+            labels, sims = self.vector.search(query_vector, fetch)
+            keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
+            hits = collapse(labels[keep], sims[keep], self.memory_of, k)
+            if len(hits) >= k or fetch >= self.vector.n_live:
+                return hits
+            fetch = min(self.vector.n_live, fetch * 4)
+
+    def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top ``k`` memories by the BM25 score of their best chunk (main and delta merged by score).
+
+        The delta's BM25 statistics are its own until the next merge, so its scores are
+        approximate relative to the main index's; merging makes them exact again.
+        """
+        if k <= 0:
+            return []
+        with self._lock:
+            main, main_labels = self.lexical, self.lexical_labels
+        delta, delta_labels = self._lexical_delta()
+        label_parts, score_parts = [], []
+        for index, labels in ((main, main_labels), (delta, delta_labels)):
+            if index is None or len(labels) == 0:
+                continue
+            scores = index.scores(query)
+            nonzero = np.flatnonzero(scores > 0)
+            label_parts.append(labels[nonzero])
+            score_parts.append(scores[nonzero])
+        if not label_parts:
+            return []
+        labels = np.concatenate(label_parts)
+        scores = np.concatenate(score_parts)
+        keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
+        return collapse(labels[keep], scores[keep], self.memory_of, k)
+
+    # ------------------------------------------------------------------ persistence
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "lab_version": __version__,
+            "embed_model": self.embed_model,
+            "dim": self.dim,
+            "config": to_dict(self.config),
+            "store_version": self.store_version,
+            "built_at": self.built_at,
+            "n_labels": len(self.chunk_ids),
+            "n_live": self.n_live,
+            "n_lexical_main": int(len(self.lexical_labels)),
+            "n_delta": self.delta_size,
+        }
+
+    def save(self, directory: Path) -> None:
+        """Write to a temporary folder, then swap it in: a crash never leaves a half index."""
+        with self._lock:
+            tmp = directory.with_name(directory.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            self.vector.save(tmp / "vectors.hnsw")
+            self.lexical.save(tmp / "bm25")
+            pq.write_table(
+                pa.table({
+                    "chunk_id": self.chunk_ids,
+                    "memory_id": self.memory_of,
+                    "live": self.live,
+                }),
+                tmp / "labels.parquet",
+            )
+            np.save(tmp / "lexical_labels.npy", self.lexical_labels)
+            np.save(tmp / "delta_labels.npy", np.asarray(self.delta_labels, dtype=np.int64))
+            (tmp / MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
+            old = directory.with_name(directory.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            if directory.exists():
+                directory.rename(old)
+            tmp.rename(directory)
+            shutil.rmtree(old, ignore_errors=True)
+
+    @classmethod
+    def load(cls, directory: Path, chunks: pl.DataFrame, config: IndexConfig) -> "NamespaceIndex | None":
+        """Load a saved index if it matches ``config``; None means it must be rebuilt.
+
+        Texts come from the store's chunk table (``chunks``, all chunk rows of the namespace).
+        """
+        manifest_path = directory / MANIFEST
+        if not manifest_path.is_file():
+            return None
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if manifest.get("config") != to_dict(config):
+            return None
+        labels = pq.read_table(directory / "labels.parquet")
+        idx = cls(manifest["namespace"], manifest["dim"], config, manifest["embed_model"])
+        idx.chunk_ids = labels["chunk_id"].to_pylist()
+        idx.memory_of = labels["memory_id"].to_pylist()
+        idx.live = labels["live"].to_numpy(zero_copy_only=False).astype(bool)
+        idx.label_of = {cid: i for i, cid in enumerate(idx.chunk_ids)}
+        text_of = dict(zip(chunks["chunk_id"].to_list(), chunks["text"].to_list()))
+        if any(cid not in text_of for cid, alive in zip(idx.chunk_ids, idx.live) if alive):
+            return None  # the store lost rows the index still needs (e.g. compaction): rebuild
+        idx.texts = [text_of.get(cid, "") for cid in idx.chunk_ids]
+        idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.n_live)
+        idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical)
+        idx.lexical_labels = np.load(directory / "lexical_labels.npy")
+        idx.delta_labels = np.load(directory / "delta_labels.npy").tolist()
+        idx.store_version = manifest["store_version"]
+        idx.built_at = manifest["built_at"]
+        return idx

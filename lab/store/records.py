@@ -1,0 +1,241 @@
+"""Validation and normalisation of memory and edge records coming from users and files."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from lab.errors import ValidationError
+from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
+
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$")
+MAX_CONTENT_CHARS = 1_000_000
+
+MEMORY_FIELDS = (
+    "id", "namespace", "content", "title", "tags", "type", "source", "created_at", "updated_at",
+    "accessed_at", "access_count", "importance", "pinned", "valid", "superseded_by", "metadata",
+)
+EDGE_FIELDS = ("namespace", "src", "dst", "relation", "weight", "created_at")
+
+
+def validate_namespace(name: Any) -> str:
+    """A namespace is a short name usable as a folder: no separators, no '..', bounded length."""
+    if not isinstance(name, str) or not name:
+        raise ValidationError(f"namespace must be a non-empty string, got {name!r}")
+    if ".." in name or not NAMESPACE_RE.match(name):
+        raise ValidationError(
+            f"invalid namespace {name!r}: use 1-64 characters from letters, digits, '_', '-', '.', "
+            "starting with a letter or digit, without '..' or path separators"
+        )
+    return name
+
+
+def validate_id(value: Any, field: str = "id") -> str:
+    if not isinstance(value, str) or not ID_RE.match(value):
+        raise ValidationError(
+            f"invalid {field} {value!r}: use 1-200 characters from letters, digits and _.:@#/+- "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def content_hash(namespace: str, content: str) -> str:
+    """The idempotency key: the same content in the same namespace is stored once."""
+    return hashlib.sha256(f"{namespace}\x00{content}".encode("utf-8")).hexdigest()
+
+
+def index_hash(content: str, title: str, tags: list[str]) -> str:
+    """Identifies what is chunked and indexed; changes when content, title or tags change."""
+    payload = json.dumps([content, title, tags], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def default_id(namespace: str, digest: str) -> str:
+    return f"{namespace}:{digest[:16]}"
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    """ISO 8601 string or datetime -> aware UTC datetime (naive values are taken as UTC)."""
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z") or text.endswith("z"):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValidationError(
+                f"{field}: {value!r} is not an ISO 8601 date-time (e.g. 2026-01-14T09:32:00Z)"
+            ) from None
+    else:
+        raise ValidationError(f"{field}: expected an ISO 8601 string, got {type(value).__name__}")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)
+
+
+def _str(raw: Mapping[str, Any], key: str, default: str, where: str) -> str:
+    value = raw.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ValidationError(f"{where}field '{key}': expected a string, got {type(value).__name__}")
+    return value
+
+
+def normalize_memory(
+    raw: Mapping[str, Any],
+    *,
+    now: datetime,
+    namespace: str | None = None,
+    where: str = "",
+) -> dict[str, Any]:
+    """Check a memory record and fill defaults; the result matches schema.MEMORIES.
+
+    ``where`` prefixes error messages (e.g. "line 12: ") so a file's bad record is easy to find.
+    """
+    if not isinstance(raw, Mapping):
+        raise ValidationError(f"{where}a memory must be an object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(MEMORY_FIELDS))
+    if unknown:
+        raise ValidationError(f"{where}unknown field(s) {unknown}; allowed: {list(MEMORY_FIELDS)}")
+    ns = raw.get("namespace", namespace)
+    if ns is None:
+        raise ValidationError(f"{where}field 'namespace' is required")
+    try:
+        ns = validate_namespace(ns)
+    except ValidationError as exc:
+        raise ValidationError(f"{where}field 'namespace': {exc}") from None
+    content = raw.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise ValidationError(f"{where}field 'content' must be a non-empty string, got {content!r}")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise ValidationError(
+            f"{where}field 'content' has {len(content)} characters; the limit is {MAX_CONTENT_CHARS}"
+        )
+    digest = content_hash(ns, content)
+    mem_id = raw.get("id")
+    try:
+        mem_id = default_id(ns, digest) if mem_id is None else validate_id(mem_id)
+    except ValidationError as exc:
+        raise ValidationError(f"{where}field 'id': {exc}") from None
+    mtype = raw.get("type", "semantic")
+    if mtype not in MEMORY_TYPES:
+        raise ValidationError(f"{where}field 'type': {mtype!r} is not one of {list(MEMORY_TYPES)}")
+    tags = raw.get("tags", [])
+    if tags is None:
+        tags = []
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) and t.strip() for t in tags):
+        raise ValidationError(f"{where}field 'tags' must be a list of non-empty strings, got {tags!r}")
+    tags = list(dict.fromkeys(t.strip() for t in tags))  # de-duplicated, order kept
+
+    def _time(key: str, default: datetime | None) -> datetime | None:
+        value = raw.get(key)
+        if value is None:
+            return default
+        try:
+            return parse_time(value, key)
+        except ValidationError as exc:
+            raise ValidationError(f"{where}field {exc}") from None
+
+    created_at = _time("created_at", now)
+    updated_at = _time("updated_at", created_at)
+    if updated_at < created_at:
+        raise ValidationError(f"{where}field 'updated_at' is earlier than 'created_at'")
+    accessed_at = _time("accessed_at", None)
+    access_count = raw.get("access_count", 0)
+    if access_count is None:
+        access_count = 0
+    if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
+        raise ValidationError(f"{where}field 'access_count' must be an integer >= 0, got {access_count!r}")
+    importance = raw.get("importance", 0.5)
+    if importance is None:
+        importance = 0.5
+    if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0 <= importance <= 1:
+        raise ValidationError(f"{where}field 'importance' must be a number in [0, 1], got {importance!r}")
+    pinned = raw.get("pinned", mtype == "anchor")
+    valid = raw.get("valid", True)
+    for key, value in (("pinned", pinned), ("valid", valid)):
+        if not isinstance(value, bool):
+            raise ValidationError(f"{where}field '{key}' must be true or false, got {value!r}")
+    superseded_by = raw.get("superseded_by")
+    if superseded_by is not None:
+        try:
+            validate_id(superseded_by, "superseded_by")
+        except ValidationError as exc:
+            raise ValidationError(f"{where}field {exc}") from None
+    metadata = raw.get("metadata", {})
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, Mapping):
+        raise ValidationError(f"{where}field 'metadata' must be an object, got {type(metadata).__name__}")
+    try:
+        metadata_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{where}field 'metadata' is not JSON-serialisable: {exc}") from None
+    title = _str(raw, "title", "", where)
+    return {
+        "id": mem_id,
+        "namespace": ns,
+        "content": content,
+        "content_hash": digest,
+        "index_hash": index_hash(content, title, tags),
+        "title": title,
+        "tags": tags,
+        "type": mtype,
+        "source": _str(raw, "source", "", where),
+        "created_at": created_at,
+        "updated_at": updated_at,
+        "accessed_at": accessed_at,
+        "access_count": int(access_count),
+        "importance": float(importance),
+        "pinned": pinned,
+        "valid": valid,
+        "superseded_by": superseded_by,
+        "metadata": metadata_json,
+    }
+
+
+def normalize_edge(
+    raw: Mapping[str, Any], *, now: datetime, namespace: str | None = None, where: str = ""
+) -> dict[str, Any]:
+    """Check an edge record: src/dst ids, a known relation, weight in [0, 1]."""
+    if not isinstance(raw, Mapping):
+        raise ValidationError(f"{where}an edge must be an object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(EDGE_FIELDS))
+    if unknown:
+        raise ValidationError(f"{where}unknown edge field(s) {unknown}; allowed: {list(EDGE_FIELDS)}")
+    out: dict[str, Any] = {}
+    ns = raw.get("namespace", namespace)
+    if ns is not None:
+        ns = validate_namespace(ns)
+    out["namespace"] = ns
+    for key in ("src", "dst"):
+        if key not in raw:
+            raise ValidationError(f"{where}edge field '{key}' is required")
+        try:
+            out[key] = validate_id(raw[key], key)
+        except ValidationError as exc:
+            raise ValidationError(f"{where}edge field {exc}") from None
+    if out["src"] == out["dst"]:
+        raise ValidationError(f"{where}an edge cannot link {out['src']!r} to itself")
+    relation = raw.get("relation", "related_to")
+    if relation not in EDGE_RELATIONS:
+        raise ValidationError(
+            f"{where}edge field 'relation': {relation!r} is not one of {list(EDGE_RELATIONS)}"
+        )
+    out["relation"] = relation
+    weight = raw.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
+        raise ValidationError(f"{where}edge field 'weight' must be a number in [0, 1], got {weight!r}")
+    out["weight"] = float(weight)
+    created = raw.get("created_at")
+    try:
+        out["created_at"] = now if created is None else parse_time(created, "created_at")
+    except ValidationError as exc:
+        raise ValidationError(f"{where}edge field {exc}") from None
+    return out

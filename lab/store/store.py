@@ -1,0 +1,431 @@
+"""The Parquet-backed (Delta Lake) memory store: namespaces, memories, chunks, edges, access log."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from lab import __version__
+from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
+from lab.schema import ACCESS_LOG, EDGES, MEMORIES, MEMORY_TYPES, NAMESPACES, EDGE_RELATIONS, chunks_schema
+from lab.store.records import validate_id, validate_namespace
+from lab.store.table import DeltaFrame, in_list
+
+STORE_FORMAT = 1
+INFO_FILE = "lab-store.json"
+CHUNKS_VERSION_KEY = "lab.chunks_version"
+
+
+@dataclass(frozen=True)
+class StoreVersion:
+    """The versions of the store's tables; a memories commit names the chunks version it saw."""
+
+    memories: int
+    chunks: int
+    edges: int
+    access: int
+
+    def __str__(self) -> str:
+        return f"{self.memories}.{self.chunks}.{self.edges}.{self.access}"
+
+    @classmethod
+    def parse(cls, text: str) -> "StoreVersion":
+        parts = str(text).split(".")
+        if len(parts) != 4 or not all(p.isdigit() for p in parts):
+            raise ValidationError(
+                f"store version {text!r} must look like M.C.E.A (four integers, as `lab stats` prints)"
+            )
+        return cls(*(int(p) for p in parts))
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What a store was created with; an embedder that does not match is refused on open."""
+
+    format: int
+    created_at: str
+    lab_version: str
+    embed_model: str
+    dim: int
+    save_config: dict[str, Any]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Store:
+    """Tables of one store folder. Reads are consistent per table version; writes are commits.
+
+    Write order keeps multi-table changes safe without a multi-table transaction: chunks are
+    committed first and only become visible when the memories commit naming their content hash
+    lands. A process killed in between leaves invisible chunks, never a half-saved memory.
+    """
+
+    def __init__(self, root: Path, info: StoreInfo, pin: StoreVersion | None = None) -> None:
+        self.root = root
+        self.info = info
+        self.pin = pin
+        tables = root / "tables"
+        self._memories = DeltaFrame(tables / "memories", MEMORIES, version=pin and pin.memories)
+        self._chunks = DeltaFrame(
+            tables / "chunks", chunks_schema(info.dim), version=pin and pin.chunks
+        )
+        self._edges = DeltaFrame(tables / "edges", EDGES, version=pin and pin.edges)
+        self._access = DeltaFrame(tables / "access_log", ACCESS_LOG, version=pin and pin.access)
+        self._namespaces = DeltaFrame(tables / "namespaces", NAMESPACES)
+        self._hash_index: dict[tuple[str, str], str] | None = None
+        self._hash_index_version = -1
+
+    # ----------------------------------------------------------------- lifecycle
+    @classmethod
+    def create(cls, root: str | Path, *, embed_model: str, dim: int, save_config: dict[str, Any]) -> "Store":
+        root = Path(root)
+        if (root / INFO_FILE).exists():
+            raise ConflictError(f"a store exists already at {root}")
+        if root.exists() and any(root.iterdir()):
+            raise ConflictError(f"{root} is not empty and holds no lab store; choose an empty folder")
+        root.mkdir(parents=True, exist_ok=True)
+        info = StoreInfo(
+            format=STORE_FORMAT,
+            created_at=utcnow().isoformat(),
+            lab_version=__version__,
+            embed_model=embed_model,
+            dim=dim,
+            save_config=save_config,
+        )
+        tmp = root / (INFO_FILE + ".tmp")
+        tmp.write_text(json.dumps(info.__dict__, indent=2, sort_keys=True), encoding="utf-8")
+        store = cls(root, info)
+        tmp.replace(root / INFO_FILE)  # the store exists once its tables and info are in place
+        return store
+
+    @classmethod
+    def open(cls, root: str | Path, *, pin: StoreVersion | str | None = None) -> "Store":
+        root = Path(root)
+        info_path = root / INFO_FILE
+        if not info_path.is_file():
+            raise NotFoundError(f"no lab store at {root} (run `lab init {root}` first)")
+        try:
+            info = StoreInfo(**json.loads(info_path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"{info_path} is unreadable: {exc}") from exc
+        if info.format != STORE_FORMAT:
+            raise StoreError(f"store format {info.format} is not supported (expected {STORE_FORMAT})")
+        if isinstance(pin, str):
+            pin = StoreVersion.parse(pin)
+        return cls(root, info, pin)
+
+    @property
+    def read_only(self) -> bool:
+        return self.pin is not None
+
+    def version(self) -> StoreVersion:
+        return StoreVersion(
+            self._memories.version, self._chunks.version, self._edges.version, self._access.version
+        )
+
+    # ----------------------------------------------------------------- namespaces
+    def namespaces(self) -> list[str]:
+        return sorted(self._namespaces.frame()["name"].to_list())
+
+    def require_namespace(self, name: str) -> str:
+        validate_namespace(name)
+        known = self.namespaces()
+        if name not in known:
+            raise NotFoundError(f"unknown namespace {name!r}; known: {known}")
+        return name
+
+    def create_namespace(self, name: str, description: str = "", *, exist_ok: bool = False) -> bool:
+        """Create a namespace; returns False if it existed (and exist_ok)."""
+        validate_namespace(name)
+        if name in self.namespaces():
+            if exist_ok:
+                return False
+            raise ConflictError(f"namespace {name!r} exists already")
+        row = pa.table({"name": [name], "created_at": [utcnow()], "description": [description]})
+        self._namespaces.append(row.cast(NAMESPACES))
+        return True
+
+    def delete_namespace(self, name: str) -> dict[str, int]:
+        """Hard-delete a namespace and everything in it; memories first, so a crash hides the rest."""
+        self.require_namespace(name)
+        counts = {"memories": self.memories(name).height}
+        pred = f"namespace = '{name}'"
+        self._memories.delete(pred)
+        self._edges.delete(pred)
+        self._chunks.delete(pred)
+        self._access.delete(pred)
+        self._namespaces.delete(f"name = '{name}'")
+        shutil.rmtree(self.root / "indexes" / name, ignore_errors=True)
+        return counts
+
+    # ----------------------------------------------------------------- memories
+    def _memories_raw(self) -> pl.DataFrame:
+        return self._memories.frame()
+
+    def memories(self, namespace: str | None = None) -> pl.DataFrame:
+        """Current memories, with accesses from the access log folded into access_count/accessed_at."""
+        frame = self._memories_raw()
+        if namespace is not None:
+            frame = frame.filter(pl.col("namespace") == namespace)
+        log = self._access.frame()
+        if log.height:
+            folded = log.group_by("memory_id").agg(
+                pl.len().cast(pl.Int64).alias("_n"), pl.col("accessed_at").max().alias("_last")
+            )
+            frame = (
+                frame.join(folded, left_on="id", right_on="memory_id", how="left")
+                .with_columns(
+                    (pl.col("access_count") + pl.col("_n").fill_null(0)).alias("access_count"),
+                    pl.max_horizontal("accessed_at", "_last").alias("accessed_at"),
+                )
+                .drop("_n", "_last")
+            )
+        return frame
+
+    def get(self, memory_id: str) -> dict[str, Any]:
+        validate_id(memory_id)
+        rows = self.memories().filter(pl.col("id") == memory_id)
+        if rows.height == 0:
+            raise NotFoundError(f"no memory with id {memory_id!r}")
+        return rows.row(0, named=True)
+
+    def get_many(self, ids: Sequence[str]) -> pl.DataFrame:
+        return self.memories().filter(pl.col("id").is_in(list(ids)))
+
+    def has_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        present = self._memories_raw().filter(pl.col("id").is_in(ids))["id"].to_list()
+        return set(present)
+
+    def find_by_hash(self, namespace: str, digest: str) -> str | None:
+        """The id of the memory with this content in this namespace, if any (idempotent ingest)."""
+        version = self._memories.version
+        if self._hash_index is None or self._hash_index_version != version:
+            frame = self._memories_raw()
+            self._hash_index = dict(
+                zip(zip(frame["namespace"].to_list(), frame["content_hash"].to_list()), frame["id"].to_list())
+            )
+            self._hash_index_version = version
+        return self._hash_index.get((namespace, digest))
+
+    def list(
+        self,
+        namespace: str | None = None,
+        *,
+        types: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        valid: bool | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> pl.DataFrame:
+        """Memories matching every given filter, newest first, ties on id; paginated."""
+        if namespace is not None:
+            self.require_namespace(namespace)
+        if offset < 0 or limit < 0:
+            raise ValidationError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
+        frame = self.memories(namespace)
+        if types:
+            bad = sorted(set(types) - set(MEMORY_TYPES))
+            if bad:
+                raise ValidationError(f"unknown memory type(s) {bad}; known: {list(MEMORY_TYPES)}")
+            frame = frame.filter(pl.col("type").is_in(list(types)))
+        if tags:
+            frame = frame.filter(pl.col("tags").list.set_intersection(list(tags)).list.len() > 0)
+        if since is not None:
+            frame = frame.filter(pl.col("created_at") >= since)
+        if until is not None:
+            frame = frame.filter(pl.col("created_at") < until)
+        if valid is not None:
+            frame = frame.filter(pl.col("valid") == valid)
+        frame = frame.sort(["created_at", "id"], descending=[True, False])
+        return frame.slice(offset, limit)
+
+    def _memories_commit_meta(self) -> dict[str, Any]:
+        return {CHUNKS_VERSION_KEY: self._chunks.version}
+
+    def insert(self, rows: list[dict[str, Any]], chunks: pa.Table) -> StoreVersion:
+        """Add new memories and their chunks: chunks commit first, then one memories commit."""
+        if not rows:
+            return self.version()
+        ids = [r["id"] for r in rows]
+        clash = self.has_ids(ids)
+        if clash:
+            raise ConflictError(f"memory id(s) exist already: {sorted(clash)[:5]}; use update")
+        for ns in sorted({r["namespace"] for r in rows}):
+            self.create_namespace(ns, exist_ok=True)
+        self._chunks.append(chunks)
+        self._memories.append(pa.Table.from_pylist(rows, schema=MEMORIES), self._memories_commit_meta())
+        return self.version()
+
+    def replace(self, rows: list[dict[str, Any]], chunks: pa.Table | None = None) -> StoreVersion:
+        """Update existing memories (one MERGE commit), after committing their new chunks if any."""
+        if not rows:
+            return self.version()
+        missing = sorted({r["id"] for r in rows} - self.has_ids(r["id"] for r in rows))
+        if missing:
+            raise NotFoundError(f"no memory with id(s) {missing[:5]}")
+        if chunks is not None:
+            self._chunks.append(chunks)
+        self._memories.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._memories_commit_meta())
+        return self.version()
+
+    def hard_delete(self, ids: Sequence[str]) -> int:
+        """Remove memories for good; their edges, chunks and accesses go in later commits."""
+        ids = [validate_id(i) for i in ids]
+        present = sorted(self.has_ids(ids))
+        if not present:
+            return 0
+        self._memories.delete(in_list("id", present), self._memories_commit_meta())
+        self._edges.delete(f"{in_list('src', present)} OR {in_list('dst', present)}")
+        self._chunks.delete(in_list("memory_id", present))
+        self._access.delete(in_list("memory_id", present))
+        return len(present)
+
+    # ----------------------------------------------------------------- chunks
+    def chunks(self, namespace: str | None = None) -> pl.DataFrame:
+        """Visible chunks: those whose (memory_id, index_hash) matches a current memory."""
+        chunks = self._chunks.frame()
+        mem = self._memories_raw().select(pl.col("id").alias("memory_id"), "index_hash", "namespace")
+        if namespace is not None:
+            chunks = chunks.filter(pl.col("namespace") == namespace)
+            mem = mem.filter(pl.col("namespace") == namespace)
+        return chunks.join(mem.drop("namespace"), on=["memory_id", "index_hash"], how="semi")
+
+    # ----------------------------------------------------------------- edges
+    def add_edges(self, edges: list[dict[str, Any]]) -> int:
+        """Add edges whose ends exist (same namespace); duplicates of an existing edge are skipped."""
+        if not edges:
+            return 0
+        mem = self._memories_raw().select("id", "namespace")
+        ns_of = dict(zip(mem["id"].to_list(), mem["namespace"].to_list()))
+        existing = set(
+            zip(*(self._edges.frame()[c].to_list() for c in ("src", "dst", "relation")))
+        ) if self._edges.frame().height else set()
+        rows = []
+        for e in edges:
+            for end in ("src", "dst"):
+                if e[end] not in ns_of:
+                    raise NotFoundError(f"edge {e['src']} -> {e['dst']}: no memory with id {e[end]!r}")
+            if ns_of[e["src"]] != ns_of[e["dst"]]:
+                raise ValidationError(
+                    f"edge {e['src']} -> {e['dst']} crosses namespaces "
+                    f"({ns_of[e['src']]} vs {ns_of[e['dst']]}); edges stay inside one namespace"
+                )
+            if e.get("namespace") not in (None, ns_of[e["src"]]):
+                raise ValidationError(
+                    f"edge {e['src']} -> {e['dst']}: namespace {e['namespace']!r} does not match "
+                    f"its memories' namespace {ns_of[e['src']]!r}"
+                )
+            key = (e["src"], e["dst"], e["relation"])
+            if key in existing:
+                continue
+            existing.add(key)
+            rows.append({**e, "namespace": ns_of[e["src"]]})
+        if rows:
+            self._edges.append(pa.Table.from_pylist(rows, schema=EDGES))
+        return len(rows)
+
+    def edges(
+        self,
+        namespace: str | None = None,
+        *,
+        memory_id: str | None = None,
+        relation: str | None = None,
+    ) -> pl.DataFrame:
+        """Edges whose two ends still exist, filtered by namespace, touching memory, relation."""
+        frame = self._edges.frame()
+        if namespace is not None:
+            frame = frame.filter(pl.col("namespace") == namespace)
+        if relation is not None:
+            if relation not in EDGE_RELATIONS:
+                raise ValidationError(f"unknown relation {relation!r}; known: {list(EDGE_RELATIONS)}")
+            frame = frame.filter(pl.col("relation") == relation)
+        if memory_id is not None:
+            frame = frame.filter((pl.col("src") == memory_id) | (pl.col("dst") == memory_id))
+        ids = self._memories_raw()["id"]
+        return frame.filter(pl.col("src").is_in(ids) & pl.col("dst").is_in(ids)).sort(
+            ["src", "dst", "relation"]
+        )
+
+    def remove_edges(self, src: str, dst: str, relation: str | None = None) -> int:
+        validate_id(src, "src")
+        validate_id(dst, "dst")
+        match = self.edges(memory_id=src, relation=relation).filter(
+            (pl.col("src") == src) & (pl.col("dst") == dst)
+        )
+        if match.height == 0:
+            raise NotFoundError(f"no edge {src} -> {dst}" + (f" ({relation})" if relation else ""))
+        pred = f"src = '{src}' AND dst = '{dst}'"
+        if relation:
+            pred += f" AND relation = '{relation}'"
+        self._edges.delete(pred)
+        return match.height
+
+    # ----------------------------------------------------------------- accesses
+    def record_access(self, ids: Sequence[str], *, at: datetime | None = None, context: str = "search") -> int:
+        """Log accesses (append-only, so serving reads never rewrite memory rows)."""
+        if not ids:
+            return 0
+        at = at or utcnow()
+        ns_of = dict(self._memories_raw().select("id", "namespace").iter_rows())
+        rows = [
+            {"memory_id": i, "namespace": ns_of[i], "accessed_at": at, "context": context}
+            for i in ids if i in ns_of
+        ]
+        self._access.append(pa.Table.from_pylist(rows, schema=ACCESS_LOG))
+        return len(rows)
+
+    # ----------------------------------------------------------------- maintenance
+    def stats(self, namespace: str | None = None) -> dict[str, Any]:
+        mem = self.memories(namespace)
+        chunks = self.chunks(namespace)
+        edges = self.edges(namespace)
+        out: dict[str, Any] = {
+            "version": str(self.version()),
+            "namespaces": self.namespaces() if namespace is None else [namespace],
+            "memories": mem.height,
+            "valid": int(mem["valid"].sum()) if mem.height else 0,
+            "pinned": int(mem["pinned"].sum()) if mem.height else 0,
+            "chunks": chunks.height,
+            "edges": edges.height,
+            "embed_model": self.info.embed_model,
+        }
+        if mem.height:
+            out["by_type"] = dict(sorted(mem.group_by("type").len().iter_rows()))
+            out["by_namespace"] = dict(sorted(mem.group_by("namespace").len().iter_rows()))
+            out["created_from"] = mem["created_at"].min().isoformat()
+            out["created_to"] = mem["created_at"].max().isoformat()
+        if edges.height:
+            out["by_relation"] = dict(sorted(edges.group_by("relation").len().iter_rows()))
+        return out
+
+    def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
+        """Drop chunks no memory shows any more, then merge small files in every table."""
+        stale = self._chunks.frame().join(
+            self.chunks().select("chunk_id"), on="chunk_id", how="anti"
+        )["chunk_id"].to_list()
+        if stale:
+            self._chunks.delete(in_list("chunk_id", stale))
+        report = {"stale_chunks_removed": len(stale)}
+        for name, table in (
+            ("memories", self._memories), ("chunks", self._chunks), ("edges", self._edges),
+            ("access_log", self._access), ("namespaces", self._namespaces),
+        ):
+            report[name] = table.compact(vacuum_hours=vacuum_hours)
+        return report
+
+    def file_counts(self) -> dict[str, int]:
+        return {
+            "memories": self._memories.n_files(), "chunks": self._chunks.n_files(),
+            "edges": self._edges.n_files(), "access_log": self._access.n_files(),
+        }
