@@ -35,6 +35,9 @@ class IngestReport:
 
     created: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
+    # requested id -> stored id, for duplicates saved earlier under another id (edges follow it)
+    id_map: dict[str, str] = field(default_factory=dict)
+    edges: int = 0
     chunks: int = 0
     embedded: int = 0  # texts actually run through the model (cache misses)
     seconds: float = 0.0
@@ -42,7 +45,8 @@ class IngestReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "created": len(self.created), "duplicates": len(self.duplicates), "chunks": self.chunks,
+            "created": len(self.created), "duplicates": len(self.duplicates), "edges": self.edges,
+            "chunks": self.chunks,
             "embedded": self.embedded, "seconds": round(self.seconds, 3), "version": self.version,
         }
 
@@ -226,6 +230,8 @@ class Pipeline:
             existing = seen.get(key) or self.store.find_by_hash(*key)
             if existing is not None:
                 report.duplicates.append(existing)
+                if existing != row["id"]:
+                    report.id_map[row["id"]] = existing
                 continue
             seen[key] = row["id"]
             fresh.append(row)
@@ -250,6 +256,31 @@ class Pipeline:
             self.cache.flush()
         report.version = str(self.store.version())
         report.seconds = time.perf_counter() - started
+        return report
+
+    def ingest(self, path: str | Path, namespace: str | None = None, *, progress: bool = True) -> IngestReport:
+        """Load a memories file or folder (memories + edges) after validating all of it."""
+        from lab.store.ingest import find_dataset_files, read_records
+
+        memories_path, edges_path = find_dataset_files(path)
+        records = read_records(memories_path)
+        rows = self.validate(records, namespace)  # fail before any write
+        now = utcnow()
+        edges = []
+        if edges_path is not None:
+            known = {r["id"] for r in rows}
+            for where, raw in read_records(edges_path):
+                edge = normalize_edge(raw, now=now, namespace=namespace, where=where)
+                for end in ("src", "dst"):
+                    if edge[end] not in known and not self.store.has_ids([edge[end]]):
+                        raise ValidationError(f"{where}edge field '{end}': no memory with id {edge[end]!r}")
+                edges.append(edge)
+        report = self.save_many(records, namespace, progress=progress)
+        for edge in edges:
+            edge["src"] = report.id_map.get(edge["src"], edge["src"])
+            edge["dst"] = report.id_map.get(edge["dst"], edge["dst"])
+        report.edges = self.store.add_edges(edges)
+        report.version = str(self.store.version())
         return report
 
     def _index_added(self, chunks: pl.DataFrame, removed: list[str], version: StoreVersion) -> None:
@@ -336,6 +367,13 @@ class Pipeline:
         for ns in {r["namespace"] for r in rows}:
             self._touch_index_version(ns, version)
         return len(rows)
+
+    def delete_namespace(self, namespace: str) -> dict[str, int]:
+        """Delete a namespace, its memories, edges and indexes."""
+        counts = self.store.delete_namespace(namespace)
+        self._indexes.pop(namespace, None)
+        self._saved_versions.pop(namespace, None)
+        return counts
 
     def list(self, namespace: str | None = None, **filters: Any) -> pl.DataFrame:
         return self.store.list(namespace, **filters)

@@ -71,7 +71,7 @@ class EmbeddingCache:
                 out[i] = self._pending[pending[key]]
             else:
                 todo.setdefault(key, []).append(i)
-        self.hits += len(texts) - sum(len(v) for v in todo.values())
+        self.hits += len(texts) - len(todo)  # a repeat inside the batch is embedded once
         if todo:
             first = [positions[0] for positions in todo.values()]
             vectors = embedder.embed([texts[i] for i in first])

@@ -171,6 +171,11 @@ def normalize_memory(
     metadata = raw.get("metadata", {})
     if metadata is None:
         metadata = {}
+    if isinstance(metadata, str):  # Parquet files carry metadata as a JSON string
+        try:
+            metadata = json.loads(metadata) if metadata.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"{where}field 'metadata' is not valid JSON: {exc}") from None
     if not isinstance(metadata, Mapping):
         raise ValidationError(f"{where}field 'metadata' must be an object, got {type(metadata).__name__}")
     try:

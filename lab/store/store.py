@@ -352,7 +352,7 @@ class Store:
             frame = frame.filter(pl.col("relation") == relation)
         if memory_id is not None:
             frame = frame.filter((pl.col("src") == memory_id) | (pl.col("dst") == memory_id))
-        ids = self._memories_raw()["id"]
+        ids = self._memories_raw()["id"].to_list()
         return frame.filter(pl.col("src").is_in(ids) & pl.col("dst").is_in(ids)).sort(
             ["src", "dst", "relation"]
         )

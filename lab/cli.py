@@ -1,0 +1,238 @@
+"""The `lab` command: one subcommand per stage; heavy imports happen inside each command."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+DEFAULT_STORE = ".lab/store"
+DEMO_DATA = Path(__file__).resolve().parent.parent / "datasets" / "demo"
+
+
+def _store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store", default=os.environ.get("LAB_STORE", DEFAULT_STORE),
+        help=f"store folder (env LAB_STORE; default {DEFAULT_STORE})",
+    )
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def _open(args: argparse.Namespace, *, create: bool = False):
+    from lab.pipeline import Pipeline
+
+    return Pipeline.open(args.store, create=create)
+
+
+def _print_stats(stats: dict[str, Any]) -> None:
+    print(f"store version   {stats['version']}  (memories.chunks.edges.access)")
+    print(f"embedding model {stats['embed_model']}")
+    print(f"namespaces      {', '.join(stats['namespaces']) or '-'}")
+    print(f"memories        {stats['memories']} ({stats['valid']} valid, {stats['pinned']} pinned)")
+    print(f"chunks          {stats['chunks']}")
+    print(f"edges           {stats['edges']}")
+    for key in ("by_namespace", "by_type", "by_relation"):
+        if stats.get(key):
+            print(f"{key.replace('_', ' '):<15} " + ", ".join(f"{k}={v}" for k, v in stats[key].items()))
+    if stats.get("created_from"):
+        print(f"time span       {stats['created_from'][:19]} .. {stats['created_to'][:19]}")
+
+
+def _print_hits(hits: list, width: int = 88) -> None:
+    if not hits:
+        print("(no results)")
+        return
+    print(f"{'#':>2}  {'score':>7}  {'memory':<22} {'type':<9} text")
+    for rank, hit in enumerate(hits, start=1):
+        text = " ".join(hit.content.split())
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        print(f"{rank:>2}  {hit.score:7.4f}  {hit.memory_id:<22} {hit.type:<9} {text}")
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from lab.config import ChunkConfig, EmbedConfig, SaveConfig
+    from lab.pipeline import Pipeline
+
+    config = SaveConfig(
+        chunk=ChunkConfig(size=args.chunk_size, overlap=args.chunk_overlap),
+        embed=EmbedConfig(model=args.model),
+    )
+    if (Path(args.store) / "lab-store.json").exists():
+        from lab.errors import ConflictError
+
+        raise ConflictError(f"a store exists already at {args.store}")
+    pipe = Pipeline.open(args.store, config, create=True)
+    print(f"created store at {args.store} (model {pipe.embedder.model_id}, version {pipe.store.version()})")
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from lab.pipeline import Pipeline
+
+    pipe = Pipeline.open(args.store, create=args.create)
+    with pipe:
+        report = pipe.ingest(args.path, args.namespace, progress=not args.quiet)
+    data = report.to_dict()
+    if args.json:
+        _print_json(data)
+    else:
+        print(
+            f"ingested {args.path}: {data['created']} new, {data['duplicates']} already stored, "
+            f"{data['edges']} edges, {data['chunks']} chunks, {data['embedded']} embedded, "
+            f"{data['seconds']} s; store version {data['version']}"
+        )
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    pipe = _open(args)
+    stats = pipe.stats(args.namespace)
+    stats["files"] = pipe.store.file_counts()
+    if args.json:
+        _print_json(stats)
+    else:
+        _print_stats(stats)
+        print("files           " + ", ".join(f"{k}={v}" for k, v in stats["files"].items()))
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    with _open(args) as pipe:
+        before = pipe.store.file_counts()
+        report = pipe.compact(vacuum_hours=args.vacuum_hours)
+        after = pipe.store.file_counts()
+    if args.json:
+        _print_json({"before": before, "after": after, "report": report})
+    else:
+        for table in before:
+            print(f"{table:<11} files {before[table]:>5} -> {after[table]:>5}")
+        print(f"stale chunks removed: {report['stale_chunks_removed']}; indexes rebuilt: "
+              f"{', '.join(report['indexes_rebuilt']) or '-'}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _open(args) as pipe:
+        hits = pipe.search(args.query, args.namespace, k=args.k)
+    if args.json:
+        _print_json([
+            {"memory_id": h.memory_id, "score": h.score, "signals": h.signals, "type": h.type,
+             "title": h.title, "content": h.content, "created_at": h.created_at.isoformat()}
+            for h in hits
+        ])
+    else:
+        _print_hits(hits)
+    return 0
+
+
+DEMO_QUERIES = (
+    ("atlas", "why did the billing service fail in February?"),
+    ("household", "when is the next dentist appointment?"),
+)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on the embedded default: store, ingest the demo set, stats, a sample search."""
+    from lab.pipeline import Pipeline
+
+    store = Path(args.store)
+    fresh = not (store / "lab-store.json").exists()
+    print(f"{'creating' if fresh else 'reusing'} store at {store}")
+    with Pipeline.open(store, create=True) as pipe:
+        report = pipe.ingest(args.data, progress=True)
+        data = report.to_dict()
+        print(
+            f"ingested {args.data}: {data['created']} new, {data['duplicates']} already stored, "
+            f"{data['edges']} new edges, {data['embedded']} texts embedded in {data['seconds']} s\n"
+        )
+        _print_stats(pipe.stats())
+        for namespace, query in DEMO_QUERIES:
+            if namespace not in pipe.store.namespaces():
+                continue
+            print(f"\nsearch [{namespace}] {query!r}")
+            _print_hits(pipe.search(query, namespace, k=args.k))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lab", description="Evaluate and tune memory retrieval for AI agents.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="create a store, ingest the demo memories, print stats and sample searches")
+    p.add_argument("--store", default=os.environ.get("LAB_STORE", ".lab/demo"), help="store folder (default .lab/demo)")
+    p.add_argument("--data", default=str(DEMO_DATA), help="memories file or folder (default: datasets/demo)")
+    p.add_argument("--k", type=int, default=5)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("init", help="create an empty store")
+    _store_arg(p)
+    p.add_argument("--model", default="all-MiniLM-L6-v2", help="embedding model (all-MiniLM-L6-v2 or fake-hash-256)")
+    p.add_argument("--chunk-size", type=int, default=350)
+    p.add_argument("--chunk-overlap", type=int, default=150)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("ingest", help="validate and save a memories file or folder (JSONL/Parquet)")
+    p.add_argument("path", help="memories .jsonl/.parquet, or a folder with memories.* and edges.*")
+    _store_arg(p)
+    p.add_argument("--namespace", help="namespace for records that name none")
+    p.add_argument("--create", action="store_true", help="create the store if it does not exist")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("stats", help="store statistics")
+    _store_arg(p)
+    p.add_argument("--namespace")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("store", help="store maintenance")
+    store_sub = p.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    c = store_sub.add_parser("compact", help="merge small files, drop stale chunks, rebuild indexes")
+    _store_arg(c)
+    c.add_argument("--vacuum-hours", type=float, default=None,
+                   help="also delete files only versions older than this need (breaks older pins)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("search", help="search a namespace")
+    p.add_argument("query")
+    _store_arg(p)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from lab import __version__
+
+        print(__version__)
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    from lab.errors import LabError
+
+    try:
+        return args.func(args)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

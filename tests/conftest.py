@@ -1,0 +1,37 @@
+"""Shared fixtures: fake-embedder pipelines for fast unit tests, the real data paths."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lab.embed.fake import FakeEmbedder
+from lab.pipeline import Pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("LAB_DATASETS", ROOT.parent / "shared" / "datasets"))
+
+
+def require_dataset(relative: str) -> Path:
+    """The path of a shared dataset; skip if absent, except under CI where absence is a failure."""
+    path = SHARED / relative
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"dataset {path} is missing under CI")
+        pytest.skip(f"dataset {path} not present on this machine")
+    return path
+
+
+@pytest.fixture
+def pipe(tmp_path: Path) -> Pipeline:
+    p = Pipeline.open(tmp_path / "store", embedder=FakeEmbedder(), create=True)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="session")
+def real_embedder():
+    from lab.embed.st import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder()

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+
+from lab.chunking import chunk_text
+from lab.config import ChunkConfig
+from lab.embed.fake import WordTokenizer
+
+TOK = WordTokenizer()
+
+
+def words(n: int) -> str:
+    return " ".join(f"w{i}" for i in range(n))
+
+
+def test_empty_content_is_one_empty_chunk():
+    chunks = chunk_text("", TOK, ChunkConfig(size=5, overlap=2))
+    assert len(chunks) == 1 and chunks[0].text == "" and chunks[0].n_tokens == 0
+
+
+def test_one_token():
+    chunks = chunk_text("hello", TOK, ChunkConfig(size=5, overlap=2))
+    assert [c.text for c in chunks] == ["hello"]
+
+
+def test_exactly_the_window_stays_one_chunk():
+    chunks = chunk_text(words(5), TOK, ChunkConfig(size=5, overlap=2))
+    assert len(chunks) == 1 and chunks[0].n_tokens == 5
+
+
+def test_one_over_the_window_makes_two_overlapping_chunks():
+    chunks = chunk_text(words(6), TOK, ChunkConfig(size=5, overlap=2))
+    assert [c.text for c in chunks] == ["w0 w1 w2 w3 w4", "w3 w4 w5"]
+    assert [c.n_tokens for c in chunks] == [5, 3]
+
+
+def test_windows_step_by_size_minus_overlap_and_cover_everything():
+    content = words(23) + "."
+    chunks = chunk_text(content, TOK, ChunkConfig(size=10, overlap=4))
+    starts = [c.text.split()[0] for c in chunks]
+    assert starts == ["w0", "w6", "w12", "w18"]
+    assert chunks[-1].text.endswith("w22.")  # trailing punctuation is kept
+    assert chunks[0].start_char == 0 and chunks[-1].end_char == len(content)
+    for c in chunks:
+        assert content[c.start_char:c.end_char] == c.text
+
+
+def test_title_and_tags_are_prepended_to_every_chunk():
+    chunks = chunk_text(words(12), TOK, ChunkConfig(size=10, overlap=2), title="Deploy notes", tags=["ops", "k8s"])
+    assert len(chunks) == 2
+    for c in chunks:
+        assert c.text.startswith("Deploy notes\ntags: ops, k8s\n")
+
+
+def test_header_can_be_turned_off():
+    chunks = chunk_text("x", TOK, ChunkConfig(prepend_title_tags=False), title="T", tags=["a"])
+    assert chunks[0].text == "x"
+
+
+def test_unicode_is_sliced_on_token_boundaries(real_embedder):
+    content = "Café naïve résumé — 東京 で 会議 🙂 " * 40
+    chunks = chunk_text(content, real_embedder.tokenizer, ChunkConfig(size=50, overlap=10))
+    assert len(chunks) > 2
+    for c in chunks:
+        assert content[c.start_char:c.end_char] == c.text
+        assert c.n_tokens <= 50
+    # every character of the content is in some chunk
+    covered = set()
+    for c in chunks:
+        covered.update(range(c.start_char, c.end_char))
+    assert covered == set(range(len(content)))
+
+
+@pytest.mark.parametrize("n", [349, 350, 351, 900])
+def test_real_tokenizer_windows(real_embedder, n):
+    content = " ".join(["memory"] * n)
+    chunks = chunk_text(content, real_embedder.tokenizer, ChunkConfig())
+    expected = 1 if n <= 350 else 1 + -(-(n - 350) // 200)
+    assert len(chunks) == expected

@@ -1,0 +1,66 @@
+"""The `lab` command end to end, as a user runs it (subprocesses, fake model for speed)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+LAB = [sys.executable, "-m", "lab.cli"]
+
+
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*LAB, *args], capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"lab {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+def test_help_lists_the_commands():
+    out = run("--help").stdout
+    for command in ("demo", "init", "ingest", "stats", "store", "search"):
+        assert command in out
+
+
+def test_help_does_not_import_heavy_modules():
+    code = "import sys; from lab.cli import build_parser; build_parser(); " \
+           "print(sorted(m for m in ('torch','polars','deltalake','sentence_transformers','hnswlib') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_init_ingest_stats_search_compact(tmp_path: Path):
+    store = str(tmp_path / "s")
+    run("init", "--store", store, "--model", "fake-hash-256")
+    data = tmp_path / "m.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({"namespace": "ops", "content": c, "type": "fact"}) for c in
+                  ["the pager rotation starts monday", "postgres runs version 16", "the VPN code is ZX-81"]),
+        encoding="utf-8",
+    )
+    out = run("ingest", str(data), "--store", store, "--json").stdout
+    assert json.loads(out)["created"] == 3
+    stats = json.loads(run("stats", "--store", store, "--json").stdout)
+    assert stats["memories"] == 3 and stats["namespaces"] == ["ops"]
+    hits = json.loads(run("search", "ZX-81", "--store", store, "--namespace", "ops", "--json").stdout)
+    assert hits[0]["content"] == "the VPN code is ZX-81"
+    table = run("search", "postgres", "--store", store, "--namespace", "ops").stdout
+    assert "postgres runs version 16" in table.splitlines()[1]
+    assert "files" in run("store", "compact", "--store", store).stdout
+
+
+def test_errors_are_clear_and_exit_non_zero(tmp_path: Path):
+    store = str(tmp_path / "s")
+    proc = run("stats", "--store", store, check=False)
+    assert proc.returncode == 3 and "no lab store" in proc.stderr
+    run("init", "--store", store, "--model", "fake-hash-256")
+    proc = run("init", "--store", store, "--model", "fake-hash-256", check=False)
+    assert proc.returncode == 4 and "exists already" in proc.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"namespace": "n", "content": "x", "type": "memo"}\n')
+    proc = run("ingest", str(bad), "--store", store, check=False)
+    assert proc.returncode == 2 and "bad.jsonl line 1: field 'type'" in proc.stderr
+    proc = run("search", "x", "--store", store, "--namespace", "nowhere", check=False)
+    assert proc.returncode == 3 and "unknown namespace 'nowhere'" in proc.stderr
+    proc = run("init", "--store", str(tmp_path / "t"), "--model", "gpt-9", check=False)
+    assert proc.returncode == 2 and "unknown embedding model 'gpt-9'" in proc.stderr

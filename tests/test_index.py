@@ -1,0 +1,109 @@
+"""Index persistence, reload, the delta for fresh writes, and merging it in."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+
+from lab.config import IndexConfig, SaveConfig, VectorIndexConfig
+from lab.embed.fake import FakeEmbedder
+from lab.pipeline import Pipeline
+
+
+def fill(pipe: Pipeline, n: int, ns: str = "n") -> None:
+    pipe.save_many([{"namespace": ns, "content": f"note {i} about item{i} and group{i % 5}"} for i in range(n)],
+                   progress=False)
+
+
+def test_index_persists_with_a_manifest_and_reloads_without_rebuilding(pipe):
+    fill(pipe, 30)
+    before = [h.memory_id for h in pipe.search("item7 group2", "n", k=5)]
+    pipe.close()
+    manifest = json.loads((pipe.store.root / "indexes" / "n" / "manifest.json").read_text())
+    assert manifest["store_version"] == str(pipe.store.version())
+    assert manifest["n_live"] == 30 and manifest["embed_model"] == "fake-hash-256"
+    assert manifest["config"]["vector"]["m"] == 16 and manifest["lab_version"]
+    reopened = Pipeline.open(pipe.store.root, embedder=FakeEmbedder())
+    idx = reopened.index("n")
+    assert idx.built_at == manifest["built_at"]  # loaded, not rebuilt
+    assert [h.memory_id for h in reopened.search("item7 group2", "n", k=5)] == before
+
+
+def test_a_save_is_found_by_the_very_next_search_through_the_delta(pipe):
+    fill(pipe, 20)
+    pipe.search("item3", "n")  # builds the main index
+    report = pipe.save("zanzibar quokka expedition", namespace="n")
+    idx = pipe.index("n")
+    assert idx.delta_size == 1
+    hits = pipe.search("quokka", "n", k=3)
+    assert hits[0].memory_id == report.created[0]
+    assert set(hits[0].signals) == {"vector", "lexical"}
+
+
+def test_writes_from_another_process_are_synced_on_next_search(pipe):
+    fill(pipe, 10)
+    pipe.search("item1", "n")
+    other = Pipeline.open(pipe.store.root, embedder=FakeEmbedder())
+    new_id = other.save("platypus sighting by the river", namespace="n").created[0]
+    other.delete(pipe.list("n")["id"].to_list()[-1], hard=True)
+    hits = pipe.search("platypus", "n", k=1)
+    assert hits[0].memory_id == new_id
+    assert pipe.index("n").n_live == 10
+
+
+def test_delta_is_merged_in_the_background_past_the_threshold(tmp_path):
+    config = SaveConfig(index=IndexConfig(delta_merge_threshold=5))
+    pipe = Pipeline.open(tmp_path / "s", config, embedder=FakeEmbedder(), create=True)
+    fill(pipe, 10)
+    idx = pipe.index("n")
+    for i in range(7):
+        pipe.save(f"fresh write number{i}", namespace="n")
+    idx.wait_for_merge()
+    assert idx.merges == 1 and idx.delta_size < 7
+    assert pipe.search("number6", "n", k=1)[0].content == "fresh write number6"
+    pipe.close()
+
+
+def test_explicit_rebuild_folds_the_delta_and_matches_a_fresh_build(pipe):
+    fill(pipe, 15)
+    pipe.search("item1", "n")
+    pipe.save("late arrival wombat", namespace="n")
+    rebuilt = pipe.build_index("n")
+    assert rebuilt.delta_size == 0 and rebuilt.n_live == 16
+    assert pipe.search("wombat", "n", k=1)[0].content == "late arrival wombat"
+
+
+def test_changed_index_config_triggers_a_rebuild(pipe):
+    fill(pipe, 5)
+    pipe.search("item1", "n")
+    pipe.close()
+    config = SaveConfig(embed=pipe.config.embed, index=IndexConfig(vector=VectorIndexConfig(m=8)))
+    other = Pipeline.open(pipe.store.root, config, embedder=FakeEmbedder())
+    assert other.index("n").config.vector.m == 8
+    manifest = json.loads((pipe.store.root / "indexes" / "n" / "manifest.json").read_text())
+    assert manifest["config"]["vector"]["m"] == 8
+
+
+def test_vector_search_returns_best_chunk_per_memory_and_respects_ef(pipe):
+    fill(pipe, 200)
+    idx = pipe.index("n")
+    q = pipe.embedder.embed(["note 42 about item42 and group2"])[0]
+    hits = idx.search_vector(q, 50)
+    assert len(hits) == 50 and len({m for m, _ in hits}) == 50
+    assert hits[0][1] > 0.99
+    scores = [s for _, s in hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_long_memories_are_collapsed_from_several_chunks(tmp_path):
+    from lab.config import ChunkConfig
+
+    config = SaveConfig(chunk=ChunkConfig(size=20, overlap=5))
+    pipe = Pipeline.open(tmp_path / "s", config, embedder=FakeEmbedder(), create=True)
+    long_text = " ".join(f"filler{i}" for i in range(100)) + " needle"
+    rid = pipe.save(long_text, namespace="n").created[0]
+    pipe.save("short memory about needle too", namespace="n")
+    assert pipe.store.chunks("n").filter(pl.col("memory_id") == rid).height == 7
+    ids = [h.memory_id for h in pipe.search("needle", "n", k=5)]
+    assert ids.count(rid) == 1 and len(ids) == 2

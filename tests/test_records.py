@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from lab.errors import ValidationError
+from lab.store.records import normalize_edge, normalize_memory, validate_namespace
+
+NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("name", ["a", "team-1", "conv_26", "x.y", "A" * 64])
+def test_valid_namespaces(name):
+    assert validate_namespace(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "../etc", "a/b", "a\\b", "..", "a..b", ".hidden", "A" * 65, "sp ace", None, 3])
+def test_invalid_namespaces_are_refused_with_a_clear_error(name):
+    with pytest.raises(ValidationError, match="namespace"):
+        validate_namespace(name)
+
+
+def test_defaults_are_filled_and_id_is_deterministic():
+    a = normalize_memory({"content": "hello", "namespace": "n"}, now=NOW)
+    b = normalize_memory({"content": "hello", "namespace": "n"}, now=NOW)
+    assert a["id"] == b["id"] and a["id"].startswith("n:")
+    assert a["type"] == "semantic" and a["valid"] and not a["pinned"]
+    assert a["created_at"] == NOW == a["updated_at"]
+    assert a["metadata"] == "{}"
+
+
+def test_anchor_is_pinned_by_default():
+    assert normalize_memory({"content": "x", "namespace": "n", "type": "anchor"}, now=NOW)["pinned"]
+
+
+@pytest.mark.parametrize(
+    "record,message",
+    [
+        ({"namespace": "n"}, "field 'content' must be a non-empty string"),
+        ({"namespace": "n", "content": "   "}, "field 'content' must be a non-empty string"),
+        ({"namespace": "n", "content": "x", "type": "memo"}, "field 'type': 'memo' is not one of"),
+        ({"namespace": "n", "content": "x", "tags": "a,b"}, "field 'tags'"),
+        ({"namespace": "n", "content": "x", "created_at": "yesterday"}, "created_at: 'yesterday' is not an ISO 8601"),
+        ({"namespace": "n", "content": "x", "importance": 2}, "field 'importance'"),
+        ({"namespace": "n", "content": "x", "pinned": "yes"}, "field 'pinned'"),
+        ({"namespace": "n", "content": "x", "colour": "red"}, r"unknown field\(s\) \['colour'\]"),
+        ({"namespace": "n", "content": "x", "metadata": [1]}, "field 'metadata' must be an object"),
+        ({"namespace": "n", "content": "x", "id": "bad id"}, "field 'id'"),
+        ({"content": "x"}, "field 'namespace' is required"),
+        ({"namespace": "n", "content": "x", "created_at": "2026-01-02T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"},
+         "'updated_at' is earlier"),
+    ],
+)
+def test_malformed_memory_errors_name_the_field(record, message):
+    with pytest.raises(ValidationError, match=message):
+        normalize_memory(record, now=NOW, where="line 7: ")
+
+
+def test_error_is_prefixed_with_the_location():
+    with pytest.raises(ValidationError, match="^line 7: field 'type'"):
+        normalize_memory({"namespace": "n", "content": "x", "type": "nope"}, now=NOW, where="line 7: ")
+
+
+def test_timestamps_are_utc_whatever_the_offset():
+    row = normalize_memory({"namespace": "n", "content": "x", "created_at": "2026-01-01T10:00:00+02:00"}, now=NOW)
+    assert row["created_at"] == datetime(2026, 1, 1, 8, tzinfo=timezone.utc)
+
+
+def test_edges_are_validated():
+    edge = normalize_edge({"src": "a", "dst": "b", "relation": "supersedes"}, now=NOW)
+    assert edge["weight"] == 1.0 and edge["relation"] == "supersedes"
+    with pytest.raises(ValidationError, match="'relation': 'likes' is not one of"):
+        normalize_edge({"src": "a", "dst": "b", "relation": "likes"}, now=NOW)
+    with pytest.raises(ValidationError, match="itself"):
+        normalize_edge({"src": "a", "dst": "a"}, now=NOW)
+    with pytest.raises(ValidationError, match="'dst' is required"):
+        normalize_edge({"src": "a"}, now=NOW)
