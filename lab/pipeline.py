@@ -254,7 +254,7 @@ class Pipeline:
             self._index_added(pl.from_arrow(chunks), [], version)
         if self.cache is not None and (report.embedded >= 256 or len(batches) > 1):
             self.cache.flush()
-        report.version = str(self.store.version())
+        report.version = str(self.store.known_version())
         report.seconds = time.perf_counter() - started
         return report
 
@@ -353,7 +353,7 @@ class Pipeline:
                 for c, m in zip(self._indexes[ns].chunk_ids, self._indexes[ns].memory_of) if m in present
             ]
             n = self.store.hard_delete(ids)
-            version = self.store.version()
+            version = self.store.known_version()
             for ns in namespaces:
                 idx = self._indexes.get(ns)
                 if idx is not None:
@@ -427,9 +427,14 @@ class Pipeline:
         return idx
 
     def index(self, namespace: str) -> NamespaceIndex:
-        """The namespace's index, loaded or built on first use and synced with the store."""
+        """The namespace's index, loaded or built on first use and synced with the store.
+
+        Chunks only become visible or invisible through a memories commit, so the memories
+        version alone tells whether the index is behind the store.
+        """
         idx = self._indexes.get(namespace)
-        version = str(self.store.version())
+        current = self.store.memories_version
+        version = str(self.store.known_version())
         if idx is None:
             self.store.require_namespace(namespace)
             chunks = self.store.chunks(namespace)
@@ -438,9 +443,9 @@ class Pipeline:
                 return self.build_index(namespace)
             self._indexes[namespace] = idx
             self._saved_versions[namespace] = idx.store_version
-            if idx.store_version != version:
+            if StoreVersion.parse(idx.store_version).memories != current:
                 idx.sync(chunks, version)
-        elif idx.store_version != version:
+        elif StoreVersion.parse(idx.store_version).memories != current:
             idx.sync(self.store.chunks(namespace), version)  # another process wrote
         return idx
 

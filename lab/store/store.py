@@ -80,8 +80,11 @@ class Store:
         self._edges = DeltaFrame(tables / "edges", EDGES, version=pin and pin.edges)
         self._access = DeltaFrame(tables / "access_log", ACCESS_LOG, version=pin and pin.access)
         self._namespaces = DeltaFrame(tables / "namespaces", NAMESPACES)
-        self._hash_index: dict[tuple[str, str], str] | None = None
-        self._hash_index_version = -1
+        # id set and (namespace, content_hash) -> id, for duplicate checks on every save; kept
+        # up to date incrementally across our own inserts, rebuilt after anyone else's write
+        self._ids: set[str] = set()
+        self._hash_index: dict[tuple[str, str], str] = {}
+        self._lookup_version = -1
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
@@ -130,6 +133,17 @@ class Store:
         return StoreVersion(
             self._memories.version, self._chunks.version, self._edges.version, self._access.version
         )
+
+    def known_version(self) -> StoreVersion:
+        """The version after our last read or write, without checking for other writers."""
+        return StoreVersion(
+            self._memories.known_version, self._chunks.known_version,
+            self._edges.known_version, self._access.known_version,
+        )
+
+    @property
+    def memories_version(self) -> int:
+        return self._memories.version
 
     # ----------------------------------------------------------------- namespaces
     def namespaces(self) -> list[str]:
@@ -200,20 +214,22 @@ class Store:
     def get_many(self, ids: Sequence[str]) -> pl.DataFrame:
         return self.memories().filter(pl.col("id").is_in(list(ids)))
 
+    def _lookups(self) -> None:
+        version = self._memories.version
+        if self._lookup_version != version:
+            frame = self._memories_raw()
+            ids = frame["id"].to_list()
+            self._ids = set(ids)
+            self._hash_index = dict(zip(zip(frame["namespace"].to_list(), frame["content_hash"].to_list()), ids))
+            self._lookup_version = version
+
     def has_ids(self, ids: Iterable[str]) -> set[str]:
-        ids = list(ids)
-        present = self._memories_raw().filter(pl.col("id").is_in(ids))["id"].to_list()
-        return set(present)
+        self._lookups()
+        return {i for i in ids if i in self._ids}
 
     def find_by_hash(self, namespace: str, digest: str) -> str | None:
         """The id of the memory with this content in this namespace, if any (idempotent ingest)."""
-        version = self._memories.version
-        if self._hash_index is None or self._hash_index_version != version:
-            frame = self._memories_raw()
-            self._hash_index = dict(
-                zip(zip(frame["namespace"].to_list(), frame["content_hash"].to_list()), frame["id"].to_list())
-            )
-            self._hash_index_version = version
+        self._lookups()
         return self._hash_index.get((namespace, digest))
 
     def list(
@@ -251,7 +267,7 @@ class Store:
         return frame.slice(offset, limit)
 
     def _memories_commit_meta(self) -> dict[str, Any]:
-        return {CHUNKS_VERSION_KEY: self._chunks.version}
+        return {CHUNKS_VERSION_KEY: self._chunks.known_version}
 
     def insert(self, rows: list[dict[str, Any]], chunks: pa.Table) -> StoreVersion:
         """Add new memories and their chunks: chunks commit first, then one memories commit."""
@@ -261,11 +277,17 @@ class Store:
         clash = self.has_ids(ids)
         if clash:
             raise ConflictError(f"memory id(s) exist already: {sorted(clash)[:5]}; use update")
-        for ns in sorted({r["namespace"] for r in rows}):
+        known = set(self.namespaces())
+        for ns in sorted({r["namespace"] for r in rows} - known):
             self.create_namespace(ns, exist_ok=True)
+        before = self._lookup_version
         self._chunks.append(chunks)
-        self._memories.append(pa.Table.from_pylist(rows, schema=MEMORIES), self._memories_commit_meta())
-        return self.version()
+        after = self._memories.append(pa.Table.from_pylist(rows, schema=MEMORIES), self._memories_commit_meta())
+        if after == before + 1:  # nobody else wrote in between: extend the lookups in place
+            self._ids.update(ids)
+            self._hash_index.update({(r["namespace"], r["content_hash"]): r["id"] for r in rows})
+            self._lookup_version = after
+        return self.known_version()
 
     def replace(self, rows: list[dict[str, Any]], chunks: pa.Table | None = None) -> StoreVersion:
         """Update existing memories (one MERGE commit), after committing their new chunks if any."""
@@ -277,7 +299,7 @@ class Store:
         if chunks is not None:
             self._chunks.append(chunks)
         self._memories.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._memories_commit_meta())
-        return self.version()
+        return self.known_version()
 
     def hard_delete(self, ids: Sequence[str]) -> int:
         """Remove memories for good; their edges, chunks and accesses go in later commits."""

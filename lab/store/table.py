@@ -36,8 +36,14 @@ class DeltaFrame:
 
     @property
     def version(self) -> int:
+        """The latest committed version (re-reads the log tail to see other writers)."""
         if not self.pinned:
             self._dt.update_incremental()
+        return self._dt.version()
+
+    @property
+    def known_version(self) -> int:
+        """The version as of our last read or write, without looking for other writers."""
         return self._dt.version()
 
     def frame(self) -> pl.DataFrame:
@@ -66,8 +72,8 @@ class DeltaFrame:
             return self.version
         table = table.select(self.schema.names).cast(self.schema)
         before = self._frame_version if self._frame is not None else None
+        # write_deltalake moves self._dt to the version it committed
         write_deltalake(self._dt, table, mode="append", commit_properties=self._commit_props(metadata))
-        self._dt.update_incremental()
         new_version = self._dt.version()
         if before is not None and new_version == before + 1:
             # Only our commit happened since the cache was taken: extend it instead of re-reading.
@@ -93,14 +99,12 @@ class DeltaFrame:
             .when_not_matched_insert_all()
             .execute()
         )
-        self._dt.update_incremental()
         return self._dt.version()
 
     def delete(self, predicate: str, metadata: dict[str, Any] | None = None) -> int:
         """Delete the rows matching a SQL predicate in one commit."""
         self._check_writable()
         self._dt.delete(predicate, commit_properties=self._commit_props(metadata))
-        self._dt.update_incremental()
         return self._dt.version()
 
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:

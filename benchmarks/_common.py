@@ -1,0 +1,36 @@
+"""Helpers shared by the benchmark scripts: dataset paths, timing, percentile reports."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DATASETS = Path(os.environ.get("LAB_DATASETS", ROOT.parent / "shared" / "datasets"))
+
+
+def percentiles(samples_s: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples_s) * 1000.0
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
+            "mean_ms": round(float(ms.mean()), 3), "n": int(len(ms))}
+
+
+class Timer:
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+
+
+def report(name: str, results: dict) -> None:
+    results = {"benchmark": name, "machine": f"{platform.machine()} {os.cpu_count()} cores", **results}
+    print(json.dumps(results, indent=2))
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")

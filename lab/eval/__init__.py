@@ -1,0 +1,1 @@
+"""Evaluation: dataset loaders (LoCoMo, BEIR, goldens), metrics and reports."""
