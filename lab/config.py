@@ -201,3 +201,102 @@ def load_config(cls: type[T], path: str | Path) -> T:
         except json.JSONDecodeError as exc:
             raise ValidationError(f"{p}: invalid JSON: {exc}") from exc
     return from_yaml(cls, text)
+
+
+# --------------------------------------------------------------------------- search
+SIGNALS: tuple[str, ...] = ("vector", "lexical", "recency", "frequency", "graph", "entity", "temporal")
+
+
+def _default_weights() -> dict[str, float]:
+    return {"vector": 1.0, "lexical": 1.0, "recency": 0.0, "frequency": 0.0, "graph": 0.0,
+            "entity": 0.0, "temporal": 0.0}
+
+
+def _default_edge_weights() -> dict[str, float]:
+    return {"related_to": 1.0, "supersedes": 1.0, "contradicts": 0.5, "derived_from": 1.0, "part_of": 0.7}
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """Applied before ranking: only memories passing every filter can be candidates."""
+
+    types: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    since: str | None = None  # ISO 8601, inclusive
+    until: str | None = None  # ISO 8601, exclusive
+    valid_only: bool = True
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Breadth-first walk over typed edges from the top vector and lexical hits."""
+
+    seeds: int = 5  # top-n of the vector list and of the lexical list
+    max_depth: int = 2
+    decay: float = 0.5  # per hop
+    edge_weights: dict[str, float] = field(default_factory=_default_edge_weights)
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Rule-based query analysis; each effect can be switched off to measure it."""
+
+    temporal: str = "boost"  # off | boost (a 'temporal' signal) | filter (a hard time window)
+    entities: bool = True  # exact matches of named entities / codes as an 'entity' signal
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """Query-time parameters: everything here is applied to cached candidates, no re-search."""
+
+    method: str = "rrf"
+    k: float = 60.0  # RRF constant, >= 0
+    intent_gating: bool = False  # scale signal weights by the query's intent (LMA-style)
+    weights: dict[str, float] = field(default_factory=_default_weights)
+    coverage_bonus: float = 0.0  # 0..1: fused * (1 + bonus * query-term coverage)
+    recent_boost: float = 1.0  # multiplier for memories younger than recent_hours
+    recent_hours: float = 24.0
+    superseded: str = "demote"  # demote | hide | keep
+    demote_factor: float = 0.5
+    rerank_depth: int = 0  # re-order the top-n by query-memory cosine before cutting to top_k
+    top_k: int = 10
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            raise ValidationError(f"fusion.k must be >= 0, got {self.k}")
+        if self.superseded not in ("demote", "hide", "keep"):
+            raise ValidationError(f"fusion.superseded must be demote, hide or keep, got {self.superseded!r}")
+        if not 0 <= self.coverage_bonus <= 1:
+            raise ValidationError(f"fusion.coverage_bonus must be in [0, 1], got {self.coverage_bonus}")
+        if self.top_k < 1:
+            raise ValidationError(f"fusion.top_k must be >= 1, got {self.top_k}")
+        bad = sorted(set(self.weights) - set(SIGNALS))
+        if bad:
+            raise ValidationError(f"fusion.weights: unknown signal(s) {bad}; known: {list(SIGNALS)}")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """A whole retrieval configuration; presets are named instances of it."""
+
+    name: str = "custom"
+    description: str = ""
+    signals: tuple[str, ...] = ("vector", "lexical")
+    depth: int = 50  # candidates per signal
+    half_life_hours: float = 168.0
+    reference_time: str | None = None  # ISO; None = the namespace's latest memory (never the clock)
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.signals) - set(SIGNALS))
+        if bad:
+            raise ValidationError(f"signals: unknown signal(s) {bad}; known: {list(SIGNALS)}")
+        if self.depth < 1:
+            raise ValidationError(f"depth must be >= 1, got {self.depth}")
+        if self.analysis.temporal not in ("off", "boost", "filter"):
+            raise ValidationError(
+                f"analysis.temporal must be off, boost or filter, got {self.analysis.temporal!r}"
+            )

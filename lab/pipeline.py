@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -22,6 +22,10 @@ from lab.index.namespace import NamespaceIndex
 from lab.schema import chunks_schema
 from lab.store.records import normalize_edge, normalize_memory, validate_id, validate_namespace
 from lab.store.store import Store, StoreVersion, utcnow
+
+if TYPE_CHECKING:
+    from lab.config import SearchConfig
+    from lab.search.engine import Result
 
 EDITABLE = (
     "content", "title", "tags", "type", "source", "importance", "pinned", "valid",
@@ -49,19 +53,6 @@ class IngestReport:
             "chunks": self.chunks,
             "embedded": self.embedded, "seconds": round(self.seconds, 3), "version": self.version,
         }
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search result of the minimal search: a memory and how each index ranked it."""
-
-    memory_id: str
-    score: float
-    signals: dict[str, tuple[int, float]]  # signal -> (1-based rank, raw score)
-    content: str
-    title: str
-    type: str
-    created_at: datetime
 
 
 def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
@@ -449,32 +440,22 @@ class Pipeline:
             idx.sync(self.store.chunks(namespace), version)  # another process wrote
         return idx
 
-    # ------------------------------------------------------------------ minimal search
-    def search(self, query: str, namespace: str, k: int = 10, *, depth: int = 50, rrf_k: float = 60.0) -> list[Hit]:
-        """Vector and BM25 top-``depth`` lists fused by RRF; valid memories only."""
-        if not isinstance(query, str) or not query.strip():
-            raise ValidationError("query must be a non-empty string")
-        if k < 1:
-            raise ValidationError(f"k must be >= 1, got {k}")
+    # ------------------------------------------------------------------ search
+    def search(
+        self,
+        query: str,
+        namespace: str,
+        k: int | None = None,
+        *,
+        preset: str | None = None,
+        config: "SearchConfig | None" = None,
+        explain: bool = False,
+        record_access: bool = False,
+    ) -> list["Result"]:
+        """Multi-signal search of one namespace with a preset (default `lab`) or a SearchConfig."""
+        from lab.search.engine import search
+        from lab.search.presets import resolve
+
         validate_namespace(namespace)
-        idx = self.index(namespace)
-        valid = set(self.store.memories(namespace).filter(pl.col("valid"))["id"].to_list())
-        qvec = self.embedder.embed([query])[0]
-        lists = {
-            "vector": idx.search_vector(qvec, depth),
-            "lexical": idx.search_lexical(query, depth),
-        }
-        fused: dict[str, float] = {}
-        signals: dict[str, dict[str, tuple[int, float]]] = {}
-        for name, hits in lists.items():
-            hits = [h for h in hits if h[0] in valid]
-            for rank, (mid, score) in enumerate(hits, start=1):
-                fused[mid] = fused.get(mid, 0.0) + 1.0 / (rrf_k + rank)
-                signals.setdefault(mid, {})[name] = (rank, float(score))
-        top = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
-        rows = {r["id"]: r for r in self.store.get_many([m for m, _ in top]).iter_rows(named=True)}
-        return [
-            Hit(mid, score, signals[mid], rows[mid]["content"], rows[mid]["title"], rows[mid]["type"],
-                rows[mid]["created_at"])
-            for mid, score in top
-        ]
+        cfg = config or resolve(preset)
+        return search(self, query, namespace, cfg, k=k, explain=explain, record_access=record_access).results

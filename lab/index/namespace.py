@@ -125,6 +125,26 @@ class NamespaceIndex:
             self.apply(added, removed, store_version)
             return added.height, len(removed)
 
+    def labels_of(self, memory_id: str) -> list[int]:
+        """Live chunk labels of a memory."""
+        with self._lock:
+            if getattr(self, "_labels_of_n", -1) != len(self.chunk_ids):
+                by_memory: dict[str, list[int]] = {}
+                for label, mid in enumerate(self.memory_of):
+                    by_memory.setdefault(mid, []).append(label)
+                self._labels_of, self._labels_of_n = by_memory, len(self.chunk_ids)
+            return [label for label in self._labels_of.get(memory_id, []) if self.live[label]]
+
+    def best_cosine(self, query_vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:
+        """Cosine between the query and each memory's best chunk (exact, from stored vectors)."""
+        out: dict[str, float] = {}
+        for mid in memory_ids:
+            labels = self.labels_of(mid)
+            if labels:
+                vectors = np.asarray(self.vector._index.get_items(labels), dtype=np.float32)
+                out[mid] = float((vectors @ query_vector).max())
+        return out
+
     @property
     def n_live(self) -> int:
         return int(self.live.sum())

@@ -1,0 +1,1 @@
+"""Multi-signal search: candidate generation, fusion, explanations and presets."""

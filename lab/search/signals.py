@@ -1,0 +1,96 @@
+"""The non-index signals: recency, frequency, exact entity match, temporal window, graph walk.
+
+Each returns (positions, scores) best first, positions into the namespace view (ids are sorted,
+so ties broken by position are ties broken by memory id).
+"""
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime
+
+import numpy as np
+
+from lab.config import GraphConfig
+from lab.search.analysis import TimeWindow
+from lab.search.view import NamespaceView
+
+Ranked = tuple[np.ndarray, np.ndarray]
+EMPTY: Ranked = (np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
+def top(positions: np.ndarray, scores: np.ndarray, depth: int) -> Ranked:
+    """The ``depth`` best (position, score) pairs: score descending, then id ascending."""
+    if len(positions) == 0:
+        return EMPTY
+    if len(positions) > 4 * depth:  # cut before the full sort; ties at the cut are resolved below
+        cut = np.partition(scores, len(scores) - depth)[len(scores) - depth]
+        keep = scores >= cut
+        positions, scores = positions[keep], scores[keep]
+    order = np.lexsort((positions, -scores))[:depth]
+    return positions[order], scores[order]
+
+
+def recency(view: NamespaceView, allowed: np.ndarray, reference: datetime, half_life_hours: float, depth: int) -> Ranked:
+    """0.5 ** (age / half-life), age from the reference time (future memories count as age 0)."""
+    positions = np.flatnonzero(allowed)
+    age_h = np.maximum(reference.timestamp() - view.created_s[positions], 0.0) / 3600.0
+    return top(positions, np.power(0.5, age_h / half_life_hours), depth)
+
+
+def frequency(view: NamespaceView, allowed: np.ndarray, depth: int) -> Ranked:
+    """log(1 + access count); never-accessed memories are not candidates."""
+    positions = np.flatnonzero(allowed & (view.access > 0))
+    return top(positions, np.log1p(view.access[positions].astype(np.float64)), depth)
+
+
+def entity(view: NamespaceView, allowed: np.ndarray, entities: tuple[str, ...], depth: int) -> Ranked:
+    """Exact (case-insensitive) substring matches of the query's entities; score = how many match."""
+    if not entities or not len(view.ids):
+        return EMPTY
+    counts = np.zeros(len(view.ids))
+    for name in entities:
+        counts += view.text_lower.str.contains(name.lower(), literal=True).to_numpy().astype(np.float64)
+    positions = np.flatnonzero(allowed & (counts > 0))
+    return top(positions, counts[positions], depth)
+
+
+def temporal(view: NamespaceView, allowed: np.ndarray, window: TimeWindow, depth: int) -> Ranked:
+    """Memories inside the query's time window, closest to its middle first."""
+    start, end = window.start.timestamp(), window.end.timestamp()
+    inside = allowed & (view.created_s >= start) & (view.created_s < end)
+    positions = np.flatnonzero(inside)
+    middle = (start + end) / 2
+    days_off = np.abs(view.created_s[positions] - middle) / 86400.0
+    return top(positions, 1.0 / (1.0 + days_off), depth)
+
+
+def graph(view: NamespaceView, allowed: np.ndarray, seeds: list[tuple[int, float]], config: GraphConfig, depth: int) -> Ranked:
+    """Breadth-first from the seeds over typed edges, up to ``max_depth`` hops.
+
+    A reached memory scores seed strength x edge weight x relation weight x decay^(hops-1),
+    keeping its best path. Seeds themselves are not candidates of this signal.
+    """
+    best: dict[int, float] = {}
+    seed_set = {p for p, _ in seeds}
+    for seed, strength in seeds:
+        queue = deque([(seed, strength, 0)])
+        seen = {seed}
+        while queue:
+            node, value, hops = queue.popleft()
+            if hops == config.max_depth:
+                continue
+            for nxt, relation, weight in view.neighbours.get(node, ()):
+                if nxt in seen:
+                    continue
+                seen.add(nxt)
+                score = value * weight * config.edge_weights.get(relation, 0.0) * (config.decay ** hops)
+                if score <= 0:
+                    continue
+                if nxt not in seed_set and allowed[nxt] and score > best.get(nxt, 0.0):
+                    best[nxt] = score
+                queue.append((nxt, score, hops + 1))
+    if not best:
+        return EMPTY
+    positions = np.fromiter(best.keys(), dtype=np.int64, count=len(best))
+    scores = np.fromiter(best.values(), dtype=np.float64, count=len(best))
+    return top(positions, scores, depth)

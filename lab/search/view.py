@@ -1,0 +1,104 @@
+"""Array views of one namespace's memories and edges, cached per store version, for fast signals."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import polars as pl
+
+from lab.config import FilterConfig
+from lab.errors import ValidationError
+from lab.schema import MEMORY_TYPES
+from lab.store.records import parse_time
+
+
+@dataclass
+class NamespaceView:
+    namespace: str
+    ids: list[str]
+    pos: dict[str, int]
+    created_s: np.ndarray  # epoch seconds
+    access: np.ndarray
+    valid: np.ndarray
+    types: np.ndarray
+    tags: list[list[str]]
+    superseded: np.ndarray
+    text_lower: pl.Series  # title + content, lower-cased, for exact matching
+    neighbours: dict[int, list[tuple[int, str, float]]]
+    contradicts: dict[int, set[int]]
+    key: tuple
+    _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def latest(self) -> datetime:
+        if not self.ids:
+            return datetime.now(timezone.utc)  # an empty namespace has no "now"; nothing ranks anyway
+        return datetime.fromtimestamp(float(self.created_s.max()), tz=timezone.utc)
+
+    def label_positions(self, index_id: int, memory_of: list[str]) -> np.ndarray:
+        """Index label -> memory position (-1 for labels of memories no longer here)."""
+        cached = self._label_maps.get(index_id)
+        if cached is None or len(cached) != len(memory_of):
+            cached = np.fromiter((self.pos.get(m, -1) for m in memory_of), dtype=np.int64, count=len(memory_of))
+            self._label_maps[index_id] = cached
+        return cached
+
+    def mask(self, filters: FilterConfig) -> np.ndarray:
+        """Memories passing every filter (before any ranking)."""
+        keep = np.ones(len(self.ids), dtype=bool)
+        if filters.valid_only:
+            keep &= self.valid
+        if filters.types:
+            bad = sorted(set(filters.types) - set(MEMORY_TYPES))
+            if bad:
+                raise ValidationError(f"filters.types: unknown type(s) {bad}; known: {list(MEMORY_TYPES)}")
+            keep &= np.isin(self.types, list(filters.types))
+        if filters.tags:
+            wanted = set(filters.tags)
+            keep &= np.fromiter((bool(wanted & set(t)) for t in self.tags), dtype=bool, count=len(self.tags))
+        if filters.since:
+            keep &= self.created_s >= parse_time(filters.since, "filters.since").timestamp()
+        if filters.until:
+            keep &= self.created_s < parse_time(filters.until, "filters.until").timestamp()
+        return keep
+
+
+def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key: tuple) -> NamespaceView:
+    memories = memories.sort("id")
+    ids = memories["id"].to_list()
+    pos = {m: i for i, m in enumerate(ids)}
+    superseded = memories["superseded_by"].is_not_null().to_numpy().copy()
+    neighbours: dict[int, list[tuple[int, str, float]]] = defaultdict(list)
+    contradicts: dict[int, set[int]] = defaultdict(set)
+    for src, dst, relation, weight in edges.select("src", "dst", "relation", "weight").iter_rows():
+        a, b = pos.get(src), pos.get(dst)
+        if a is None or b is None:
+            continue
+        # walks go both ways: a hit on an old fact must reach the fact that supersedes it
+        neighbours[a].append((b, relation, weight))
+        neighbours[b].append((a, relation, weight))
+        if relation == "supersedes":
+            superseded[b] = True
+        elif relation == "contradicts":
+            contradicts[a].add(b)
+            contradicts[b].add(a)
+    for lst in neighbours.values():
+        lst.sort()
+    created = memories["created_at"].dt.epoch("us").to_numpy().astype(np.float64) / 1e6 if ids else np.zeros(0)
+    return NamespaceView(
+        namespace=namespace,
+        ids=ids,
+        pos=pos,
+        created_s=created,
+        access=memories["access_count"].to_numpy().astype(np.int64) if ids else np.zeros(0, dtype=np.int64),
+        valid=memories["valid"].to_numpy().astype(bool) if ids else np.zeros(0, dtype=bool),
+        types=memories["type"].to_numpy().astype(str) if ids else np.zeros(0, dtype=str),
+        tags=memories["tags"].to_list(),
+        superseded=superseded,
+        text_lower=(memories["title"] + "\n" + memories["content"]).str.to_lowercase(),
+        neighbours=dict(neighbours),
+        contradicts=dict(contradicts),
+        key=key,
+    )
