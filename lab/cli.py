@@ -43,16 +43,25 @@ def _print_stats(stats: dict[str, Any]) -> None:
         print(f"time span       {stats['created_from'][:19]} .. {stats['created_to'][:19]}")
 
 
-def _print_hits(hits: list, width: int = 88) -> None:
+def _print_hits(hits: list, width: int = 80, explain: bool = False) -> None:
     if not hits:
         print("(no results)")
         return
-    print(f"{'#':>2}  {'score':>7}  {'memory':<22} {'type':<9} text")
-    for rank, hit in enumerate(hits, start=1):
+    print(f"{'#':>2}  {'score':>7}  {'memory':<18} {'type':<9} text")
+    for hit in hits:
         text = " ".join(hit.content.split())
         if len(text) > width:
             text = text[: width - 1] + "…"
-        print(f"{rank:>2}  {hit.score:7.4f}  {hit.memory_id:<22} {hit.type:<9} {text}")
+        flags = (" [superseded]" if hit.superseded else "") + (
+            f" [contradicts {', '.join(hit.contradicts)}]" if hit.contradicts else "")
+        print(f"{hit.rank:>2}  {hit.score:7.4f}  {hit.memory_id:<18} {hit.type:<9} {text}{flags}")
+        if explain:
+            for signal, d in sorted(hit.signals.items()):
+                without = ""
+                if hit.counterfactual is not None:
+                    alt = hit.counterfactual.get(signal)
+                    without = f"  without it: rank {alt if alt is not None else '-'}"
+                print(f"{'':>12}{signal:<10} rank {d.rank:>3}  score {d.score:9.4f}  adds {d.contribution:.4f}{without}")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -119,15 +128,23 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     with _open(args) as pipe:
-        hits = pipe.search(args.query, args.namespace, k=args.k)
+        hits = pipe.search(args.query, args.namespace, k=args.k, preset=args.preset, explain=args.explain)
     if args.json:
-        _print_json([
-            {"memory_id": h.memory_id, "score": h.score, "signals": h.signals, "type": h.type,
-             "title": h.title, "content": h.content, "created_at": h.created_at.isoformat()}
-            for h in hits
-        ])
+        _print_json([h.to_dict() for h in hits])
     else:
-        _print_hits(hits)
+        _print_hits(hits, explain=args.explain)
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from lab.config import to_yaml
+    from lab.search.presets import PRESETS, preset
+
+    if args.name:
+        print(to_yaml(preset(args.name)), end="")
+        return 0
+    for name, cfg in PRESETS.items():
+        print(f"{name:<12} {cfg.description}")
     return 0
 
 
@@ -206,9 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     _store_arg(p)
     p.add_argument("--namespace", required=True)
-    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--preset", default=None, help="preset name or a .yaml/.json SearchConfig (default: lab)")
+    p.add_argument("--k", type=int, default=None, help="results to return (default: the preset's top_k)")
+    p.add_argument("--explain", action="store_true", help="per-signal ranks, scores, contributions, counterfactual ranks")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("presets", help="list the search presets, or print one as YAML")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=cmd_presets)
     return parser
 
 

@@ -75,6 +75,8 @@ def fuse_detailed(
     features = candidates.filter(is_feature)
     ranked = _weights(ranked, features, config)
     contrib = fuser.fn(ranked, config).select("qid", "memory_id", "signal", "rank", "score", "contribution")
+    # a fixed summation order makes fused scores bit-identical whatever the input row order
+    contrib = contrib.sort("qid", "memory_id", "signal")
     fused = contrib.group_by("qid", "memory_id").agg(
         pl.col("contribution").sum().alias("score"), pl.len().alias("_hits")
     )

@@ -1,0 +1,159 @@
+"""Signals on small hand-built stores, query analysis, presets, explanations, the CLI."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pytest
+
+from lab.config import FilterConfig, FusionConfig, SearchConfig, from_yaml, to_yaml
+from lab.errors import ValidationError
+from lab.search.analysis import analyze, temporal_window
+from lab.search.candidates import Query, candidates
+from lab.search.presets import PRESETS, preset
+
+REF = datetime(2026, 3, 14, 18, tzinfo=timezone.utc)
+
+
+def only(signal: str, **fusion) -> SearchConfig:
+    return SearchConfig(signals=(signal,), fusion=FusionConfig(weights={signal: 1.0}, superseded="keep", **fusion))
+
+
+@pytest.fixture
+def store(pipe):
+    pipe.save_many([
+        {"id": "old", "namespace": "n", "content": "the pool size is 32", "created_at": "2026-01-01T00:00:00Z", "access_count": 1},
+        {"id": "mid", "namespace": "n", "content": "the pool size is 48", "created_at": "2026-02-01T00:00:00Z", "access_count": 9},
+        {"id": "new", "namespace": "n", "content": "the pool size is 64", "created_at": "2026-03-10T00:00:00Z"},
+        {"id": "owner", "namespace": "n", "content": "Priya owns Ledgerline", "created_at": "2026-01-05T00:00:00Z"},
+        {"id": "incident", "namespace": "n", "content": "an outage with code ERR-4471", "created_at": "2026-02-03T00:00:00Z"},
+        {"id": "gone", "namespace": "n", "content": "retracted pool note", "valid": False, "created_at": "2026-03-01T00:00:00Z"},
+    ], progress=False)
+    pipe.add_edges([
+        {"src": "mid", "dst": "old", "relation": "supersedes"},
+        {"src": "new", "dst": "mid", "relation": "supersedes"},
+        {"src": "incident", "dst": "owner", "relation": "related_to"},
+        {"src": "old", "dst": "owner", "relation": "contradicts"},
+    ])
+    return pipe
+
+
+def ids(pipe, query, config, k=10):
+    return [r.memory_id for r in pipe.search(query, "n", k, config=config)]
+
+
+def test_recency_prefers_newer(store):
+    assert ids(store, "anything", only("recency")) == ["new", "incident", "mid", "owner", "old"]
+
+
+def test_frequency_ranks_by_access_count_and_skips_unaccessed(store):
+    assert ids(store, "anything", only("frequency")) == ["mid", "old"]
+
+
+def test_graph_reaches_a_neighbour_from_the_seeds(store):
+    cfg = SearchConfig(signals=("lexical", "graph"), fusion=FusionConfig(weights={"lexical": 0.0, "graph": 1.0}))
+    assert "owner" in ids(store, "ERR-4471 outage", cfg)
+
+
+def test_superseded_memories_are_demoted_or_hidden(store):
+    keep = SearchConfig(signals=("lexical",), fusion=FusionConfig(weights={"lexical": 1.0}, superseded="keep"))
+    assert set(ids(store, "pool size", keep)) >= {"old", "mid", "new"}
+    hide = replace(keep, fusion=replace(keep.fusion, superseded="hide"))
+    assert ids(store, "pool size", hide) == ["new"]
+    demote = replace(keep, fusion=replace(keep.fusion, superseded="demote", demote_factor=0.01))
+    assert ids(store, "pool size", demote)[0] == "new"
+
+
+def test_contradicting_results_are_flagged(store):
+    cfg = SearchConfig(signals=("recency",), fusion=FusionConfig(weights={"recency": 1.0}, superseded="keep"))
+    results = {r.memory_id: r for r in store.search("x", "n", 10, config=cfg)}
+    assert results["old"].contradicts == ("owner",) and results["owner"].contradicts == ("old",)
+    assert results["old"].superseded and not results["new"].superseded
+
+
+def test_filters_apply_before_ranking(store):
+    cfg = replace(only("recency"), filters=FilterConfig(since="2026-02-01T00:00:00Z", until="2026-03-01T00:00:00Z"))
+    assert ids(store, "x", cfg) == ["incident", "mid"]
+    assert "gone" in ids(store, "x", replace(only("recency"), filters=FilterConfig(valid_only=False)))
+    with pytest.raises(ValidationError, match="unknown type"):
+        ids(store, "x", replace(only("recency"), filters=FilterConfig(types=("nope",))))
+
+
+def test_entity_signal_is_exact_substring(store):
+    assert ids(store, "what about ERR-4471?", only("entity")) == ["incident"]
+
+
+def test_temporal_window_signal_and_filter(store):
+    cfg = SearchConfig(signals=("temporal",), fusion=FusionConfig(weights={"temporal": 1.0}, superseded="keep"))
+    assert ids(store, "what happened in February 2026", cfg) == ["incident", "mid"]
+    filt = replace(only("lexical"), analysis=replace(cfg.analysis, temporal="filter"))
+    assert ids(store, "pool size in January 2026", filt) == ["old"]
+
+
+def test_explain_gives_contributions_and_counterfactual_ranks(store):
+    cfg = SearchConfig(signals=("lexical", "recency"), fusion=FusionConfig(k=1.0, weights={"lexical": 1.0, "recency": 1.0}, superseded="keep"))
+    results = store.search("Priya Ledgerline", "n", 3, config=cfg, explain=True)
+    top = results[0]
+    assert top.memory_id == "owner"
+    assert top.signals["lexical"].rank == 1 and top.signals["lexical"].contribution == pytest.approx(1 / 2)
+    assert set(top.counterfactual) == {"lexical", "recency"}
+    assert top.counterfactual["lexical"] > 1  # without BM25 it falls back to its recency rank
+
+
+def test_record_access_only_when_asked(store):
+    store.search("pool", "n", 3, preset="lab")
+    assert store.get("new")["access_count"] == 0
+    store.search("pool size 64", "n", 1, preset="lab", record_access=True)
+    assert sum(store.get(i)["access_count"] for i in ("old", "mid", "new")) == 1 + 9 + 1
+
+
+def test_candidate_table_shape_and_batch(store):
+    c = candidates(store, [Query("a", "pool size", "n"), Query("b", "Priya", "n")], PRESETS["lab"])
+    assert c.columns == ["qid", "memory_id", "signal", "rank", "score"]
+    assert set(c["qid"].unique()) == {"a", "b"}
+    with pytest.raises(ValidationError, match="unique"):
+        candidates(store, [Query("a", "x", "n"), Query("a", "y", "n")], PRESETS["lab"])
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_round_trips_yaml_and_runs(store, name):
+    cfg = preset(name)
+    assert from_yaml(SearchConfig, to_yaml(cfg)) == cfg
+    results = store.search("pool size", "n", preset=name)
+    assert results and len(results) <= cfg.fusion.top_k
+
+
+def test_unknown_preset_lists_the_known_ones(store):
+    with pytest.raises(ValidationError, match="unknown preset 'maya'; known: \\['brainbridge'"):
+        store.search("x", "n", preset="maya")
+
+
+@pytest.mark.parametrize("query,start,end", [
+    ("what did we do yesterday", "2026-03-13", "2026-03-14"),
+    ("last week's deploys", "2026-03-02", "2026-03-09"),
+    ("notes from 2026-02-03", "2026-02-03", "2026-02-04"),
+    ("in May 2023 what happened", "2023-05-01", "2023-06-01"),
+    ("on 8 May, 2023", "2023-05-08", "2023-05-09"),
+    ("last month", "2026-02-01", "2026-03-01"),
+    ("in January", "2026-01-01", "2026-02-01"),
+    ("in 2024", "2024-01-01", "2025-01-01"),
+])
+def test_temporal_expressions_make_the_right_windows(query, start, end):
+    w = temporal_window(query, REF)
+    assert (w.start.date().isoformat(), w.end.date().isoformat()) == (start, end)
+
+
+def test_no_window_without_an_expression():
+    assert temporal_window("who owns billing", REF) is None
+
+
+@pytest.mark.parametrize("query,intent", [
+    ("How do I rotate the keys?", "procedural"), ("When did Caroline move?", "temporal"),
+    ("hi there", "conversational"), ("tell me about Priya", "exploratory"), ("who owns billing", "factual"),
+])
+def test_intent(query, intent):
+    assert analyze(query, REF).intent == intent
+
+
+def test_entities_find_codes_and_names():
+    assert analyze("Did Priya fix ERR-4471 and PR #3318?", REF).entities == ("ERR-4471", "#3318", "Priya", "PR")
