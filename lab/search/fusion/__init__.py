@@ -83,15 +83,23 @@ def fuse_detailed(
     if fuser.multiply_by_hits:
         fused = fused.with_columns(pl.col("score") * pl.col("_hits"))
     fused = fused.drop("_hits")
-    feats = features.filter(pl.col("memory_id") != "").pivot(
-        on="signal", index=["qid", "memory_id"], values="score", aggregate_function="first"
-    ) if features.height else None
+    needed = [name for name, on in (
+        ("_coverage", bool(config.coverage_bonus)), ("_age_hours", config.recent_boost != 1.0),
+        ("_superseded", config.superseded != "keep"), ("_cosine", config.rerank_depth > 0),
+    ) if on]
+    # join only the features this configuration uses: most sweeps need one or two of them
+    present: set[str] = set()
+    if needed and features.height:
+        wanted = features.filter(pl.col("signal").is_in(needed))
+        for name in needed:
+            column = wanted.filter(pl.col("signal") == name).select("qid", "memory_id", pl.col("score").alias(name))
+            if column.height:
+                fused = fused.join(column, on=["qid", "memory_id"], how="left")
+                present.add(name)
 
     def feature(name: str, default: float) -> pl.Expr:
-        return pl.col(name).fill_null(default) if feats is not None and name in feats.columns else pl.lit(default)
+        return pl.col(name).fill_null(default) if name in present else pl.lit(default)
 
-    if feats is not None:
-        fused = fused.join(feats, on=["qid", "memory_id"], how="left")
     post = pl.col("score")
     if config.coverage_bonus:
         # multiplicative, so the bonus can never outweigh the fused score it scales

@@ -1,0 +1,130 @@
+"""Search latency at 10k/100k memories, BM25 queries per second, and fusion time for 1,000 queries.
+
+    .venv/bin/python benchmarks/search.py [--sizes 10000 100000] [--queries 200]
+
+Stores are filled with LoCoMo turn texts (and numbered variants) and deterministic random unit
+vectors of the real model's dimension (384): index and fusion costs are those of real vectors,
+without spending minutes embedding 100,000 texts. Query embedding with the real model is timed
+separately. Results go to stdout and benchmarks/results/search.json.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATASETS, Timer, percentiles, report  # noqa: E402
+
+from lab.config import SaveConfig  # noqa: E402
+from lab.embed.base import normalize_rows  # noqa: E402
+from lab.embed.fake import WordTokenizer  # noqa: E402
+from lab.eval.locomo import load_conversations  # noqa: E402
+from lab.pipeline import Pipeline  # noqa: E402
+from lab.search.candidates import Query, candidates  # noqa: E402
+from lab.search.fusion import fuse  # noqa: E402
+from lab.search.presets import PRESETS  # noqa: E402
+
+
+class RandomEmbedder:
+    """Deterministic random unit vectors per text (benchmark only)."""
+
+    model_id = "bench-random-384"
+    dim = 384
+
+    def __init__(self) -> None:
+        self.tokenizer = WordTokenizer()
+
+    def embed(self, texts):
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            seed = int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
+            out[i] = np.random.default_rng(seed).standard_normal(self.dim)
+        return normalize_rows(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+    convs = load_conversations(DATASETS / "locomo" / "locomo10-dev.json")
+    turns = [t for c in convs for t in c.turns]
+    questions = [qa["question"] for c in convs for qa in c.raw["qa"]][: args.queries]
+    results: dict = {}
+
+    from lab.embed.st import SentenceTransformerEmbedder
+
+    st = SentenceTransformerEmbedder()
+    st.embed(["warm up"])
+    samples = []
+    for q in questions[:100]:
+        with Timer() as t:
+            st.embed([q])
+        samples.append(t.seconds)
+    results["query_embedding_real_model"] = percentiles(samples)
+
+    for size in args.sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            emb = RandomEmbedder()
+            pipe = Pipeline.open(Path(tmp) / "s", SaveConfig(), embedder=emb, create=True)
+            records = [
+                {"namespace": "bench", "content": f"{turns[i % len(turns)]['content']} (#{i})",
+                 "created_at": turns[i % len(turns)]["created_at"], "access_count": i % 7}
+                for i in range(size)
+            ]
+            with Timer() as t_build:
+                pipe.save_many(records, batch_size=5000, progress=False)
+                pipe.index("bench")
+            qvecs = emb.embed(questions)
+            cfg = PRESETS["lab"]
+            pipe.search(questions[0], "bench", preset="lab")  # warm caches (views, label maps)
+            lat = []
+            for q, v in zip(questions, qvecs):
+                with Timer() as t:
+                    c = candidates(pipe, [Query("q", q, "bench")], cfg, query_vectors=v[None, :])
+                    fuse(c, cfg.fusion)
+                lat.append(t.seconds)
+            idx = pipe.index("bench")
+            with Timer() as t_bm25:
+                for q in questions:
+                    idx.search_lexical(q, 50)
+            with Timer() as t_vec:
+                for v in qvecs:
+                    idx.search_vector(v, 50)
+            results[f"search_{size}"] = {
+                "build_s": round(t_build.seconds, 1),
+                "lab_preset_excluding_query_embedding": percentiles(lat),
+                "bm25_queries_per_s": round(len(questions) / t_bm25.seconds, 1),
+                "vector_queries_per_s": round(len(questions) / t_vec.seconds, 1),
+            }
+            print(size, results[f"search_{size}"], file=sys.stderr)
+            if size == args.sizes[0]:
+                # fusion of 1,000 queries: candidate lists of the lab preset, replicated to 1,000 qids
+                base = candidates(pipe, [Query(f"q{i}", q, "bench") for i, q in enumerate(questions)], cfg,
+                                  query_vectors=qvecs)
+                import polars as pl
+
+                reps = -(-1000 // len(questions))
+                big = pl.concat([base.with_columns((pl.col("qid") + f"-{r}").alias("qid")) for r in range(reps)])
+                qids = big["qid"].unique().sort()[:1000]
+                big = big.filter(pl.col("qid").is_in(qids.implode()))
+                fuse(big, cfg.fusion)
+                times = []
+                for _ in range(10):
+                    s = time.perf_counter()
+                    fuse(big, cfg.fusion)
+                    times.append(time.perf_counter() - s)
+                results["fuse_1000_queries"] = {"rows": big.height, **percentiles(times)}
+                print(results["fuse_1000_queries"], file=sys.stderr)
+            pipe.close()
+    report("search", results)
+
+
+if __name__ == "__main__":
+    main()
