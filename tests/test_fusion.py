@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from lab.config import FusionConfig
 from lab.errors import ValidationError
-from lab.search.fusion import FUSERS, fuse, fuse_detailed
+from lab.search.fusion import FUSERS, fuse, fuse_detailed, prepare
 
 SCHEMA = {"qid": pl.String, "memory_id": pl.String, "signal": pl.String, "rank": pl.Int32, "score": pl.Float64}
 W = {"vector": 1.0, "lexical": 1.0}
@@ -170,3 +170,47 @@ def test_contributions_are_reported_per_signal():
     ranked, contrib = fuse_detailed(CANDS, FusionConfig(k=60, weights=W))
     a = contrib.filter(pl.col("memory_id") == "a").sort("signal")
     assert a["contribution"].to_list() == pytest.approx([1 / 63, 1 / 61])
+
+
+tie_lists = st.dictionaries(
+    st.sampled_from(["vector", "lexical", "recency", "graph"]),
+    st.lists(st.sampled_from("abcdefghijklmnop"), min_size=1, max_size=12, unique=True),
+    min_size=1,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(tie_lists, min_size=1, max_size=4), st.integers(1, 6), st.integers(0, 4),
+       st.sampled_from(["rrf", "weighted_sum", "dbsf", "combmnz"]))
+def test_the_top_k_cut_equals_the_head_of_the_full_ranking(per_query, k, depth, method):
+    # many exact ties (equal ranks in equal-weight lists): the per-query cut must keep them all
+    rows = [(f"q{i}", m, s, r, 1.0 / r) for i, ls in enumerate(per_query) for s, ms in ls.items()
+            for r, m in enumerate(ms, start=1)]
+    c = table(rows)
+    cfg = FusionConfig(method=method, k=1.0, weights={"vector": 1.0, "lexical": 1.0, "recency": 1.0, "graph": 1.0},
+                       rerank_depth=depth, top_k=k)
+    cut = fuse(c, cfg)
+    full = fuse_detailed(c, cfg, top_k=None)[0]
+    assert cut.rows() == full.filter(pl.col("rank") <= k).rows()
+
+
+def test_a_prepared_table_fuses_like_the_table_under_many_configs():
+    prepared = prepare(CANDS)
+    for cfg in (FusionConfig(k=60, weights=W), FusionConfig(method="dbsf", weights=W, top_k=2),
+                FusionConfig(method="combmnz", weights={"vector": 0.0, "lexical": 1.0})):
+        assert fuse(prepared, cfg).rows() == fuse(CANDS, cfg).rows()
+
+
+def test_a_duplicate_row_keeps_the_memorys_best_rank_in_that_list():
+    dup = table([("q", "a", "vector", 1, 0.9), ("q", "a", "vector", 3, 0.5), ("q", "b", "vector", 2, 0.8)])
+    out = fuse(dup, FusionConfig(k=0, weights={"vector": 1.0}, superseded="keep"))
+    assert dict(zip(out["memory_id"], out["score"])) == {"a": 1.0, "b": 0.5}
+
+
+def test_a_table_without_its_columns_is_refused():
+    with pytest.raises(ValidationError, match="lacks column"):
+        fuse(pl.DataFrame({"qid": ["q"]}), FusionConfig())
+
+
+def test_an_empty_candidate_table_fuses_to_no_results():
+    assert fuse(table([]), FusionConfig()).height == 0

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import polars as pl
+import pytest
 
 from lab.config import IndexConfig, SaveConfig, VectorIndexConfig
 from lab.embed.fake import FakeEmbedder
@@ -107,3 +108,21 @@ def test_long_memories_are_collapsed_from_several_chunks(tmp_path):
     assert pipe.store.chunks("n").filter(pl.col("memory_id") == rid).height == 7
     ids = [h.memory_id for h in pipe.search("needle", "n", k=5)]
     assert ids.count(rid) == 1 and len(ids) == 2
+
+
+def test_exact_cosines_survive_a_reload_and_match_the_stored_vectors(pipe):
+    fill(pipe, 30)
+    idx = pipe.index("n")
+    q = pipe.embedder.embed(["memory number 7"])[0]
+    ids = sorted(set(idx.memory_of))[:12]
+    before = idx.best_cosine(q, ids)
+    chunks = pipe.store.chunks("n")
+    for mid in ids[:3]:
+        rows = chunks.filter(pl.col("memory_id") == mid)
+        vectors = np.asarray(rows["embedding"].to_list(), dtype=np.float32)
+        assert before[mid] == pytest.approx(float((vectors @ q).max()), abs=1e-6)
+    pipe.close()
+    again = Pipeline.open(pipe.store.root, embedder=FakeEmbedder())
+    assert again.index("n").built_at == idx.built_at  # loaded from disk, not rebuilt
+    assert again.index("n").best_cosine(q, ids) == pytest.approx(before)
+    again.close()

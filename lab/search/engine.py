@@ -11,7 +11,7 @@ from lab.config import SearchConfig
 from lab.errors import ValidationError
 from lab.search.analysis import QueryAnalysis, analyze
 from lab.search.candidates import Query, candidates, reference_time, view
-from lab.search.fusion import fuse_detailed
+from lab.search.fusion import fuse_detailed, prepare
 
 if TYPE_CHECKING:
     from lab.pipeline import Pipeline
@@ -76,7 +76,7 @@ def search(
         if k < 1:
             raise ValidationError(f"k must be >= 1, got {k}")
         config = replace(config, fusion=replace(config.fusion, top_k=k))
-    cands = candidates(pipe, [Query("q", query, namespace)], config)
+    cands = prepare(candidates(pipe, [Query("q", query, namespace)], config))
     ranked, contrib = fuse_detailed(cands, config.fusion)
     nsview = view(pipe, namespace)
     analysis = analyze(query, reference_time(config, nsview))

@@ -30,17 +30,37 @@ def top(positions: np.ndarray, scores: np.ndarray, depth: int) -> Ranked:
     return positions[order], scores[order]
 
 
+def _walk(order: np.ndarray, allowed: np.ndarray, score_of, depth: int) -> Ranked:
+    """Top ``depth`` along ``order``, a precomputed ordering on which scores never increase.
+
+    Only a prefix is scored: it grows until its last score is below the depth-th best, so every
+    tie of the cut is inside it and `top` breaks those ties by id as a full scan would.
+    """
+    candidates = order[allowed[order]]
+    m = 2 * depth
+    while True:
+        prefix = candidates[:m]
+        scores = score_of(prefix)
+        if len(prefix) == len(candidates) or len(prefix) <= depth or scores[-1] < scores[depth - 1]:
+            return top(prefix, scores, depth)
+        m *= 4
+
+
 def recency(view: NamespaceView, allowed: np.ndarray, reference: datetime, half_life_hours: float, depth: int) -> Ranked:
     """0.5 ** (age / half-life), age from the reference time (future memories count as age 0)."""
-    positions = np.flatnonzero(allowed)
-    age_h = np.maximum(reference.timestamp() - view.created_s[positions], 0.0) / 3600.0
-    return top(positions, np.power(0.5, age_h / half_life_hours), depth)
+    ref = reference.timestamp()
+
+    def score_of(positions: np.ndarray) -> np.ndarray:
+        age_h = np.maximum(ref - view.created_s[positions], 0.0) / 3600.0
+        return np.power(0.5, age_h / half_life_hours)
+
+    return _walk(view.by_newest, allowed, score_of, depth)
 
 
 def frequency(view: NamespaceView, allowed: np.ndarray, depth: int) -> Ranked:
     """log(1 + access count); never-accessed memories are not candidates."""
-    positions = np.flatnonzero(allowed & (view.access > 0))
-    return top(positions, np.log1p(view.access[positions].astype(np.float64)), depth)
+    return _walk(view.by_access, allowed & (view.access > 0),
+                 lambda positions: np.log1p(view.access[positions].astype(np.float64)), depth)
 
 
 def entity(view: NamespaceView, allowed: np.ndarray, entities: tuple[str, ...], depth: int) -> Ranked:
@@ -49,7 +69,7 @@ def entity(view: NamespaceView, allowed: np.ndarray, entities: tuple[str, ...], 
         return EMPTY
     counts = np.zeros(len(view.ids))
     for name in entities:
-        counts += view.text_lower.str.contains(name.lower(), literal=True).to_numpy().astype(np.float64)
+        counts += view.contains(name.lower())
     positions = np.flatnonzero(allowed & (counts > 0))
     return top(positions, counts[positions], depth)
 

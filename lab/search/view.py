@@ -29,7 +29,21 @@ class NamespaceView:
     neighbours: dict[int, list[tuple[int, str, float]]]
     contradicts: dict[int, set[int]]
     key: tuple
+    by_newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions, newest first
+    by_access: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # most accessed first
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
+    _contains: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def contains(self, needle: str) -> np.ndarray:
+        """Which memories hold ``needle`` (lower-case) in title or content; memoised per view,
+        since names recur across queries and a scan of 100k texts costs milliseconds."""
+        hit = self._contains.get(needle)
+        if hit is None:
+            if len(self._contains) >= 1024:
+                self._contains.clear()
+            hit = self.text_lower.str.contains(needle, literal=True).to_numpy().astype(np.float64)
+            self._contains[needle] = hit
+        return hit
 
     @property
     def latest(self) -> datetime:
@@ -86,13 +100,14 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
             contradicts[b].add(a)
     for lst in neighbours.values():
         lst.sort()
+    access = memories["access_count"].to_numpy().astype(np.int64) if ids else np.zeros(0, dtype=np.int64)
     created = memories["created_at"].dt.epoch("us").to_numpy().astype(np.float64) / 1e6 if ids else np.zeros(0)
     return NamespaceView(
         namespace=namespace,
         ids=ids,
         pos=pos,
         created_s=created,
-        access=memories["access_count"].to_numpy().astype(np.int64) if ids else np.zeros(0, dtype=np.int64),
+        access=access,
         valid=memories["valid"].to_numpy().astype(bool) if ids else np.zeros(0, dtype=bool),
         types=memories["type"].to_numpy().astype(str) if ids else np.zeros(0, dtype=str),
         tags=memories["tags"].to_list(),
@@ -101,4 +116,7 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
         neighbours=dict(neighbours),
         contradicts=dict(contradicts),
         key=key,
+        # stable sorts: equal times or counts stay in id order, the order ties break in
+        by_newest=np.argsort(-created, kind="stable"),
+        by_access=np.argsort(-access, kind="stable"),
     )

@@ -1,15 +1,14 @@
 """CombMNZ: the sum of weighted min-max normalised scores times the number of lists holding the memory."""
 from __future__ import annotations
 
-import polars as pl
+import numpy as np
 
 from lab.config import FusionConfig
-from lab.search.fusion import Fuser, register
-from lab.search.fusion.minmax import minmax_norm
+from lab.search.fusion import Fuser, RankedLists, register
 
 
-def combmnz(ranked: pl.DataFrame, config: FusionConfig) -> pl.DataFrame:
-    return ranked.with_columns((pl.col("w") * minmax_norm()).alias("contribution"))
+def combmnz(rows: RankedLists, w: np.ndarray, config: FusionConfig) -> np.ndarray:
+    return w * rows.minmax()
 
 
 register(Fuser("combmnz", combmnz, multiply_by_hits=True, description="(sum of w * minmax) x hits"))

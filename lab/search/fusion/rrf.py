@@ -1,14 +1,14 @@
 """Weighted reciprocal rank fusion: sum over signals of w_s / (k + rank_s), rank 1-based."""
 from __future__ import annotations
 
-import polars as pl
+import numpy as np
 
 from lab.config import FusionConfig
-from lab.search.fusion import Fuser, register
+from lab.search.fusion import Fuser, RankedLists, register
 
 
-def rrf(ranked: pl.DataFrame, config: FusionConfig) -> pl.DataFrame:
-    return ranked.with_columns((pl.col("w") / (config.k + pl.col("rank").cast(pl.Float64))).alias("contribution"))
+def rrf(rows: RankedLists, w: np.ndarray, config: FusionConfig) -> np.ndarray:
+    return w / (config.k + rows.rank)
 
 
 register(Fuser("rrf", rrf, description="weighted RRF: w / (k + rank)"))

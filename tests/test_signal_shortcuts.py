@@ -1,0 +1,64 @@
+"""The fast paths of the signals agree with brute force: chunk collapse, ordered walks, cosines."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lab.index.namespace import collapse
+from lab.search import signals as sig
+from lab.search.view import NamespaceView
+
+
+def brute_collapse(labels, scores, memory_of, k):
+    best: dict[str, float] = {}
+    for label, score in zip(labels.tolist(), scores.tolist()):
+        mid = memory_of[label]
+        best[mid] = max(best.get(mid, -np.inf), score)
+    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0])), max_size=300),
+       st.integers(1, 12))
+def test_collapse_equals_a_full_fold_even_with_many_ties(hits, k):
+    memory_of = [f"m{i % 13:02d}" for i in range(31)]  # several chunks per memory
+    labels = np.array([h[0] for h in hits], dtype=np.int64)
+    scores = np.array([h[1] for h in hits], dtype=np.float32)
+    assert collapse(labels, scores, memory_of, k) == brute_collapse(labels, scores, memory_of, k)
+
+
+def view_of(created_s: list[float], access: list[int]) -> NamespaceView:
+    n = len(created_s)
+    created = np.array(created_s, dtype=np.float64)
+    acc = np.array(access, dtype=np.int64)
+    return NamespaceView(
+        namespace="n", ids=[f"m{i:03d}" for i in range(n)], pos={f"m{i:03d}": i for i in range(n)},
+        created_s=created, access=acc, valid=np.ones(n, bool), types=np.array(["fact"] * n),
+        tags=[[] for _ in range(n)], superseded=np.zeros(n, bool), text_lower=None, neighbours={},
+        contradicts={}, key=(), by_newest=np.argsort(-created, kind="stable"), by_access=np.argsort(-acc, kind="stable"),
+    )
+
+
+def brute_top(scores: np.ndarray, allowed: np.ndarray, depth: int):
+    positions = np.flatnonzero(allowed)
+    order = np.lexsort((positions, -scores[positions]))[:depth]
+    return positions[order].tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 4), st.booleans()), min_size=1, max_size=120),
+       st.integers(1, 15), st.integers(0, 40))
+def test_recency_and_frequency_walks_equal_a_full_scan(rows, depth, ref_hours):
+    # coarse times and counts: many ties, and memories after the reference time (age 0, score 1)
+    created = [h * 3600.0 for h, _, _ in rows]
+    view = view_of(created, [a for _, a, _ in rows])
+    allowed = np.array([ok for _, _, ok in rows])
+    ref = datetime.fromtimestamp(ref_hours * 3600.0, tz=timezone.utc)
+    positions, _ = sig.recency(view, allowed, ref, 5.0, depth)
+    expected = np.power(0.5, np.maximum(ref.timestamp() - view.created_s, 0) / 3600.0 / 5.0)
+    assert positions.tolist() == brute_top(expected, allowed, depth)
+    positions, _ = sig.frequency(view, allowed, depth)
+    assert positions.tolist() == brute_top(np.log1p(view.access.astype(float)), allowed & (view.access > 0), depth)
