@@ -136,6 +136,39 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_context(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from lab.config import AssembleConfig, load_config
+
+    acfg = load_config(AssembleConfig, args.assemble) if args.assemble else AssembleConfig()
+    changes = {k: v for k, v in (("budget", args.budget), ("counter", args.counter),
+                                  ("neighbours", args.neighbours)) if v is not None}
+    if args.ratios:
+        try:
+            critical, middle, recency = (float(x) for x in args.ratios.split("/"))
+        except ValueError:
+            from lab.errors import ValidationError
+
+            raise ValidationError(f"--ratios must be CRITICAL/MIDDLE/RECENCY, e.g. 15/65/20, got {args.ratios!r}")
+        total = critical + middle + recency
+        scale = 100.0 if abs(total - 100.0) < 1e-6 else 1.0  # 15/65/20 or 0.15/0.65/0.2
+        changes.update(critical_ratio=critical / scale, middle_ratio=middle / scale, recency_ratio=recency / scale)
+    acfg = replace(acfg, **changes)
+    with _open(args) as pipe:
+        ctx = pipe.context(args.query, args.namespace, preset=args.preset, assemble=acfg, candidates=args.candidates)
+    if args.format == "json":
+        _print_json(ctx.to_dict())
+        return 0
+    text = ctx.render(args.format)
+    if text:
+        print(text)
+    zones = "  ".join(f"{z} {u.used}/{u.available}" for z, u in ctx.zones.items())
+    print(f"\n({len(ctx.items)} items, {ctx.used}/{ctx.budget} tokens [{ctx.counter}]; {zones}; "
+          f"{len(ctx.skipped)} skipped)", file=sys.stderr)
+    return 0
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from lab.config import to_yaml
     from lab.search.presets import PRESETS, preset
@@ -229,6 +262,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
+    p = sub.add_parser("context", help="search, then assemble a zoned context within a token budget")
+    p.add_argument("query")
+    _store_arg(p)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--budget", type=int, default=None, help="token budget (default 2000)")
+    p.add_argument("--preset", default=None, help="search preset name or a .yaml/.json SearchConfig (default: lab)")
+    p.add_argument("--assemble", default=None, help="a .yaml/.json AssembleConfig")
+    p.add_argument("--ratios", default=None, help="zone ratios CRITICAL/MIDDLE/RECENCY, e.g. 15/65/20")
+    p.add_argument("--counter", choices=["estimate", "exact"], default=None, help="token counter (default estimate)")
+    p.add_argument("--neighbours", type=int, default=None, help="adjacent turns of the same episode to add")
+    p.add_argument("--candidates", type=int, default=50, help="fused results offered to assembly")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
+    p.set_defaults(func=cmd_context)
+
     p = sub.add_parser("presets", help="list the search presets, or print one as YAML")
     p.add_argument("name", nargs="?")
     p.set_defaults(func=cmd_presets)
@@ -255,6 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -300,3 +300,55 @@ class SearchConfig:
             raise ValidationError(
                 f"analysis.temporal must be off, boost or filter, got {self.analysis.temporal!r}"
             )
+
+
+# --------------------------------------------------------------------------- assemble
+ZONES: tuple[str, ...] = ("critical", "middle", "recency")
+
+
+@dataclass(frozen=True)
+class AssembleConfig:
+    """Position-aware context assembly: a token budget split into critical / middle / recency zones.
+
+    Query-time only: changing any of it re-assembles cached results, no re-search.
+    """
+
+    budget: int = 2000  # tokens, for the items' rendered lines (citation + text)
+    critical_ratio: float = 0.15
+    middle_ratio: float = 0.65
+    recency_ratio: float = 0.20
+    critical_threshold: float = 0.7  # normalised score (score / best score) at or above -> critical
+    recency_threshold: float = 0.3  # recent items at or above this normalised score -> recency
+    recent_hours: float = 24.0  # "recent" = created within this window before the reference time
+    reference_time: str | None = None  # ISO; None = the namespace's latest memory (never the clock)
+    counter: str = "estimate"  # estimate (max(chars/4, words*1.5)) | exact (the embedding model's tokenizer)
+    dedupe_threshold: float = 0.9  # word-trigram Jaccard at or above -> near-duplicate, the weaker is dropped
+    oversize: str = "truncate"  # an item longer than the whole budget: truncate (to the space left) | skip
+    min_truncated_tokens: int = 16  # a truncated item keeps at least this many tokens, or is skipped
+    neighbours: int = 0  # adjacent turns of the same episode added around placed items (0 = off)
+
+    def __post_init__(self) -> None:
+        if self.budget < 0:
+            raise ValidationError(f"assemble.budget must be >= 0 tokens, got {self.budget}")
+        ratios = (self.critical_ratio, self.middle_ratio, self.recency_ratio)
+        if any(r < 0 for r in ratios) or abs(sum(ratios) - 1.0) > 1e-6:
+            raise ValidationError(
+                "assemble zone ratios must be >= 0 and sum to 1, got critical "
+                f"{self.critical_ratio} + middle {self.middle_ratio} + recency {self.recency_ratio} = {sum(ratios):g}"
+            )
+        if not 0 < self.dedupe_threshold <= 1:
+            raise ValidationError(f"assemble.dedupe_threshold must be in (0, 1], got {self.dedupe_threshold}")
+        for name in ("critical_threshold", "recency_threshold"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValidationError(f"assemble.{name} must be in [0, 1], got {value}")
+        if self.recent_hours < 0:
+            raise ValidationError(f"assemble.recent_hours must be >= 0, got {self.recent_hours}")
+        if self.counter not in ("estimate", "exact"):
+            raise ValidationError(f"assemble.counter must be estimate or exact, got {self.counter!r}")
+        if self.oversize not in ("truncate", "skip"):
+            raise ValidationError(f"assemble.oversize must be truncate or skip, got {self.oversize!r}")
+        if self.min_truncated_tokens < 1:
+            raise ValidationError(f"assemble.min_truncated_tokens must be >= 1, got {self.min_truncated_tokens}")
+        if self.neighbours < 0:
+            raise ValidationError(f"assemble.neighbours must be >= 0, got {self.neighbours}")

@@ -25,6 +25,8 @@ from lab.store.store import Store, StoreVersion, utcnow
 
 if TYPE_CHECKING:
     from lab.config import SearchConfig
+    from lab.assemble import Context
+    from lab.config import AssembleConfig
     from lab.search.engine import Result
 
 EDITABLE = (
@@ -459,3 +461,29 @@ class Pipeline:
         validate_namespace(namespace)
         cfg = config or resolve(preset)
         return search(self, query, namespace, cfg, k=k, explain=explain, record_access=record_access).results
+
+    def context(
+        self,
+        query: str,
+        namespace: str,
+        budget: int | None = None,
+        *,
+        preset: str | None = None,
+        config: "SearchConfig | None" = None,
+        assemble: "AssembleConfig | None" = None,
+        candidates: int = 50,
+        record_access: bool = False,
+    ) -> "Context":
+        """Search, then assemble the results into a zoned context within ``budget`` tokens."""
+        from dataclasses import replace
+
+        from lab.assemble.context import context
+        from lab.config import AssembleConfig
+        from lab.search.presets import resolve
+
+        validate_namespace(namespace)
+        acfg = assemble or AssembleConfig()
+        if budget is not None:
+            acfg = replace(acfg, budget=budget)
+        return context(self, query, namespace, config or resolve(preset), acfg, candidates=candidates,
+                       record_access=record_access)

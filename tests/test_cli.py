@@ -64,3 +64,23 @@ def test_errors_are_clear_and_exit_non_zero(tmp_path: Path):
     assert proc.returncode == 3 and "unknown namespace 'nowhere'" in proc.stderr
     proc = run("init", "--store", str(tmp_path / "t"), "--model", "gpt-9", check=False)
     assert proc.returncode == 2 and "unknown embedding model 'gpt-9'" in proc.stderr
+
+
+def test_context_command_renders_zones_within_the_budget(tmp_path: Path):
+    store = str(tmp_path / "s")
+    run("init", "--store", store, "--model", "fake-hash-256")
+    run("ingest", str(Path(__file__).resolve().parent.parent / "datasets" / "demo"), "--store", store, "--quiet")
+    args = ("context", "Ledgerline max_pool_size", "--store", store, "--namespace", "atlas", "--budget", "400")
+    data = json.loads(run(*args, "--format", "json").stdout)
+    assert 0 < data["used"] <= 400 and data["items"]
+    assert any("max_pool_size" in i["text"] for i in data["items"])
+    zones = [i["zone"] for i in data["items"]]
+    assert zones == sorted(zones, key=["critical", "middle", "recency"].index)
+    md = run(*args, "--format", "markdown").stdout
+    assert md.startswith("## ") and f"**[{data['items'][0]['memory_id']}]**" in md
+    text = run(*args, "--counter", "exact", "--ratios", "20/60/20").stdout
+    assert text.startswith("=== ")
+    proc = run(*args, "--ratios", "10/10/10", check=False)
+    assert proc.returncode == 2 and "sum to 1" in proc.stderr
+    empty = run("context", "x", "--store", store, "--namespace", "atlas", "--budget", "0", "--format", "json").stdout
+    assert json.loads(empty)["items"] == []

@@ -1,6 +1,7 @@
 """Search for one query: candidates, fusion, and results with per-signal explanations."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ class Result:
     superseded: bool = False
     contradicts: tuple[str, ...] = ()  # other results this one is in conflict with
     counterfactual: dict[str, int | None] | None = None  # rank without each signal (None: dropped out)
+    pinned: bool = False
+    episode: str | None = None  # metadata "episode" (or "session"): adjacent turns share it
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -44,6 +47,7 @@ class Result:
             "title": self.title, "content": self.content, "created_at": self.created_at.isoformat(),
             "superseded": self.superseded, "contradicts": list(self.contradicts),
             "signals": {s: d.__dict__ for s, d in self.signals.items()},
+            "pinned": self.pinned, "episode": self.episode,
         }
         if self.counterfactual is not None:
             out["counterfactual"] = self.counterfactual
@@ -57,6 +61,18 @@ class SearchResponse:
     config: str
     analysis: QueryAnalysis
     results: list[Result] = field(default_factory=list)
+
+
+def episode_of(metadata: str | None) -> str | None:
+    """The episode key in a memory's JSON metadata ("episode", else "session"), as a string."""
+    if not metadata or ("episode" not in metadata and "session" not in metadata):
+        return None
+    try:
+        meta = json.loads(metadata)
+    except ValueError:
+        return None
+    value = meta.get("episode", meta.get("session")) if isinstance(meta, dict) else None
+    return None if value is None else str(value)
 
 
 def search(
@@ -107,6 +123,7 @@ def search(
             type=row["type"], created_at=row["created_at"], signals=details.get(mid, {}),
             superseded=bool(nsview.superseded[p]) if p is not None else False, contradicts=conflicts,
             counterfactual=counterfactual.get(mid) if explain else None,
+            pinned=bool(row["pinned"]), episode=episode_of(row["metadata"]),
         ))
     if record_access and ids:
         pipe.store.record_access(ids, context="search")
