@@ -169,6 +169,75 @@ def cmd_context(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_one(args: argparse.Namespace, dataset, pipe, config, out_root: Path):
+    from dataclasses import replace
+
+    from lab.config import AssembleConfig
+    from lab.eval.report import write_run
+    from lab.eval.runner import EvalOptions, evaluate
+
+    options = EvalOptions(ks=tuple(args.k), respect_top_k=args.respect_top_k, credit_derived=args.credit_derived,
+                          budget=args.budget or None, assemble=replace(AssembleConfig(), counter=args.counter),
+                          ragas=args.ragas)
+    result = evaluate(pipe, dataset, config, options)
+    out = out_root / f"{dataset.name}-{config.name}"
+    write_run(result, dataset.qrels, out)
+    return result, out
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from lab.eval.goldens import load_dataset
+    from lab.eval.report import check, config_from, load_regressions
+    from lab.eval.runner import eval_pipeline
+
+    out_root = Path(args.out)
+    if args.check:
+        conditions = load_regressions(args.check)
+        failed = 0
+        for c in conditions:
+            dataset = load_dataset(c["dataset"], args.datasets, split=c.get("split", "train"),
+                                   observations=c.get("observations", False), summaries=c.get("summaries", False))
+            pipe = eval_pipeline(dataset, progress=not args.quiet)
+            args.k = c.get("ks", args.k)
+            result, _ = _eval_one(args, dataset, pipe, config_from(c["preset"], c.get("config")), out_root)
+            status, notes = check(result.metrics["metrics"], c["expected"], float(c.get("tolerance", 0.005)),
+                                  float(c.get("okish", 0.02)))
+            failed += status == "FAIL"
+            print(f"{status:<6} {c['name']}: " + "; ".join(notes))
+        return 1 if failed else 0
+    if not args.dataset:
+        from lab.errors import ValidationError
+
+        raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
+    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
+                           summaries=args.summaries)
+    pipe = eval_pipeline(dataset, progress=not args.quiet)
+    configs = [config_from(p, None) for p in args.preset] if args.preset else [config_from(None, args.config)]
+    for config in configs:
+        result, out = _eval_one(args, dataset, pipe, config, out_root)
+        m = result.metrics["metrics"]
+        if args.json:
+            _print_json({"run": str(out), **result.metrics})
+            continue
+        head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
+        print(f"{dataset.name:<10} {config.name:<12} {result.metrics['questions']:>5} q  {head}  -> {out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from lab.eval.report import compare
+
+    table = compare(args.run_a, args.run_b, args.metric or None)
+    if args.json:
+        _print_json(table.to_dicts())
+        return 0
+    print(f"{'metric':<12} {'A':>8} {'B':>8} {'B-A':>8}  {'95% CI of B-A':<19} {'p':>7}")
+    for r in table.iter_rows(named=True):
+        print(f"{r['metric']:<12} {r['mean_a']:8.4f} {r['mean_b']:8.4f} {r['delta']:+8.4f}  "
+              f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] {r['p_value']:7.4f}")
+    return 0
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from lab.config import to_yaml
     from lab.search.presets import PRESETS, preset
@@ -275,6 +344,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", type=int, default=50, help="fused results offered to assembly")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("eval", help="evaluate presets on a dataset; writes run folders")
+    p.add_argument("--dataset", help="locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder")
+    p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    p.add_argument("--split", default="train", help="BEIR qrels split")
+    p.add_argument("--preset", nargs="+", help="one or more preset names")
+    p.add_argument("--config", help="a .yaml/.json SearchConfig instead of a preset")
+    p.add_argument("--k", type=int, nargs="+", default=[1, 5, 10, 20, 50, 100], help="cutoffs")
+    p.add_argument("--respect-top-k", action="store_true", help="cut at each preset's own top_k, as served")
+    p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
+    p.add_argument("--summaries", action="store_true", help="LoCoMo: add session summaries as memories")
+    p.add_argument("--credit-derived", action="store_true", help="a hit on a derived fact counts for its source")
+    p.add_argument("--budget", type=int, default=2000, help="context metrics at this token budget (0: off)")
+    p.add_argument("--counter", choices=["estimate", "exact"], default="estimate")
+    p.add_argument("--ragas", action="store_true", help="also report ragas's LLM-free context metrics")
+    p.add_argument("--check", metavar="REGRESSIONS_YAML", help="run every condition; OK / OKISH / FAIL, exit 1 on FAIL")
+    p.add_argument("--out", default="runs", help="folder for run folders (default runs/)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("compare", help="metric deltas between two runs, with CIs and p-values")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--metric", nargs="+", help="metrics to compare (default: the headline ones)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("presets", help="list the search presets, or print one as YAML")
     p.add_argument("name", nargs="?")

@@ -77,3 +77,100 @@ def load_conversations(path: str | Path) -> list[LocomoConversation]:
                 })
         out.append(item)
     return out
+
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_EVIDENCE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+
+
+def repair_evidence(raw: str, known: set[str]) -> tuple[list[str], str | None]:
+    """Evidence ids as listed, repaired where the intent is clear: ``"D8:6; D9:17"`` -> two ids,
+    ``"D:11:26"`` -> ``D11:26``. Returns (ids, None) or ([], why it was dropped)."""
+    if raw in known:
+        return [raw], None
+    found = [f"D{a}:{b}" for a, b in _EVIDENCE.findall(raw)]
+    if not found:
+        return [], f"unparseable evidence id {raw!r}"
+    missing = [f for f in found if f not in known]
+    if missing:
+        return [f for f in found if f in known], f"evidence id {raw!r}: {missing} not in the conversation"
+    return found, None
+
+
+def load_locomo(path: str | Path, *, observations: bool = False, summaries: bool = False) -> "EvalDataset":
+    """LoCoMo as an evaluation dataset: turns as memories, questions with evidence dia_ids as gold.
+
+    ``observations`` adds each session's observations as ``fact`` memories with a ``derived_from``
+    edge to their source turn (and credit to it); ``summaries`` adds session summaries as
+    ``topic`` memories. Both are off by default so their effect can be measured.
+    """
+    import polars as pl
+
+    from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
+
+    convs = load_conversations(path)
+    memories: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    credit: dict[str, str] = {}
+    questions, qrels = [], []
+    repaired, dropped = [], []
+    for conv in convs:
+        sid = conv.sample_id
+        memories.extend(conv.turns)
+        known = {t["source"] for t in conv.turns}
+        times = {t["metadata"]["session"]: t["created_at"] for t in reversed(conv.turns)}
+        if observations:
+            for key, by_speaker in sorted((conv.raw.get("observation") or {}).items()):
+                m = re.match(r"session_(\d+)_observation", key)
+                if not m or not isinstance(by_speaker, dict):
+                    continue
+                session = int(m.group(1))
+                for speaker, facts in sorted(by_speaker.items()):
+                    for i, fact in enumerate(facts):
+                        if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)):
+                            continue
+                        sources = [s for s in (repair_evidence(str(fact[1]), known)[0]) if s in known]
+                        fid = f"{sid}:obs:S{session}:{speaker}:{i + 1}"
+                        memories.append({
+                            "id": fid, "namespace": sid, "content": fact[0], "type": "fact", "source": "observation",
+                            "created_at": times.get(session, conv.turns[0]["created_at"]),
+                            "metadata": {"session": session, "speaker": speaker, "derived_from": sources},
+                        })
+                        for s in sources:
+                            edges.append({"src": fid, "dst": f"{sid}:{s}", "relation": "derived_from", "namespace": sid})
+                        if sources:
+                            credit[fid] = f"{sid}:{sources[0]}"
+        if summaries:
+            for key, text in sorted((conv.raw.get("session_summary") or {}).items()):
+                m = re.match(r"session_(\d+)_summary", key)
+                if m and isinstance(text, str) and text.strip():
+                    session = int(m.group(1))
+                    memories.append({
+                        "id": f"{sid}:summary:S{session}", "namespace": sid, "content": text, "type": "topic",
+                        "source": "session_summary", "created_at": times.get(session, conv.turns[0]["created_at"]),
+                        "metadata": {"session": session, "episode": f"{sid}:S{session}"},
+                    })
+        for n, qa in enumerate(conv.raw.get("qa") or [], start=1):
+            qid = f"{sid}:q{n}"
+            gold: list[str] = []
+            for raw in qa.get("evidence") or []:
+                ids, why = repair_evidence(str(raw), known)
+                if why:
+                    dropped.append({"qid": qid, "evidence": raw, "reason": why})
+                elif ids != [raw]:
+                    repaired.append({"qid": qid, "evidence": raw, "as": ids})
+                gold.extend(i for i in ids if i not in gold)
+            if not gold:
+                dropped.append({"qid": qid, "evidence": qa.get("evidence"), "reason": "question without usable evidence"})
+                continue
+            questions.append((qid, sid, str(qa["question"]), CATEGORIES.get(qa.get("category"), str(qa.get("category")))))
+            qrels.extend((qid, f"{sid}:{g}", 1) for g in gold)
+    n_questions = sum(len(c.raw.get("qa") or []) for c in convs)
+    return EvalDataset(
+        name="locomo", memories=memories,
+        questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
+        qrels=pl.DataFrame(qrels, schema=QRELS_SCHEMA, orient="row"),
+        edges=edges, credit=credit,
+        report={"questions_in_file": n_questions, "evidence_repaired": repaired, "dropped": dropped,
+                "options": {"observations": observations, "summaries": summaries}},
+    )

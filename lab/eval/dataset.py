@@ -1,0 +1,52 @@
+"""An evaluation dataset: memories to store, questions, gold (qrels), and a load report."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+QUESTIONS_SCHEMA = {"qid": pl.String, "namespace": pl.String, "question": pl.String, "category": pl.String}
+QRELS_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "relevance": pl.Int64}
+
+
+@dataclass
+class EvalDataset:
+    """Everything an evaluation needs, read from files; no store involved yet.
+
+    ``credit`` maps a derived memory (e.g. a LoCoMo observation) to the memory it came from, so a
+    metric may count a hit on the derived one as a hit on its source (off unless asked).
+    ``saves`` holds memories to save right before a question is asked (save-then-search goldens).
+    ``stale`` lists, per question, memories that must not win (superseded facts).
+    """
+
+    name: str
+    memories: list[dict[str, Any]]
+    questions: pl.DataFrame
+    qrels: pl.DataFrame
+    edges: list[dict[str, Any]] = field(default_factory=list)
+    credit: dict[str, str] = field(default_factory=dict)
+    saves: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stale: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"qid": pl.String, "memory_id": pl.String}))
+    reference_time: str | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """Hash of the memories and edges: the eval store is rebuilt only when they change."""
+        h = hashlib.sha256()
+        for m in sorted(self.memories, key=lambda m: m["id"]):
+            h.update(json.dumps(m, sort_keys=True, default=str).encode())
+        for e in self.edges:
+            h.update(json.dumps(e, sort_keys=True, default=str).encode())
+        return h.hexdigest()[:16]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "dataset": self.name, "memories": len(self.memories), "edges": len(self.edges),
+            "questions": self.questions.height, "qrels": self.qrels.height,
+            "namespaces": sorted(self.questions["namespace"].unique().to_list()),
+            "categories": dict(sorted(self.questions.group_by("category").len().iter_rows())),
+            **self.report,
+        }

@@ -1,0 +1,109 @@
+"""The project's own gold sets: ``goldens/*.yaml`` over a memory dataset (the demo by default)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lab.errors import ValidationError
+from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
+from lab.store.ingest import find_dataset_files, read_records
+
+GOLDEN_KEYS = {"id", "namespace", "question", "expected", "category", "notes", "stale", "save", "expected_phrases"}
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset:
+    """A golden YAML and the memories it is about (``data``, else its ``dataset`` key: demo)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValidationError(f"golden file not found: {path}")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{path}: invalid YAML: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
+        raise ValidationError(f"{path}: expected a mapping with a 'questions' list")
+    data_dir = Path(data) if data else ROOT / "datasets" / str(doc.get("dataset", "demo"))
+    memories_file, edges_file = find_dataset_files(data_dir)
+    memories = [dict(record) for _, record in read_records(memories_file)]
+    edges = [dict(record) for _, record in read_records(edges_file)] if edges_file else []
+    by_ns: dict[str, set[str]] = {}
+    for m in memories:
+        by_ns.setdefault(str(m.get("namespace")), set()).add(str(m.get("id")))
+    questions, qrels, stale, saves = [], [], [], {}
+    seen: set[str] = set()
+    for n, q in enumerate(doc["questions"], start=1):
+        where = f"{path.name} question {n}"
+        if not isinstance(q, dict):
+            raise ValidationError(f"{where}: expected a mapping")
+        unknown = sorted(set(q) - GOLDEN_KEYS)
+        if unknown:
+            raise ValidationError(f"{where}: unknown key(s) {unknown}; known: {sorted(GOLDEN_KEYS)}")
+        for key in ("id", "namespace", "question", "expected", "category"):
+            if not q.get(key):
+                raise ValidationError(f"{where}: '{key}' is required")
+        qid, ns = str(q["id"]), str(q["namespace"])
+        if qid in seen:
+            raise ValidationError(f"{where}: duplicate id {qid!r}")
+        seen.add(qid)
+        known = set(by_ns.get(ns, set()))
+        if "save" in q:
+            save = dict(q["save"])
+            save.setdefault("namespace", ns)
+            if not save.get("id") or not save.get("content"):
+                raise ValidationError(f"{where}: 'save' needs an id and content")
+            saves[qid] = save
+            known.add(str(save["id"]))
+        expected = [str(e) for e in q["expected"]]
+        missing = [e for e in expected + [str(s) for s in q.get("stale") or []] if e not in known]
+        if missing:
+            raise ValidationError(f"{where} ({qid}): memory id(s) {missing} not in namespace {ns!r}")
+        questions.append((qid, ns, str(q["question"]), str(q["category"])))
+        qrels.extend((qid, e, 1) for e in expected)
+        stale.extend((qid, str(s)) for s in q.get("stale") or [])
+    return EvalDataset(
+        name=str(doc.get("name") or path.stem), memories=memories, edges=edges,
+        questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
+        qrels=pl.DataFrame(qrels, schema=QRELS_SCHEMA, orient="row"),
+        saves=saves, stale=pl.DataFrame(stale, schema={"qid": pl.String, "memory_id": pl.String}, orient="row"),
+        reference_time=doc.get("reference_time"),
+        report={"golden": str(path), "data": str(data_dir), "save_then_search": len(saves)},
+    )
+
+
+def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = "train",
+                 observations: bool = False, summaries: bool = False) -> EvalDataset:
+    """``locomo``, ``scifact``, ``demo`` (goldens/demo.yaml), a golden .yaml, or a BEIR folder."""
+    from lab.eval.beir import load_beir
+    from lab.eval.locomo import load_locomo
+
+    root = Path(datasets) if datasets else default_datasets()
+    if name == "locomo":
+        return load_locomo(root / "locomo" / "locomo10-dev.json", observations=observations, summaries=summaries)
+    if name == "scifact":
+        return load_beir(root / "scifact", split)
+    if name == "demo":
+        return load_golden(ROOT / "goldens" / "demo.yaml")
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml"):
+        return load_golden(p)
+    if p.is_dir() and (p / "corpus.jsonl").is_file():
+        return load_beir(p, split)
+    if p.is_file() and p.suffix == ".json":
+        return load_locomo(p, observations=observations, summaries=summaries)
+    raise ValidationError(
+        f"unknown dataset {name!r}: use locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder"
+    )
+
+
+def default_datasets() -> Path:
+    """``$LAB_DATASETS``, else ``../shared/datasets`` beside the project."""
+    import os
+
+    return Path(os.environ.get("LAB_DATASETS") or ROOT.parent / "shared" / "datasets")
+
+

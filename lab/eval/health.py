@@ -1,0 +1,51 @@
+"""Signal health: what each signal contributes on a dataset, from the candidate cache and a run."""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from lab.eval.dataset import EvalDataset
+
+
+def signal_health(cands: pl.DataFrame, run: pl.DataFrame, dataset: EvalDataset, k: int = 10) -> dict[str, Any]:
+    """Per signal: share of questions where it returned anything, and where it ranked a gold item
+    in its top ``k``. Rescue rates: share of questions where a gold item in the fused top ``k``
+    came only from BM25 (not in the vector list at all), or only from the vector list. Stale rate:
+    mean share of superseded memories in the fused top ``k``; with a dataset's stale lists,
+    also the share of those questions where a stale memory outranks every gold one."""
+    n = dataset.questions.height
+    if n == 0:
+        return {}
+    lists = cands.filter(~pl.col("signal").str.starts_with("_"))
+    gold = dataset.qrels.select("qid", "memory_id")
+    per_signal: dict[str, Any] = {}
+    for (signal,), rows in sorted(lists.group_by("signal"), key=lambda kv: kv[0][0]):
+        answered = rows["qid"].n_unique()
+        hit = rows.filter(pl.col("rank") <= k).join(gold, on=["qid", "memory_id"])["qid"].n_unique()
+        per_signal[signal] = {"returned_any": round(answered / n, 4), f"gold_in_top{k}": round(hit / n, 4)}
+    top = run.filter(pl.col("rank") <= k).select("qid", "memory_id")
+    found = top.join(gold, on=["qid", "memory_id"])
+    in_list = lists.select("qid", "memory_id", "signal").unique()
+
+    def only(a: str, b: str) -> float:
+        by_a = in_list.filter(pl.col("signal") == a).select("qid", "memory_id")
+        by_b = in_list.filter(pl.col("signal") == b).select("qid", "memory_id")
+        rescued = found.join(by_a, on=["qid", "memory_id"]).join(by_b, on=["qid", "memory_id"], how="anti")
+        return round(rescued["qid"].n_unique() / n, 4)
+
+    out: dict[str, Any] = {"signals": per_signal}
+    if {"lexical", "vector"} <= set(per_signal):
+        out["lexical_rescue_rate"] = only("lexical", "vector")
+        out["semantic_rescue_rate"] = only("vector", "lexical")
+    superseded = cands.filter((pl.col("signal") == "_superseded") & (pl.col("score") > 0)).select("qid", "memory_id")
+    stale_in_top = top.join(superseded, on=["qid", "memory_id"]).height
+    out["stale_rate"] = round(stale_in_top / max(top.height, 1), 4)
+    if dataset.stale.height:
+        ranks = run.select("qid", "memory_id", "rank")
+        best_gold = ranks.join(gold, on=["qid", "memory_id"]).group_by("qid").agg(pl.col("rank").min().alias("g"))
+        best_stale = ranks.join(dataset.stale, on=["qid", "memory_id"]).group_by("qid").agg(pl.col("rank").min().alias("s"))
+        qs = dataset.stale.select("qid").unique().join(best_gold, on="qid", how="left").join(best_stale, on="qid", how="left")
+        wins = qs.filter(pl.col("s").is_not_null() & (pl.col("g").is_null() | (pl.col("s") < pl.col("g")))).height
+        out["stale_wins"] = round(wins / qs.height, 4)
+    return out

@@ -1,0 +1,184 @@
+"""Run folders (config, metrics, per-question results, TREC files, a markdown report with plots),
+comparison of two runs, and pyserini-style regression checks."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lab.config import SearchConfig, from_dict, to_dict, to_yaml
+from lab.errors import NotFoundError, ValidationError
+from lab.eval.runner import EvalResult
+
+HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr", "hit@10", "recall@100")
+
+
+def write_trec_run(run: pl.DataFrame, path: Path, tag: str) -> None:
+    """TREC run format: ``qid Q0 docid rank score tag`` (ranx and trec_eval read it)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for qid, mid, rank, score in run.sort("qid", "rank").select("qid", "memory_id", "rank", "score").iter_rows():
+            fh.write(f"{qid} Q0 {mid} {rank} {score:.6f} {tag}\n")
+
+
+def write_trec_qrels(qrels: pl.DataFrame, path: Path) -> None:
+    """TREC qrels format: ``qid 0 docid relevance``."""
+    with path.open("w", encoding="utf-8") as fh:
+        for qid, mid, rel in qrels.sort("qid", "memory_id").select("qid", "memory_id", "relevance").iter_rows():
+            fh.write(f"{qid} 0 {mid} {rel}\n")
+
+
+def write_run(result: EvalResult, qrels: pl.DataFrame, out: Path) -> Path:
+    """Write a run folder; returns it. Plots are PNGs next to the markdown report."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(to_yaml(result.config), encoding="utf-8")
+    meta = {**result.metrics, "info": result.info, "written_at": datetime.now(timezone.utc).isoformat()}
+    (out / "metrics.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
+    result.per_query.write_parquet(out / "per_question.parquet")
+    result.run.write_parquet(out / "run.parquet")
+    write_trec_run(result.run, out / "run.trec", result.config.name)
+    write_trec_qrels(qrels, out / "qrels.trec")
+    _plots(result, out)
+    (out / "report.md").write_text(report_markdown(result), encoding="utf-8")
+    return out
+
+
+def _plots(result: EvalResult, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    means = result.metrics["metrics"]
+    ks = sorted(int(c.split("@")[1]) for c in means if c.startswith("recall@"))
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=110)
+    ax.plot(ks, [means[f"recall@{k}"] for k in ks], marker="o", label="recall@k")
+    ax.plot(ks, [means[f"hit@{k}"] for k in ks if f"hit@{k}" in means], marker="s", label="hit@k")
+    ax.set_xscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("k")
+    ax.set_title(f"{result.dataset} / {result.config.name}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "recall_at_k.png")
+    plt.close(fig)
+    cats = result.metrics["by_category"]
+    if cats:
+        metric = "recall@10" if "recall@10" in cats[0] else f"recall@{ks[-1]}"
+        fig, ax = plt.subplots(figsize=(5, 3.2), dpi=110)
+        names = [str(c["category"]) for c in cats]
+        ax.bar(names, [c[metric] for c in cats])
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(metric)
+        ax.set_title(f"{result.dataset} / {result.config.name}: by category")
+        ax.tick_params(axis="x", rotation=30)
+        fig.tight_layout()
+        fig.savefig(out / "categories.png")
+        plt.close(fig)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def report_markdown(result: EvalResult) -> str:
+    m = result.metrics
+    means, ci = m["metrics"], m["ci95"]
+    lines = [f"# {result.dataset} / {result.config.name}", "",
+             f"{m['questions']} questions. Options: `{json.dumps(m['options'])}`.", "",
+             "| metric | mean | 95% CI |", "|---|---|---|"]
+    for name in sorted(means, key=lambda c: (c.split("@")[0], int(c.split("@")[1]) if "@" in c else 0)):
+        lo, hi = ci.get(name, [None, None])
+        lines.append(f"| {name} | {means[name]:.4f} | {lo:.4f} – {hi:.4f} |")
+    if m.get("by_category"):
+        cols = [c for c in ("recall@5", "recall@10", "ndcg@10", "mrr") if c in m["by_category"][0]]
+        lines += ["", "## By category", "", "| category | n | " + " | ".join(cols) + " |",
+                  "|---|---|" + "---|" * len(cols)]
+        for c in m["by_category"]:
+            lines.append(f"| {c['category']} | {c['n']} | " + " | ".join(_fmt(c[k]) for k in cols) + " |")
+    h = m.get("signal_health") or {}
+    if h.get("signals"):
+        lines += ["", "## Signal health", "", "| signal | returned anything | gold in its top 10 |", "|---|---|---|"]
+        for s, v in h["signals"].items():
+            lines.append(f"| {s} | {v['returned_any']:.3f} | {v['gold_in_top10']:.3f} |")
+        extra = {k: v for k, v in h.items() if k != "signals"}
+        lines += ["", ", ".join(f"{k} {v}" for k, v in extra.items())]
+    for block in ("context", "ragas"):
+        if m.get(block):
+            lines += ["", f"## {block}", ""] + [f"- {k}: {_fmt(v)}" for k, v in m[block].items()]
+    lines += ["", "![recall@k](recall_at_k.png)", "", "![categories](categories.png)", ""]
+    return "\n".join(lines)
+
+
+def load_run(path: str | Path) -> tuple[dict[str, Any], pl.DataFrame]:
+    p = Path(path)
+    if not (p / "metrics.json").is_file() or not (p / "per_question.parquet").is_file():
+        raise NotFoundError(f"not a run folder (no metrics.json / per_question.parquet): {p}")
+    return json.loads((p / "metrics.json").read_text(encoding="utf-8")), pl.read_parquet(p / "per_question.parquet")
+
+
+def compare(run_a: str | Path, run_b: str | Path, metrics: list[str] | None = None) -> pl.DataFrame:
+    """Metric deltas B - A on the questions both runs share, with bootstrap CIs and p-values."""
+    from lab.eval.metrics import compare_runs
+
+    meta_a, a = load_run(run_a)
+    meta_b, b = load_run(run_b)
+    if meta_a["dataset"] != meta_b["dataset"]:
+        raise ValidationError(f"runs are on different datasets: {meta_a['dataset']} vs {meta_b['dataset']}")
+    shared = [c for c in a.columns if c in b.columns and c not in ("qid", "namespace", "category")
+              and a[c].dtype.is_float()]
+    wanted = metrics or [c for c in HEADLINE if c in shared] or shared
+    bad = sorted(set(wanted) - set(shared))
+    if bad:
+        raise ValidationError(f"metric(s) {bad} not in both runs; available: {shared}")
+    return compare_runs(a, b, wanted)
+
+
+# ------------------------------------------------------------------ regressions (pyserini 2cr style)
+def load_regressions(path: str | Path) -> list[dict[str, Any]]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise NotFoundError(f"regressions file not found: {p}")
+    doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    conditions = doc.get("conditions") if isinstance(doc, dict) else None
+    if not isinstance(conditions, list) or not conditions:
+        raise ValidationError(f"{p}: expected a mapping with a non-empty 'conditions' list")
+    for i, c in enumerate(conditions, start=1):
+        for key in ("name", "dataset", "preset", "expected"):
+            if key not in c:
+                raise ValidationError(f"{p} condition {i}: '{key}' is required")
+    return conditions
+
+
+def check(measured: dict[str, float], expected: dict[str, float], tolerance: float, okish: float) -> tuple[str, list[str]]:
+    """OK within ``tolerance`` of the expected value (or better); OKISH within ``okish``; else FAIL."""
+    status, notes = "OK", []
+    for name, want in sorted(expected.items()):
+        got = measured.get(name)
+        if got is None:
+            return "FAIL", [f"{name}: not measured"]
+        diff = got - float(want)
+        notes.append(f"{name} {got:.4f} (expected {float(want):.4f}, {diff:+.4f})")
+        if diff < -okish:
+            status = "FAIL"
+        elif diff < -tolerance and status == "OK":
+            status = "OKISH"
+    return status, notes
+
+
+def config_from(preset: str | None, config_file: str | Path | None) -> SearchConfig:
+    from lab.config import load_config
+    from lab.search.presets import resolve
+
+    if config_file:
+        return load_config(SearchConfig, config_file)
+    return resolve(preset)
+
+
+__all__ = ["write_run", "compare", "load_run", "load_regressions", "check", "config_from", "from_dict", "to_dict"]

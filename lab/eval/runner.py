@@ -1,0 +1,203 @@
+"""Evaluation runs: an eval store per dataset, the candidate cache, fusion, metrics, run folders.
+
+The candidate cache is the point: each signal's ranked lists for every question are computed
+once per (store, candidate-time configuration) and kept as Parquet. Any query-time change (fusion
+method, k, weights, post-processing, zone ratios, budget) re-fuses those arrays; nothing is
+re-embedded or re-searched.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
+from lab.errors import ValidationError
+from lab.eval.dataset import EvalDataset
+from lab.search.candidates import Query, candidates
+from lab.search.fusion import PreparedCandidates, fuse, prepare
+
+DEFAULT_KS = (1, 5, 10, 20, 50, 100)
+
+
+def eval_root() -> Path:
+    return Path(os.environ.get("LAB_EVAL_ROOT") or ".lab/eval")
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def eval_pipeline(dataset: EvalDataset, save_config: SaveConfig | None = None, *, root: Path | None = None,
+                  embedder=None, progress: bool = False):
+    """The dataset's store under ``root/stores``, built on first use and reused while the data and
+    the save configuration are unchanged. The embedding cache is shared by all eval stores."""
+    from lab.pipeline import Pipeline
+
+    root = root or eval_root()
+    save_config = save_config or SaveConfig()
+    model = embedder.model_id if embedder is not None else save_config.embed.model
+    key = _digest(dataset.fingerprint(), to_dict(save_config.chunk), model)
+    path = root / "stores" / f"{dataset.name}-{key}"
+    done = path / "lab-eval-ready.json"
+    if not os.environ.get("LAB_EMBED_CACHE"):
+        os.environ["LAB_EMBED_CACHE"] = str(root / "embeddings")
+    if done.is_file():
+        return Pipeline.open(path, save_config, embedder=embedder)
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)  # a build that did not finish: start over
+    pipe = Pipeline.open(path, save_config, embedder=embedder, create=True)
+    pipe.save_many(dataset.memories, progress=progress)
+    if dataset.edges:
+        pipe.add_edges(dataset.edges)
+    for ns in pipe.store.namespaces():
+        pipe.build_index(ns)
+    done.write_text(json.dumps({"dataset": dataset.summary(), "version": str(pipe.store.version())},
+                               default=str, indent=2), encoding="utf-8")
+    return pipe
+
+
+def candidate_config(config: SearchConfig, depth: int) -> dict[str, Any]:
+    """The parts of a search configuration that change the candidate lists (fusion does not)."""
+    d = to_dict(config)
+    d.pop("fusion")
+    d.pop("name")
+    d.pop("description")
+    d["depth"] = max(config.depth, depth)
+    return d
+
+
+def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: int = 0,
+                    root: Path | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Every question's candidate lists, from the cache when this (store, config) was seen before.
+
+    Save-then-search questions save their memory first, through the normal save path.
+    """
+    root = root or eval_root()
+    for qid, record in sorted(dataset.saves.items()):
+        pipe.save_many([record], progress=False)
+    if dataset.reference_time and not config.reference_time:
+        config = replace(config, reference_time=dataset.reference_time)
+    cconf = candidate_config(config, depth)
+    questions = dataset.questions.sort("qid")
+    key = _digest(str(pipe.store.version()), str(pipe.store.root), cconf,
+                  questions.select("qid", "namespace", "question").rows(), pipe.embedder.model_id)
+    path = root / "candidates" / f"{dataset.name}-{key}.parquet"
+    info: dict[str, Any] = {"cache": str(path), "hit": path.is_file()}
+    if path.is_file():
+        return pl.read_parquet(path), info
+    started = time.perf_counter()
+    run_config = replace(config, depth=cconf["depth"])
+    texts = questions["question"].to_list()
+    vectors = pipe.cache.embed(pipe.embedder, texts) if pipe.cache is not None else pipe.embedder.embed(texts)
+    parts = []
+    for ns in sorted(questions["namespace"].unique().to_list()):
+        mask = (questions["namespace"] == ns).to_numpy()
+        qs = [Query(q, t, ns) for q, t in zip(questions.filter(pl.col("namespace") == ns)["qid"].to_list(),
+                                            questions.filter(pl.col("namespace") == ns)["question"].to_list())]
+        parts.append(candidates(pipe, qs, run_config, query_vectors=vectors[mask]))
+    table = pl.concat(parts) if parts else pl.DataFrame()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    table.write_parquet(tmp)
+    tmp.replace(path)
+    if pipe.cache is not None:
+        pipe.cache.flush()
+    info["seconds"] = round(time.perf_counter() - started, 2)
+    return table, info
+
+
+@dataclass
+class EvalOptions:
+    ks: tuple[int, ...] = DEFAULT_KS
+    respect_top_k: bool = False  # cut at the preset's own top_k (as served) instead of max(ks)
+    credit_derived: bool = False  # a hit on a derived fact counts as a hit on its source
+    budget: int | None = None  # context metrics: assemble each question's results into this many tokens
+    assemble: AssembleConfig = field(default_factory=AssembleConfig)
+    ragas: bool = False
+
+
+@dataclass
+class EvalResult:
+    dataset: str
+    config: SearchConfig
+    options: EvalOptions
+    run: pl.DataFrame  # qid, memory_id, rank, score
+    per_query: pl.DataFrame  # qid, namespace, category, metric columns
+    metrics: dict[str, Any]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def fused_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig, options: EvalOptions,
+              dataset: EvalDataset | None = None) -> pl.DataFrame:
+    top = config.fusion.top_k if options.respect_top_k else max(options.ks)
+    run = fuse(prepared, replace(config.fusion, top_k=top))
+    if options.credit_derived and dataset is not None and dataset.credit:
+        credit = pl.DataFrame({"memory_id": list(dataset.credit), "_src": list(dataset.credit.values())})
+        run = (
+            run.join(credit, on="memory_id", how="left")
+            .with_columns(pl.coalesce("_src", "memory_id").alias("memory_id"))
+            .sort("qid", "rank").unique(["qid", "memory_id"], keep="first", maintain_order=True)
+            .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over("qid").alias("rank"))
+            .select("qid", "memory_id", "rank", "score")
+        )
+    return run
+
+
+def evaluate(pipe, dataset: EvalDataset, config: SearchConfig, options: EvalOptions | None = None, *,
+             cands: pl.DataFrame | None = None, prepared: PreparedCandidates | None = None) -> EvalResult:
+    """Fuse cached candidates under ``config`` and score them against the dataset's gold."""
+    from lab.eval import metrics as M
+    from lab.eval.health import signal_health
+
+    options = options or EvalOptions()
+    info: dict[str, Any] = {}
+    if cands is None:
+        cands, info = candidate_table(pipe, dataset, config, depth=max(options.ks))
+    prepared = prepared or prepare(cands)
+    started = time.perf_counter()
+    run = fused_run(prepared, config, options, dataset)
+    per_query = M.retrieval_metrics(run, dataset.qrels, ks=options.ks)
+    per_query = dataset.questions.select("qid", "namespace", "category").join(per_query, on="qid", how="left")
+    metric_cols = [c for c in per_query.columns if c not in ("qid", "namespace", "category")]
+    per_query = per_query.with_columns([pl.col(c).fill_null(0.0) for c in metric_cols])
+    means = M.mean_metrics(per_query.select("qid", *metric_cols))
+    cis = {c: M.bootstrap_ci(per_query[c].to_numpy()) for c in metric_cols}
+    cats = M.by_category(per_query.select("qid", *metric_cols), per_query.select("qid", "category"))
+    health = signal_health(cands, run, dataset)
+    out: dict[str, Any] = {
+        "dataset": dataset.name, "config": config.name, "questions": per_query.height,
+        "metrics": means, "ci95": {c: [round(lo, 4), round(hi, 4)] for c, (_, lo, hi) in cis.items()},
+        "by_category": cats.to_dicts(), "signal_health": health,
+        "options": {"ks": list(options.ks), "respect_top_k": options.respect_top_k,
+                    "credit_derived": options.credit_derived, "budget": options.budget},
+    }
+    if options.budget:
+        from lab.eval.context import context_metrics
+
+        ctx = context_metrics(pipe, dataset, run, config, replace(options.assemble, budget=options.budget))
+        per_query = per_query.join(ctx, on="qid", how="left")
+        out["context"] = {c: float(ctx[c].mean()) for c in ctx.columns if c != "qid"}
+    if options.ragas:
+        from lab.eval.ragas_adapter import ragas_metrics
+
+        k = 10 if 10 in options.ks else max(options.ks)
+        gold = dataset.qrels.group_by("qid").agg(pl.col("memory_id").sort().alias("ref"))
+        top = run.filter(pl.col("rank") <= k).sort("qid", "rank").group_by("qid", maintain_order=True).agg(
+            pl.col("memory_id").alias("ret"))
+        rows = [{"qid": q, "retrieved_ids": r or [], "reference_ids": ref}
+                for q, ref, r in gold.join(top, on="qid", how="left").select("qid", "ref", "ret").iter_rows()]
+        rg = ragas_metrics(rows)
+        out["ragas"] = {f"{c}@{k}": float(rg[c].mean()) for c in rg.columns if c != "qid"}
+        per_query = per_query.join(rg, on="qid", how="left")
+    info["fuse_and_score_s"] = round(time.perf_counter() - started, 3)
+    return EvalResult(dataset.name, config, options, run, per_query, out, info)

@@ -1,0 +1,151 @@
+"""Evaluation: loaders on the real files, evidence repair, BEIR, goldens, the candidate cache,
+run folders, comparison, regressions. Stores use the fake embedder unless a test says otherwise."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from lab.config import FusionConfig, SearchConfig
+from lab.embed.fake import FakeEmbedder
+from lab.errors import ValidationError
+from lab.eval.beir import load_beir
+from lab.eval.goldens import load_golden
+from lab.eval.locomo import load_locomo, repair_evidence
+from lab.eval.report import check, compare, write_run
+from lab.eval.runner import EvalOptions, candidate_table, eval_pipeline, evaluate
+from tests.conftest import ROOT, require_dataset
+
+
+@pytest.mark.parametrize("raw,ids,dropped", [
+    ("D1:3", ["D1:3"], False), ("D8:6; D9:17", ["D8:6", "D9:17"], False), ("D:11:26", ["D11:26"], False),
+    ("D", [], True), ("D99:1", [], True),
+])
+def test_evidence_repair(raw, ids, dropped):
+    known = {"D1:3", "D8:6", "D9:17", "D11:26"}
+    got, why = repair_evidence(raw, known)
+    assert got == ids and (why is not None) == dropped
+
+
+def test_locomo_dev_loads_with_gold_and_reports_what_it_drops():
+    path = require_dataset("locomo/locomo10-dev.json")
+    d = load_locomo(path)
+    assert len(d.memories) == 2760 and d.questions.height == 997 and d.report["questions_in_file"] == 999
+    assert {r["qid"] for r in d.report["dropped"]} == {"conv-26:q31", "conv-26:q47", "conv-42:q59", "conv-42:q89"}
+    assert {r["as"][0] for r in d.report["evidence_repaired"]} == {"D8:6", "D11:26"}
+    assert set(d.questions["category"].unique()) == {"multi-hop", "temporal", "open-domain", "single-hop", "adversarial"}
+    ids = {m["id"] for m in d.memories}
+    assert set(d.qrels["memory_id"]) <= ids  # every gold id is a stored memory
+    q = d.questions.filter(pl.col("qid") == "conv-26:q38")
+    assert sorted(d.qrels.filter(pl.col("qid") == "conv-26:q38")["memory_id"]) == ["conv-26:D8:6", "conv-26:D9:17"]
+    assert q["namespace"].item() == "conv-26"
+    facts = load_locomo(path, observations=True, summaries=True)
+    derived = [m for m in facts.memories if m["type"] == "fact"]
+    assert derived and all(facts.credit[m["id"]].startswith(m["namespace"]) for m in derived if m["id"] in facts.credit)
+    assert any(m["type"] == "topic" for m in facts.memories)
+    assert all(e["relation"] == "derived_from" for e in facts.edges)
+
+
+def test_scifact_loads_as_beir():
+    d = load_beir(require_dataset("scifact"), "train")
+    assert len(d.memories) == 5183 and d.questions.height == 809 and d.qrels.height == 919
+    assert d.questions["namespace"].unique().to_list() == ["scifact"]
+    with pytest.raises(ValidationError, match="known splits: \\['train'\\]"):
+        load_beir(require_dataset("scifact"), "test")
+
+
+def test_any_beir_folder_works_and_bad_lines_name_the_file(tmp_path):
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "title": "T", "text": "alpha beta"}\n'
+                                           '{"_id": "d2", "text": "gamma"}\n')
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "alpha?"}\n{"_id": "q2", "text": "none"}\n')
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\tdX\t1\n")
+    d = load_beir(tmp_path, "test")
+    assert d.questions["qid"].to_list() == ["q1"] and d.report["qrels_unknown_document"] == 1
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1"}\nnot json\n')
+    with pytest.raises(ValidationError, match="corpus.jsonl line 2"):
+        load_beir(tmp_path, "test")
+
+
+def test_demo_golden_is_valid_and_covers_every_category():
+    d = load_golden(ROOT / "goldens" / "demo.yaml")
+    cats = dict(d.questions.group_by("category").len().iter_rows())
+    assert d.questions.height >= 80
+    for c in ("paraphrase", "typo", "temporal", "multi-hop", "lexical", "semantic", "superseded", "save-then-search"):
+        assert cats.get(c, 0) >= 5, c
+    assert d.saves and d.stale.height
+
+
+def test_golden_errors_name_the_question(tmp_path):
+    bad = tmp_path / "g.yaml"
+    bad.write_text("questions:\n  - {id: a, namespace: atlas, question: q, expected: [nope], category: lexical}\n")
+    with pytest.raises(ValidationError, match=r"question 1 \(a\): memory id\(s\) \['nope'\]"):
+        load_golden(bad)
+
+
+@pytest.fixture
+def demo_eval(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_EVAL_ROOT", str(tmp_path / "eval"))
+    d = load_golden(ROOT / "goldens" / "demo.yaml")
+    pipe = eval_pipeline(d, embedder=FakeEmbedder(), root=tmp_path / "eval")
+    yield d, pipe, tmp_path / "eval"
+    pipe.close()
+
+
+def test_candidate_cache_is_reused_and_fusion_changes_need_no_search(demo_eval, monkeypatch):
+    d, pipe, root = demo_eval
+    cfg = SearchConfig(name="two", signals=("vector", "lexical"))
+    first, info = candidate_table(pipe, d, cfg, root=root)
+    assert not info["hit"] and first.height
+    import lab.eval.runner as runner
+
+    def boom(*a, **k):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(runner, "candidates", boom)
+    again, info = candidate_table(pipe, d, cfg.__class__(**{**cfg.__dict__, "fusion": FusionConfig(k=1)}), root=root)
+    assert info["hit"] and again.equals(first)
+    r60 = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=first)
+    r1 = evaluate(pipe, d, SearchConfig(name="k1", fusion=FusionConfig(k=1)), EvalOptions(ks=(1, 10)), cands=first)
+    assert r60.per_query.height == r1.per_query.height == d.questions.height
+    assert r60.metrics["metrics"] != r1.metrics["metrics"]
+
+
+def test_save_then_search_questions_find_the_saved_memory(demo_eval):
+    d, pipe, root = demo_eval
+    cands, _ = candidate_table(pipe, d, SearchConfig(name="lex", signals=("lexical", "vector")), root=root)
+    for qid, record in d.saves.items():
+        assert pipe.store.get_many([record["id"]]).height == 1, f"{qid}: saved memory not stored"
+
+
+def test_run_folder_compare_and_trec(demo_eval, tmp_path):
+    d, pipe, root = demo_eval
+    a = evaluate(pipe, d, SearchConfig(name="vec", signals=("vector",)), EvalOptions(ks=(1, 5, 10), budget=500))
+    b = evaluate(pipe, d, SearchConfig(name="hyb", signals=("vector", "lexical")), EvalOptions(ks=(1, 5, 10), budget=500))
+    ra, rb = write_run(a, d.qrels, tmp_path / "a"), write_run(b, d.qrels, tmp_path / "b")
+    for name in ("config.yaml", "metrics.json", "per_question.parquet", "run.trec", "qrels.trec", "report.md",
+                 "recall_at_k.png", "categories.png"):
+        assert (ra / name).is_file(), name
+    metrics = json.loads((ra / "metrics.json").read_text())
+    assert 0 <= metrics["context"]["context_recall"] <= 1 and metrics["signal_health"]["signals"]["vector"]
+    first = (ra / "run.trec").read_text().splitlines()[0].split()
+    assert first[1] == "Q0" and first[3] == "1" and first[5] == "vec"
+    from ranx import Qrels, Run, evaluate as ranx_eval
+
+    ranx_value = ranx_eval(Qrels.from_file(str(ra / "qrels.trec"), kind="trec"),
+                           Run.from_file(str(ra / "run.trec"), kind="trec"), "recall@10")
+    assert ranx_value == pytest.approx(metrics["metrics"]["recall@10"], abs=1e-9)
+    table = compare(ra, rb)
+    row = table.filter(pl.col("metric") == "recall@10").row(0, named=True)
+    assert row["delta"] == pytest.approx(b.metrics["metrics"]["recall@10"] - a.metrics["metrics"]["recall@10"])
+    assert 0 <= row["p_value"] <= 1
+
+
+def test_regression_check_statuses():
+    assert check({"recall@10": 0.70}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "OK"
+    assert check({"recall@10": 0.71}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "OK"
+    assert check({"recall@10": 0.69}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "OKISH"
+    assert check({"recall@10": 0.60}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "FAIL"
+    assert check({}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "FAIL"
