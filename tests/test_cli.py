@@ -84,3 +84,22 @@ def test_context_command_renders_zones_within_the_budget(tmp_path: Path):
     assert proc.returncode == 2 and "sum to 1" in proc.stderr
     empty = run("context", "x", "--store", store, "--namespace", "atlas", "--budget", "0", "--format", "json").stdout
     assert json.loads(empty)["items"] == []
+
+
+def test_eval_check_prints_a_status_per_condition_and_fails_on_fail(tmp_path: Path):
+    import os
+
+    env_root = tmp_path / "eval"
+    conditions = tmp_path / "regressions.yaml"
+    conditions.write_text(
+        "conditions:\n"
+        "  - {name: easy, dataset: demo, preset: bm25, ks: [10], expected: {recall@10: 0.05}}\n"
+        "  - {name: impossible, dataset: demo, preset: bm25, ks: [10], expected: {recall@10: 1.01}}\n",
+        encoding="utf-8")
+    proc = subprocess.run([*LAB, "eval", "--check", str(conditions), "--out", str(tmp_path / "runs"), "--quiet",
+                           "--budget", "0"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "LAB_EVAL_ROOT": str(env_root)})
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert lines[0].startswith("OK     easy: recall@10") and lines[1].startswith("FAIL   impossible")
+    assert (tmp_path / "runs" / "demo-bm25" / "report.md").is_file()

@@ -26,7 +26,7 @@ def signal_health(cands: pl.DataFrame, run: pl.DataFrame, dataset: EvalDataset, 
         per_signal[signal] = {"returned_any": round(answered / n, 4), f"gold_in_top{k}": round(hit / n, 4)}
     top = run.filter(pl.col("rank") <= k).select("qid", "memory_id")
     found = top.join(gold, on=["qid", "memory_id"])
-    in_list = lists.select("qid", "memory_id", "signal").unique()
+    in_list = lists.select("qid", "memory_id", "signal")  # one row per list entry already
 
     def only(a: str, b: str) -> float:
         by_a = in_list.filter(pl.col("signal") == a).select("qid", "memory_id")

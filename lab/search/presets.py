@@ -81,6 +81,18 @@ PRESETS: dict[str, SearchConfig] = {
     ),
 }
 
+# Baselines for the comparison tables: one signal alone, and plain RRF over vector + BM25.
+PRESETS.update({
+    "bm25": SearchConfig(name="bm25", description="baseline: BM25 alone", signals=("lexical",),
+                         fusion=FusionConfig(weights=_w(lexical=1.0))),
+    "vector": SearchConfig(name="vector", description="baseline: vector search alone", signals=("vector",),
+                           fusion=FusionConfig(weights=_w(vector=1.0))),
+    "rrf-k60": SearchConfig(name="rrf-k60", description="baseline: RRF k=60 over vector + BM25",
+                            fusion=FusionConfig(k=60.0, weights=_w(vector=1.0, lexical=1.0))),
+    "rrf-k2": SearchConfig(name="rrf-k2", description="baseline: RRF k=2 over vector + BM25",
+                           fusion=FusionConfig(k=2.0, weights=_w(vector=1.0, lexical=1.0))),
+})
+
 
 def preset(name: str) -> SearchConfig:
     if name not in PRESETS:
