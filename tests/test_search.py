@@ -124,7 +124,7 @@ def test_every_preset_round_trips_yaml_and_runs(store, name):
 
 
 def test_unknown_preset_lists_the_known_ones(store):
-    with pytest.raises(ValidationError, match="unknown preset 'maya'; known: \\['brainbridge'"):
+    with pytest.raises(ValidationError, match="unknown preset 'maya'; known: \\['bm25', 'brainbridge'"):
         store.search("x", "n", preset="maya")
 
 
