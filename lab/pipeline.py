@@ -5,7 +5,6 @@ import json
 import os
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -69,13 +68,13 @@ def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
 class Pipeline:
     """A store plus its embedder, embedding cache and per-namespace indexes."""
 
-    def __init__(self, store: Store, config: SaveConfig, embedder: Embedder) -> None:
+    def __init__(self, store: Store, config: SaveConfig, embedder: Embedder, cache_dir: str | Path | None = None) -> None:
         self.store = store
         self.config = config
         self.embedder = embedder
         self.cache: EmbeddingCache | None = None
         if config.embed.cache:
-            cache_root = os.environ.get("LAB_EMBED_CACHE") or store.root / "cache" / "embeddings"
+            cache_root = cache_dir or os.environ.get("LAB_EMBED_CACHE") or store.root / "cache" / "embeddings"
             self.cache = EmbeddingCache(cache_root, embedder.model_id, embedder.dim)
         self._indexes: dict[str, NamespaceIndex] = {}
         self._saved_versions: dict[str, str] = {}
@@ -90,6 +89,7 @@ class Pipeline:
         embedder: Embedder | None = None,
         create: bool = False,
         pin: StoreVersion | str | None = None,
+        cache_dir: str | Path | None = None,
     ) -> "Pipeline":
         """Open the store at ``path`` (creating it when ``create`` and absent).
 
@@ -124,7 +124,7 @@ class Pipeline:
                 )
         else:
             store = Store.create(path, embed_model=embedder.model_id, dim=embedder.dim, save_config=to_dict(config))
-        return cls(store, config, embedder)
+        return cls(store, config, embedder, cache_dir)
 
     def close(self) -> None:
         """Flush the embedding cache and persist indexes that moved since they were saved."""

@@ -1,7 +1,6 @@
 """Context assembly: routing rules, spill-over, skip-and-continue, duplicates, counters, properties."""
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest

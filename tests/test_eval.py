@@ -3,7 +3,6 @@ run folders, comparison, regressions. Stores use the fake embedder unless a test
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest

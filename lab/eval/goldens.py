@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 import polars as pl
 
 from lab.errors import ValidationError

@@ -6,9 +6,12 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lab.errors import ValidationError
+
+if TYPE_CHECKING:
+    from lab.eval.dataset import EvalDataset
 
 SESSION_RE = re.compile(r"^session_(\d+)$")
 # Turns of one session share its timestamp upstream; spacing them keeps their order in time.

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from lab.config import SearchConfig, from_dict, to_dict, to_yaml
+from lab.config import SearchConfig, to_yaml
 from lab.errors import NotFoundError, ValidationError
 from lab.eval.runner import EvalResult
 
@@ -180,5 +180,3 @@ def config_from(preset: str | None, config_file: str | Path | None) -> SearchCon
         return load_config(SearchConfig, config_file)
     return resolve(preset)
 
-
-__all__ = ["write_run", "compare", "load_run", "load_regressions", "check", "config_from", "from_dict", "to_dict"]

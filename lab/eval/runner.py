@@ -19,7 +19,6 @@ import numpy as np
 import polars as pl
 
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
-from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.search.candidates import Query, candidates
 from lab.search.fusion import PreparedCandidates, fuse, prepare
@@ -47,15 +46,15 @@ def eval_pipeline(dataset: EvalDataset, save_config: SaveConfig | None = None, *
     key = _digest(dataset.fingerprint(), to_dict(save_config.chunk), model)
     path = root / "stores" / f"{dataset.name}-{key}"
     done = path / "lab-eval-ready.json"
-    if not os.environ.get("LAB_EMBED_CACHE"):
-        os.environ["LAB_EMBED_CACHE"] = str(root / "embeddings")
+    # one embedding cache for every eval store (unless $LAB_EMBED_CACHE names another)
+    cache_dir = os.environ.get("LAB_EMBED_CACHE") or root / "embeddings"
     if done.is_file():
-        return Pipeline.open(path, save_config, embedder=embedder)
+        return Pipeline.open(path, save_config, embedder=embedder, cache_dir=cache_dir)
     if path.exists():
         import shutil
 
         shutil.rmtree(path)  # a build that did not finish: start over
-    pipe = Pipeline.open(path, save_config, embedder=embedder, create=True)
+    pipe = Pipeline.open(path, save_config, embedder=embedder, create=True, cache_dir=cache_dir)
     pipe.save_many(dataset.memories, progress=progress)
     if dataset.edges:
         pipe.add_edges(dataset.edges)
@@ -83,8 +82,8 @@ def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: 
     Save-then-search questions save their memory first, through the normal save path.
     """
     root = root or eval_root()
-    for qid, record in sorted(dataset.saves.items()):
-        pipe.save_many([record], progress=False)
+    if dataset.saves:
+        pipe.save_many([dataset.saves[q] for q in sorted(dataset.saves)], progress=False)
     if dataset.reference_time and not config.reference_time:
         config = replace(config, reference_time=dataset.reference_time)
     cconf = candidate_config(config, depth)
@@ -102,8 +101,8 @@ def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: 
     parts = []
     for ns in sorted(questions["namespace"].unique().to_list()):
         mask = (questions["namespace"] == ns).to_numpy()
-        qs = [Query(q, t, ns) for q, t in zip(questions.filter(pl.col("namespace") == ns)["qid"].to_list(),
-                                            questions.filter(pl.col("namespace") == ns)["question"].to_list())]
+        rows = questions.filter(pl.Series(mask))
+        qs = [Query(q, t, ns) for q, t in rows.select("qid", "question").iter_rows()]
         parts.append(candidates(pipe, qs, run_config, query_vectors=vectors[mask]))
     table = pl.concat(parts) if parts else pl.DataFrame()
     path.parent.mkdir(parents=True, exist_ok=True)
