@@ -16,7 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATASETS, Timer, percentiles, report  # noqa: E402
 
-from lab.assemble import AssembleConfig, EstimateCounter, ExactCounter, Item, _shingles, assemble  # noqa: E402
+from lab.assemble import AssembleConfig, EstimateCounter, ExactCounter, Item, assemble
+from lab.assemble.dedupe import clear_memo  # noqa: E402
 from lab.assemble.tokens import _n_words  # noqa: E402
 from lab.eval.locomo import load_conversations  # noqa: E402
 
@@ -44,8 +45,8 @@ def main() -> None:
             with Timer() as t:
                 assemble(items, config, counter=counter, reference_time=reference)
             warm.append(t.seconds)
-            # cold: the per-text memos (word counts, trigram sets) emptied, as for a new query
-            _shingles.cache_clear()
+            # cold: the per-text memos (word counts, trigram signatures) emptied, as for a new query
+            clear_memo()
             _n_words.cache_clear()
             getattr(counter, "_memo", {}).clear()
             with Timer() as t:

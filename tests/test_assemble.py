@@ -271,3 +271,55 @@ def test_assembly_does_not_depend_on_input_order(items, config, rnd):
     shuffled = list(items)
     rnd.shuffle(shuffled)
     assert assemble(items, config).to_dict() == assemble(shuffled, config).to_dict()
+
+
+# ------------------------------------------------------------------ near-duplicate shortcut
+dup_text_st = st.lists(st.sampled_from(["alpha", "beta", "gamma", "Délta,", "東京", "ok!", "x_y"]),
+                       min_size=0, max_size=12).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.builds(Item, memory_id=st.sampled_from([f"m{i}" for i in range(25)]), text=dup_text_st,
+                          score=st.floats(0, 1, allow_nan=False),
+                          created_at=st.integers(0, 72).map(lambda h: NOW - timedelta(hours=h)),
+                          type=st.sampled_from(["fact", "working", "episodic"])), max_size=30),
+       configs())
+def test_batch_dedupe_shortcut_equals_checking_each_item_as_placed(items, config):
+    """Near-duplicate-heavy inputs: the fill-then-batch-check shortcut must give exactly the
+    context that checking every item as it is placed gives."""
+    import lab.assemble as asm
+
+    fast = assemble(items, config).to_dict()
+    asm._ALWAYS_INLINE = True
+    try:
+        inline = assemble(items, config).to_dict()
+    finally:
+        asm._ALWAYS_INLINE = False
+    assert fast == inline
+
+
+texts_st = st.lists(st.sampled_from(list("ab c\x00\t\nÉé_,.İß😀x") + ["hello", "WORLD", "  "]), max_size=15).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(texts_st, min_size=1, max_size=8), st.sampled_from([0.5, 0.9, 1.0]))
+def test_batch_signatures_equal_the_plain_per_text_shingles(texts, threshold):
+    import math
+
+    from lab.assemble import dedupe
+
+    dedupe.clear_memo()
+    for text, sig in zip(texts, dedupe.signatures(texts, threshold)):
+        reference = sorted(dedupe.shingle_set(text))
+        assert sig.shingles.tolist() == reference
+        keep = max(1, len(reference) - math.ceil(threshold * len(reference) - 1e-9) + 1)
+        assert sig.prefix == tuple(reference[:keep])
+
+
+def test_shingles_ignore_case_and_punctuation_and_are_stable_across_processes():
+    from lab.assemble.dedupe import shingle_set
+
+    assert shingle_set("Hello, World! How are you?") == shingle_set("hello world how are you")
+    assert shingle_set("café au lait") != shingle_set("cafe au lait")
+    # fixed multipliers, not Python's salted str hash: this value is the same in every process
+    assert min(shingle_set("the quick brown fox")) == 97930174293923

@@ -31,14 +31,14 @@ MAIA's zone scheme, done fully (GUIDE section 3):
 from __future__ import annotations
 
 import math
-import re
-from functools import lru_cache
+from operator import attrgetter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from lab.assemble.dedupe import Deduper, Signature, signatures
 from lab.assemble.tokens import EstimateCounter, ExactCounter, TokenCounter, make_counter
 from lab.config import ZONES, AssembleConfig
 from lab.errors import ValidationError
@@ -162,21 +162,6 @@ def line(memory_id: str, text: str) -> str:
     return f"[{memory_id}] {text}"
 
 
-_WORDS = re.compile(r"[^\W_]+")
-
-
-@lru_cache(maxsize=65536)
-def _shingles(text: str) -> frozenset:
-    """Hashed word trigrams of the lower-cased text, punctuation ignored (short texts: one shingle).
-
-    Memoised: sweeps and sliders re-assemble the same candidates many times.
-    """
-    words = _WORDS.findall(text.lower())
-    if len(words) < 3:
-        return frozenset([hash(tuple(words))])
-    return frozenset(map(hash, zip(words, words[1:], words[2:])))
-
-
 def _merge_chunks(items: Sequence[Item]) -> list[Item]:
     """One item per memory: best score, distinct chunk texts in chunk order."""
     if len({it.memory_id for it in items}) == len(items):
@@ -209,32 +194,77 @@ class _Candidate:
     normalised: float
     zone: str
     reason: str
-    shingles: frozenset | None = None
     merged: list[str] = field(default_factory=list)
-    prefix: list[int] | None = None
-
-
-def _route(item: Item, normalised: float, recent_from: datetime | None, config: AssembleConfig) -> tuple[str, str]:
-    kind = item.type
-    if kind == "working":
-        return "recency", "working"
-    if item.pinned or kind == "anchor":
-        return "critical", "pinned"
-    if normalised >= config.critical_threshold:
-        return "critical", "critical-score"
-    if (recent_from is not None and item.created_at is not None and item.created_at >= recent_from
-            and normalised >= config.recency_threshold):
-        return "recency", "recent"
-    return "middle", "rest"
+    sig: Signature | None = None
 
 
 _ZONE_CODE = {z: i for i, z in enumerate(ZONES)}
+_NUMBER = (int, float, np.floating, np.integer)
 
 
 def _capacities(config: AssembleConfig) -> dict[str, int]:
     critical = math.floor(config.budget * config.critical_ratio)
     middle = math.floor(config.budget * config.middle_ratio)
     return {"critical": critical, "middle": middle, "recency": config.budget - critical - middle}
+
+
+def _zones(items: Sequence[Item], norm: np.ndarray, recent_from: datetime | None,
+           config: AssembleConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Zone code per item (0 critical, 1 middle, 2 recency), plus the working and pinned masks.
+
+    Rules by precedence: working -> recency; pinned or anchor -> critical; normalised score at or
+    above the critical threshold -> critical; recent and at or above the recency threshold ->
+    recency; else middle. Assigned here from the weakest rule to the strongest.
+    """
+    n = len(items)
+    types = list(map(_get_type, items))
+    pins = list(map(_get_pinned, items))
+    working = np.zeros(n, dtype=bool)
+    pinned = np.zeros(n, dtype=bool)
+    # most candidates are plain memories: find (by C-level list.index) only the special ones present
+    kinds = set(types)
+    if "working" in kinds:
+        working[_positions(types, "working")] = True
+    if "anchor" in kinds:
+        pinned[_positions(types, "anchor")] = True
+    pin_values = set(pins)
+    if pin_values <= {False, True}:
+        if True in pin_values:
+            pinned[_positions(pins, True)] = True
+    else:  # truthy values other than True
+        pinned |= np.fromiter(map(bool, pins), dtype=bool, count=n)
+    zone = np.ones(n, dtype=np.int64)
+    if recent_from is not None:
+        # only items at or above the recency threshold can be routed there: compare only their times
+        able = np.flatnonzero(norm >= config.recency_threshold).tolist()
+        recent = [k for k in able if items[k].created_at is not None and items[k].created_at >= recent_from]
+        zone[recent] = 2
+    zone[norm >= config.critical_threshold] = 0
+    zone[pinned] = 0
+    zone[working] = 2
+    return zone, working, pinned
+
+
+def _positions(seq: list, value: Any) -> list[int]:
+    """Every index of ``value`` in ``seq``, each found by ``list.index`` (a C loop)."""
+    out, at = [], -1
+    try:
+        while True:
+            at = seq.index(value, at + 1)
+            out.append(at)
+    except ValueError:
+        return out
+
+
+def _reason(zone: int, working: bool, pinned: bool) -> str:
+    if zone == 2:
+        return "working" if working else "recent"
+    if zone == 0:
+        return "pinned" if pinned else "critical-score"
+    return "rest"
+
+
+_ALWAYS_INLINE = False  # tests set it to check the batch shortcut against checking inline
 
 
 def assemble(
@@ -252,68 +282,140 @@ def assemble(
     maps a memory id to its adjacent turns (Items), used when ``config.neighbours`` > 0.
     """
     counter = counter or make_counter(config.counter)
-    items = [r if isinstance(r, Item) else item_from_result(r) for r in results]
-    for it in items:
-        if not isinstance(it.score, (int, float)) or math.isnan(it.score):
-            raise ValidationError(f"item {it.memory_id!r}: score must be a number, got {it.score!r}")
-    items = _merge_chunks(items)
-    items.sort(key=lambda i: (-i.score, i.memory_id))  # the greedy order: score, then id
+    items = list(results)
+    if not set(map(type, items)) <= {Item}:
+        items = [r if isinstance(r, Item) else item_from_result(r) for r in items]
+    ids = list(map(_get_id, items))
+    if len(set(ids)) != len(ids):
+        items = _merge_chunks(items)
+        ids = list(map(_get_id, items))
+    scores = list(map(_get_score, items))
+    n = len(items)
+    score_arr = np.asarray(scores, dtype=np.float64) if set(map(type, scores)) <= {float, int} else None
+    if score_arr is None or np.isnan(score_arr).any():
+        for it, sc in zip(items, scores):
+            if not isinstance(sc, _NUMBER) or sc != sc:
+                raise ValidationError(f"item {it.memory_id!r}: score must be a number, got {sc!r}")
+        score_arr = np.asarray(scores, dtype=np.float64)
+    # Everything below is indexed by the item's input position k; ``order`` lists the positions in
+    # the greedy order: score descending, then memory id. A stable argsort gives it unless scores
+    # tie; then (rarely) a sort on (score, id) tuples, which compares in C.
+    order = np.argsort(-score_arr, kind="stable")
+    by_rank = score_arr[order]
+    if n > 1 and not (by_rank[1:] < by_rank[:-1]).all():
+        order = np.asarray([k for _, _, k in sorted(zip((-score_arr).tolist(), ids, range(n)))], dtype=np.int64)
     reference = _reference(reference_time, config, items)
     capacities = _capacities(config)
-    best = items[0].score if items else 0.0
-    lines = [line(i.memory_id, i.text) for i in items]
-    tokens = np.asarray(counter.count_many(lines), dtype=np.int64)
+    best = float(score_arr[order[0]]) if n else 0.0
+    norm = score_arr / best if best > 0 else np.zeros(n)
     recent_from = reference - timedelta(hours=config.recent_hours) if reference is not None else None
-    inv = 1.0 / best if best > 0 else 0.0
-    routes = [_route(it, it.score * inv, recent_from, config) for it in items]
-    zone_of = np.fromiter((_ZONE_CODE[z] for z, _ in routes), dtype=np.int64, count=len(routes))
-    # an item longer than the whole budget may be truncated to fit the space left (oversize rule)
-    truncatable = (tokens > config.budget) if config.oversize == "truncate" else np.zeros(len(items), dtype=bool)
-    tok_list, trunc_list = tokens.tolist(), truncatable.tolist()  # scalar access in the greedy loop
+    zone_of, working, pinned = _zones(items, norm, recent_from, config)
 
-    placed: dict[str, list[_Candidate]] = {z: [] for z in ZONES}
-    placed_all: list[_Candidate] = []
-    dedupe = _Deduper(config.dedupe_threshold)
-    duplicates: dict[int, str] = {}  # item index -> the placed memory it duplicates
-    last_zone = zone_of.copy()  # the zone each item was last tried in
-    usage: dict[str, ZoneUsage] = {}
-    carry = 0
-    taken = np.zeros(len(items), dtype=bool)  # placed or found to be a duplicate
-    for z, zone in enumerate(ZONES):
-        available = capacities[zone] + carry
-        used = 0
-        if zone == "middle":
-            # critical items that did not fit critical are offered to middle, in score order
-            queue = np.flatnonzero(((zone_of == 1) | (zone_of == 0)) & ~taken)
-            last_zone[queue] = 1
-        else:
-            queue = np.flatnonzero((zone_of == z) & ~taken)
-        min_trunc = config.min_truncated_tokens
-        for k in queue.tolist():
-            space = available - used
-            if tok_list[k] > space and not (trunc_list[k] and space >= min_trunc):
-                continue  # skip and continue: smaller items may still fit
-            it = items[k]
-            norm = it.score / best if best > 0 else 0.0
-            c = _Candidate(it, lines[k], tok_list[k], norm, zone, routes[k][1])
-            if c.tokens > space:
-                c = _truncate(c, counter, space)
-                if c.tokens > space:
+    # Token counts. A line costs at least its lower bound (the estimator's chars / 4); exact counts
+    # are taken only for items that get that far, so a full budget stops the scan early instead of
+    # counting hundreds of candidates that cannot fit. Counters without bounds count everything.
+    text_chars = np.fromiter(map(len, map(_get_text, items)), dtype=np.int64, count=n)
+    bounds = getattr(counter, "bounds", None)
+    tok: list[int | None]
+    if bounds is not None:
+        # a line is "[id] text": at least 4 characters besides the text, at most 3 + the longest id
+        low, _ = bounds(text_chars + 4)
+        _, high = bounds(text_chars + 3 + (max(map(len, ids)) if n else 0))
+        tok = [None] * n
+        over = low > config.budget
+        # whether an item exceeds the whole budget (and so may be truncated) must be known exactly
+        for k in np.flatnonzero(~over & (high > config.budget)).tolist():
+            t = tok[k] = counter.count(line(ids[k], items[k].text))
+            over[k] = t > config.budget
+    else:
+        tok = list(counter.count_many([line(i, it.text) for i, it in zip(ids, items)]))
+        low = np.asarray(tok, dtype=np.int64)
+        over = low > config.budget
+    truncatable = over if config.oversize == "truncate" else np.zeros(n, dtype=bool)
+    # plain lists for scalar access in the greedy loop (numpy scalar indexing is slow)
+    low_list, trunc_list = low.tolist(), truncatable.tolist()
+    norm_list, zone_list = norm.tolist(), zone_of.tolist()
+    working_list, pinned_list = working.tolist(), pinned.tolist()
+    min_trunc = config.min_truncated_tokens
+    zone_by_rank = zone_of[order]
+
+    threshold = config.dedupe_threshold
+
+    def fill(inline: Deduper | None):
+        """The greedy fill of the three zones; near-duplicates are checked as items are placed
+        when ``inline`` is given, else not at all."""
+        placed: dict[str, list[_Candidate]] = {z: [] for z in ZONES}
+        placed_all: list[_Candidate] = []
+        duplicates: dict[int, str] = {}  # item index -> the placed memory it duplicates
+        last_zone = zone_of.copy()  # the zone each item was last tried in
+        usage: dict[str, ZoneUsage] = {}
+        carry = 0
+        taken_list = [False] * n  # placed or found to be a duplicate
+        for z, zone in enumerate(ZONES):
+            available = capacities[zone] + carry
+            free_by_rank = ~np.asarray(taken_list, dtype=bool)[order]
+            if zone == "middle":
+                # critical items that did not fit critical are offered to middle, in score order
+                queue = order[(zone_by_rank <= 1) & free_by_rank]
+                last_zone[queue] = 1
+            else:
+                queue = order[(zone_by_rank == z) & free_by_rank]
+            # per queue position: the smallest lower bound still to come, and whether any is truncatable
+            rest_low = np.minimum.accumulate(low[queue][::-1])[::-1].tolist()
+            rest_trunc = np.logical_or.accumulate(truncatable[queue][::-1])[::-1].tolist()
+            space = available
+            for k, rest_l, rest_t in zip(queue.tolist(), rest_low, rest_trunc):
+                if low_list[k] > space:  # cannot fit whole
+                    if rest_l > space and not (rest_t and space >= min_trunc):
+                        break  # nothing from here on can fit (or be truncated into) the space left
+                    if not trunc_list[k] or space < min_trunc:
+                        continue  # skip and continue: smaller items may still fit
+                it = items[k]
+                ln = f"[{ids[k]}] {it.text}"  # line(), inlined
+                t = tok[k]
+                if t is None:
+                    t = tok[k] = counter.count(ln)
+                if t > space and not (trunc_list[k] and space >= min_trunc):
                     continue
-            dup = dedupe.find(c)
-            taken[k] = True
-            if dup is not None:
-                dup.merged.append(it.memory_id)
-                duplicates[k] = dup.item.memory_id
-                continue
-            if zone == "middle" and zone_of[k] == 0:
-                c.reason = "overflow" + ("+truncated" if c.reason.endswith("+truncated") else "")
-            placed[zone].append(c)
-            placed_all.append(c)
-            dedupe.add(c)
-            used += c.tokens
-        usage[zone] = ZoneUsage(zone, capacities[zone], available, used, len(placed[zone]))
-        carry = available - used
+                c = _Candidate(it, ln, t, norm_list[k], zone, _reason(zone_list[k], working_list[k], pinned_list[k]))
+                if t > space:
+                    c = _truncate(c, counter, space)
+                    if c.tokens > space:
+                        continue
+                taken_list[k] = True
+                if inline is not None:
+                    c.sig = signatures([c.item.text], threshold)[0]
+                    dup = inline.find(c.sig)
+                    if dup is not None:
+                        dup.merged.append(it.memory_id)
+                        duplicates[k] = dup.item.memory_id
+                        continue
+                    inline.add(c.sig, c)
+                if zone == "middle" and zone_list[k] == 0:
+                    c.reason = "overflow" + ("+truncated" if c.reason.endswith("+truncated") else "")
+                placed[zone].append(c)
+                placed_all.append(c)
+                space -= c.tokens
+            usage[zone] = ZoneUsage(zone, capacities[zone], available, available - space, len(placed[zone]))
+            carry = space
+        return placed, placed_all, usage, duplicates, last_zone, taken_list
+
+    # Fill once without looking for near-duplicates, then shingle everything placed in one batch.
+    # If no two placed items are near-duplicates, checking as they were placed would have changed
+    # nothing (each would have fitted and found no earlier duplicate), so this is the answer; else
+    # fill again, checking each item as it is placed. The batch is what makes a new query's texts cheap.
+    placed, placed_all, usage, duplicates, last_zone, taken_list = fill(None)
+    dedupe = Deduper(threshold)
+    clean = not _ALWAYS_INLINE
+    for c, sig in zip(placed_all, signatures([c.item.text for c in placed_all], threshold)):
+        c.sig = sig
+        if dedupe.find(sig) is not None:
+            clean = False
+            break
+        dedupe.add(sig, c)
+    if not clean:
+        dedupe = Deduper(threshold)
+        placed, placed_all, usage, duplicates, last_zone, taken_list = fill(dedupe)
 
     expansion = 0
     if config.neighbours and neighbours:
@@ -325,27 +427,37 @@ def assemble(
         + sorted(placed["recency"], key=_by_time)
     )
     out = [
-        ContextItem(
-            memory_id=c.item.memory_id, zone=c.zone, position=i, tokens=c.tokens, score=c.item.score,
-            normalised=c.normalised, text=c.item.text, created_at=c.item.created_at, type=c.item.type,
-            reason=c.reason, truncated=c.reason.endswith("+truncated"), merged=tuple(c.merged),
-            neighbour_of=c.reason[len("neighbour-of:"):] if c.reason.startswith("neighbour-of:") else None,
+        ContextItem(  # positional: this runs for every placed item
+            c.item.memory_id, c.zone, i, c.tokens, c.item.score, c.normalised, c.item.text, c.item.created_at,
+            c.item.type, c.reason, c.reason.endswith("+truncated"), tuple(c.merged),
+            c.reason[len("neighbour-of:"):] if c.reason.startswith("neighbour-of:") else None,
         )
         for i, c in enumerate(ordered, start=1)
     ]
 
     def skipped() -> list[Skipped]:
         # built on demand: most callers want the items, not the hundreds of left-out candidates
+        left = [k for k in order.tolist() if not taken_list[k] or k in duplicates]  # in greedy order
+        todo = [k for k in left if tok[k] is None]
+        for k, t in zip(todo, counter.count_many([line(ids[k], items[k].text) for k in todo])):
+            tok[k] = t
         out_: list[Skipped] = []
-        for k in np.flatnonzero(~taken | np.isin(np.arange(len(items)), list(duplicates))).tolist():
-            tok, zone = int(tokens[k]), ZONES[int(last_zone[k])]
+        for k in left:
+            zone = ZONES[int(last_zone[k])]
             if k in duplicates:
-                out_.append(Skipped(items[k].memory_id, tok, f"duplicate-of:{duplicates[k]}", zone))
+                out_.append(Skipped(ids[k], tok[k], f"duplicate-of:{duplicates[k]}", zone))
             else:
-                out_.append(Skipped(items[k].memory_id, tok, "oversize" if tok > config.budget else "no-space", zone))
+                out_.append(Skipped(ids[k], tok[k], "oversize" if tok[k] > config.budget else "no-space", zone))
         return out_
 
     return Context(out, usage, config.budget, counter.name, skipped, reference, expansion)
+
+
+_get_score = attrgetter("score")
+_get_id = attrgetter("memory_id")
+_get_text = attrgetter("text")
+_get_type = attrgetter("type")
+_get_pinned = attrgetter("pinned")
 
 
 def _by_score(c: _Candidate):
@@ -380,49 +492,10 @@ def _truncate(c: _Candidate, counter: TokenCounter, space: int) -> _Candidate:
         truncated = replace(c.item, text=text.rstrip() + " …")
         ln = line(c.item.memory_id, truncated.text)
         tokens = counter.count(ln)
-    return _Candidate(truncated, ln, tokens, c.normalised, c.zone, c.reason + "+truncated", None, c.merged)
+    return _Candidate(truncated, ln, tokens, c.normalised, c.zone, c.reason + "+truncated", merged=c.merged)
 
 
-class _Deduper:
-    """Near-duplicate lookup against the placed items, by prefix filtering (a similarity-join
-    technique): with the shingles of every set in one global order, two sets with Jaccard >= t
-    share at least one of each set's first ``len - ceil(t * len) + 1`` shingles. Only those prefixes
-    are indexed and probed; candidates found that way are then checked exactly."""
-
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
-        self.postings: dict[int, list[int]] = {}
-        self.placed: list[_Candidate] = []
-
-    def _prefix(self, c: _Candidate) -> list[int]:
-        if c.prefix is None:
-            if c.shingles is None:
-                c.shingles = _shingles(c.item.text)
-            n = len(c.shingles)
-            keep = n - math.ceil(self.threshold * n - 1e-9) + 1
-            c.prefix = sorted(c.shingles)[: max(1, keep)]
-        return c.prefix
-
-    def find(self, c: _Candidate) -> _Candidate | None:
-        seen: set[int] = set()
-        for sh in self._prefix(c):
-            seen.update(self.postings.get(sh, ()))
-        a = c.shingles
-        for j in sorted(seen):
-            b = self.placed[j].shingles
-            inter = len(a & b)
-            if inter / (len(a) + len(b) - inter) >= self.threshold:
-                return self.placed[j]
-        return None
-
-    def add(self, c: _Candidate) -> None:
-        j = len(self.placed)
-        self.placed.append(c)
-        for sh in self._prefix(c):
-            self.postings.setdefault(sh, []).append(j)
-
-
-def _expand(placed, placed_all, dedupe: _Deduper, free: int, neighbours, counter: TokenCounter, config: AssembleConfig) -> int:
+def _expand(placed, placed_all, dedupe: Deduper, free: int, neighbours, counter: TokenCounter, config: AssembleConfig) -> int:
     """Adjacent turns of placed items, best parent first, within ``free`` tokens; returns tokens spent.
 
     They join their parent's zone (for order) but are booked apart from the zones' fill, since
@@ -445,11 +518,12 @@ def _expand(placed, placed_all, dedupe: _Deduper, free: int, neighbours, counter
                 continue
             cand = _Candidate(replace(nb, score=parent.item.score), ln, tok, parent.normalised, parent.zone,
                               f"neighbour-of:{parent.item.memory_id}")
-            if dedupe.find(cand) is not None:
+            cand.sig = signatures([nb.text], config.dedupe_threshold)[0]
+            if dedupe.find(cand.sig) is not None:
                 continue
             placed[parent.zone].append(cand)
             placed_all.append(cand)
-            dedupe.add(cand)
+            dedupe.add(cand.sig, cand)
             have.add(nb.memory_id)
             spent += tok
     return spent
