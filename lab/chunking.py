@@ -32,6 +32,7 @@ def chunk_text(
     *,
     title: str = "",
     tags: list[str] | None = None,
+    context: str = "",
 ) -> list[Chunk]:
     """Split ``content`` into windows of ``config.size`` tokens overlapping by ``config.overlap``.
 
@@ -41,6 +42,8 @@ def chunk_text(
     and sliced from the original string, so no character is altered.
     """
     head = header(title, tags or []) if config.prepend_title_tags else ""
+    if context:  # index-time context (earlier turns, date): indexed with every chunk, never returned
+        head = f"{context}\n{head}" if head else context
 
     def _text(body: str) -> str:
         return f"{head}\n{body}" if head else body

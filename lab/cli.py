@@ -179,10 +179,24 @@ def _eval_one(args: argparse.Namespace, dataset, pipe, config, out_root: Path):
     options = EvalOptions(ks=tuple(args.k), respect_top_k=args.respect_top_k, credit_derived=args.credit_derived,
                           budget=args.budget or None, assemble=replace(AssembleConfig(), counter=args.counter),
                           ragas=args.ragas)
+    from lab.config import to_dict
+
     result = evaluate(pipe, dataset, config, options)
-    out = out_root / f"{dataset.name}-{config.name}"
+    result.info["chunk"] = to_dict(pipe.config.chunk)  # the index-time configuration measured
+    out = out_root / f"{dataset.name}{_index_suffix(pipe.config.chunk)}-{config.name}"
     write_run(result, dataset.qrels, out)
     return result, out
+
+
+def _save_config(context_turns: int = 0, time_in_text: bool = False):
+    from lab.config import ChunkConfig, SaveConfig
+
+    return SaveConfig(chunk=ChunkConfig(context_turns=context_turns, time_in_text=time_in_text))
+
+
+def _index_suffix(chunk) -> str:
+    """Run folder suffix naming the index-time levers in use (none: no suffix)."""
+    return (f"+ctx{chunk.context_turns}" if chunk.context_turns else "") + ("+time" if chunk.time_in_text else "")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -197,7 +211,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for c in conditions:
             dataset = load_dataset(c["dataset"], args.datasets, split=c.get("split", "train"),
                                    observations=c.get("observations", False), summaries=c.get("summaries", False))
-            pipe = eval_pipeline(dataset, progress=not args.quiet)
+            pipe = eval_pipeline(dataset, _save_config(int(c.get("context_turns", 0)), bool(c.get("time_in_text", False))),
+                                 progress=not args.quiet)
             args.k = c.get("ks", args.k)
             result, _ = _eval_one(args, dataset, pipe, config_from(c["preset"], c.get("config")), out_root)
             status, notes = check(result.metrics["metrics"], c["expected"], float(c.get("tolerance", 0.005)),
@@ -211,7 +226,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
     dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
                            summaries=args.summaries)
-    pipe = eval_pipeline(dataset, progress=not args.quiet)
+    pipe = eval_pipeline(dataset, _save_config(args.context_turns, args.time_in_text), progress=not args.quiet)
     configs = [config_from(p, None) for p in args.preset] if args.preset else [config_from(None, args.config)]
     for config in configs:
         result, out = _eval_one(args, dataset, pipe, config, out_root)
@@ -356,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
     p.add_argument("--summaries", action="store_true", help="LoCoMo: add session summaries as memories")
     p.add_argument("--credit-derived", action="store_true", help="a hit on a derived fact counts for its source")
+    p.add_argument("--context-turns", type=int, default=0,
+                   help="index time: index each memory with up to N earlier turns of its episode")
+    p.add_argument("--time-in-text", action="store_true", help="index time: index each memory with its date")
     p.add_argument("--budget", type=int, default=2000, help="context metrics at this token budget (0: off)")
     p.add_argument("--counter", choices=["estimate", "exact"], default="estimate")
     p.add_argument("--ragas", action="store_true", help="also report ragas's LLM-free context metrics")

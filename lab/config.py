@@ -19,11 +19,21 @@ FAKE_MODEL = "fake-hash-256"
 
 @dataclass(frozen=True)
 class ChunkConfig:
-    """Token windows over a memory's content; title and tags are prepended to every chunk."""
+    """Token windows over a memory's content; title and tags are prepended to every chunk.
+
+    Index-time levers (each changes what is embedded and indexed, never what is returned):
+    ``context_turns`` prepends up to that many earlier memories of the same episode (metadata
+    "episode", else "session"; by time) to every chunk, so a reply like "yes, last week" is indexed
+    with the question it answers. Only earlier memories are used, so a memory saved alone later
+    is indexed exactly as it would be in a batch. ``time_in_text`` prepends the memory's date
+    ("8 May 2023"), so a query naming a month or a year can match it.
+    """
 
     size: int = 350
     overlap: int = 150
     prepend_title_tags: bool = True
+    context_turns: int = 0
+    time_in_text: bool = False
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -32,6 +42,8 @@ class ChunkConfig:
             raise ValidationError(
                 f"chunk.overlap must be >= 0 and < chunk.size ({self.size}), got {self.overlap}"
             )
+        if not 0 <= self.context_turns <= 20:
+            raise ValidationError(f"chunk.context_turns must be in 0..20, got {self.context_turns}")
 
 
 @dataclass(frozen=True)

@@ -150,12 +150,54 @@ class Pipeline:
         vectors = self.cache.embed(self.embedder, texts)
         return vectors, self.cache.misses - misses
 
+    def _index_context(self, rows: list[dict[str, Any]]) -> dict[str, str]:
+        """Per memory id, the index-time context ``ChunkConfig`` asks for: its date and/or the
+        earlier memories of its episode (from this batch and from the store), oldest first."""
+        cfg = self.config.chunk
+        if not cfg.context_turns and not cfg.time_in_text:
+            return {}
+        from lab.search.engine import episode_of
+
+        earlier: dict[tuple[str, str], list[tuple[Any, str, str]]] = {}
+        if cfg.context_turns:
+            wanted = {(r["namespace"], ep) for r in rows if (ep := episode_of(r["metadata"])) is not None}
+            batch_ids = {r["id"] for r in rows}  # an update's row replaces its stored version
+            for ns in {ns for ns, _ in wanted}:
+                stored = self.store.memories(ns).filter(pl.col("valid")).select("id", "created_at", "content", "metadata")
+                for mid, created, content, meta in stored.iter_rows():
+                    ep = episode_of(meta)
+                    if (ns, ep) in wanted and mid not in batch_ids:
+                        earlier.setdefault((ns, ep), []).append((created, mid, content))
+            for r in rows:
+                ep = episode_of(r["metadata"])
+                if (r["namespace"], ep) in wanted:
+                    earlier.setdefault((r["namespace"], ep), []).append((r["created_at"], r["id"], r["content"]))
+            for turns in earlier.values():
+                turns.sort(key=lambda t: (t[0], t[1]))
+        position = {(key, t[1]): i for key, turns in earlier.items() for i, t in enumerate(turns)}
+        out = {}
+        for r in rows:
+            parts = []
+            if cfg.time_in_text:
+                when = r["created_at"]
+                parts.append(f"{when.day} {when:%B %Y}")
+            ep = episode_of(r["metadata"]) if cfg.context_turns else None
+            if ep is not None:
+                turns = earlier[(r["namespace"], ep)]
+                at = position[((r["namespace"], ep), r["id"])]
+                parts.extend(t[2] for t in turns[max(0, at - cfg.context_turns):at])
+            if parts:
+                out[r["id"]] = "\n".join(parts)
+        return out
+
     def _chunk_rows(self, rows: list[dict[str, Any]]) -> tuple[pa.Table, int]:
         records: list[dict[str, Any]] = []
         texts: list[str] = []
+        context = self._index_context(rows)
         for row in rows:
             for chunk in chunk_text(
-                row["content"], self.embedder.tokenizer, self.config.chunk, title=row["title"], tags=row["tags"]
+                row["content"], self.embedder.tokenizer, self.config.chunk, title=row["title"], tags=row["tags"],
+                context=context.get(row["id"], ""),
             ):
                 records.append({
                     "chunk_id": f"{row['id']}#{row['index_hash'][:12]}#{chunk.ordinal}",

@@ -77,3 +77,54 @@ def test_real_tokenizer_windows(real_embedder, n):
     chunks = chunk_text(content, real_embedder.tokenizer, ChunkConfig())
     expected = 1 if n <= 350 else 1 + -(-(n - 350) // 200)
     assert len(chunks) == expected
+
+
+# ------------------------------------------------------------------ index-time context
+def _episode(pipe_, ids, start=0):
+    from datetime import datetime, timedelta, timezone
+
+    t0 = datetime(2023, 5, 8, 13, 0, tzinfo=timezone.utc)
+    texts = {"t1": "Did you go to the pottery class?", "t2": "Yes, I loved it.", "t3": "Great to hear.",
+             "t4": "Next week again."}
+    return [{"id": i, "content": texts[i], "created_at": (t0 + timedelta(minutes=n)).isoformat(),
+             "metadata": {"episode": "s1"}} for n, i in enumerate(ids, start=start)]
+
+
+def _indexed(p, memory_id):
+    import polars as pl
+
+    return p.store.chunks("ns").filter(pl.col("memory_id") == memory_id)["text"].to_list()
+
+
+def test_context_turns_index_earlier_turns_of_the_episode_but_return_the_memory(tmp_path):
+    from lab.config import ChunkConfig, SaveConfig
+    from lab.config import SearchConfig
+    from lab.embed.fake import FakeEmbedder
+    from lab.pipeline import Pipeline
+
+    cfg = SaveConfig(chunk=ChunkConfig(context_turns=1, time_in_text=True))
+    with Pipeline.open(tmp_path / "a", cfg, embedder=FakeEmbedder(), create=True) as p:
+        p.save_many(_episode(p, ["t1", "t2", "t3"]), namespace="ns", progress=False)
+        assert _indexed(p, "t2") == ["8 May 2023\nDid you go to the pottery class?\nYes, I loved it."]
+        assert _indexed(p, "t1") == ["8 May 2023\nDid you go to the pottery class?"]
+        # a word only in t1 now also finds t2 (its reply), and the result is t2's own content
+        res = p.search("pottery", "ns", 5, config=SearchConfig(signals=("lexical",)))
+        hits = {r.memory_id: r.content for r in res}
+        assert hits["t2"] == "Yes, I loved it."
+        # saved alone later, a turn gets the same context as in a batch (earlier turns come from the store)
+        p.save_many(_episode(p, ["t4"], start=3), namespace="ns", progress=False)
+        assert _indexed(p, "t4") == ["8 May 2023\nGreat to hear.\nNext week again."]
+        # an update re-indexes with its context, once
+        p.update("t2", content="Yes, I loved it a lot.")
+        assert _indexed(p, "t2") == ["8 May 2023\nDid you go to the pottery class?\nYes, I loved it a lot."]
+    with Pipeline.open(tmp_path / "b", embedder=FakeEmbedder(), create=True) as p:  # off by default
+        p.save_many(_episode(p, ["t1", "t2"]), namespace="ns", progress=False)
+        assert _indexed(p, "t2") == ["Yes, I loved it."]
+
+
+def test_context_turns_is_validated():
+    from lab.config import ChunkConfig
+    from lab.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="context_turns"):
+        ChunkConfig(context_turns=-1)
