@@ -8,22 +8,34 @@ import polars as pl
 from lab.eval.dataset import EvalDataset
 
 
-def signal_health(cands: pl.DataFrame, run: pl.DataFrame, dataset: EvalDataset, k: int = 10) -> dict[str, Any]:
-    """Per signal: share of questions where it returned anything, and where it ranked a gold item
-    in its top ``k``. Rescue rates: share of questions where a gold item in the fused top ``k``
-    came only from BM25 (not in the vector list at all), or only from the vector list. Stale rate:
-    mean share of superseded memories in the fused top ``k``; with a dataset's stale lists,
-    also the share of those questions where a stale memory outranks every gold one."""
+def list_health(cands: pl.DataFrame, dataset: EvalDataset, k: int = 10) -> dict[str, Any]:
+    """Per signal: share of questions where it returned anything, and where its top ``k`` held a gold item."""
     n = dataset.questions.height
-    if n == 0:
-        return {}
     lists = cands.filter(~pl.col("signal").str.starts_with("_"))
     gold = dataset.qrels.select("qid", "memory_id")
     per_signal: dict[str, Any] = {}
     for (signal,), rows in sorted(lists.group_by("signal"), key=lambda kv: kv[0][0]):
         answered = rows["qid"].n_unique()
         hit = rows.filter(pl.col("rank") <= k).join(gold, on=["qid", "memory_id"])["qid"].n_unique()
-        per_signal[signal] = {"returned_any": round(answered / n, 4), f"gold_in_top{k}": round(hit / n, 4)}
+        per_signal[signal] = {"returned_any": round(answered / max(n, 1), 4), f"gold_in_top{k}": round(hit / max(n, 1), 4)}
+    return per_signal
+
+
+def signal_health(cands: pl.DataFrame, run: pl.DataFrame, dataset: EvalDataset, k: int = 10,
+                  per_signal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per signal: share of questions where it returned anything, and where it ranked a gold item
+    in its top ``k``. Rescue rates: share of questions where a gold item in the fused top ``k``
+    came only from BM25 (not in the vector list at all), or only from the vector list. Stale rate:
+    mean share of superseded memories in the fused top ``k``; with a dataset's stale lists,
+    also the share of those questions where a stale memory outranks every gold one.
+    ``per_signal`` is ``list_health``'s result when the caller kept it (it depends on the lists only)."""
+    n = dataset.questions.height
+    if n == 0:
+        return {}
+    lists = cands.filter(~pl.col("signal").str.starts_with("_"))
+    gold = dataset.qrels.select("qid", "memory_id")
+    if per_signal is None:
+        per_signal = list_health(cands, dataset, k)
     top = run.filter(pl.col("rank") <= k).select("qid", "memory_id")
     found = top.join(gold, on=["qid", "memory_id"])
     in_list = lists.select("qid", "memory_id", "signal")  # one row per list entry already

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,11 @@ def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: 
                   questions.select("qid", "namespace", "question").rows(), pipe.embedder.model_id)
     path = root / "candidates" / f"{dataset.name}-{key}.parquet"
     info: dict[str, Any] = {"cache": str(path), "hit": path.is_file()}
+    if str(path) in _loaded:
+        _loaded.move_to_end(str(path))
+        return _loaded[str(path)][0], info
     if path.is_file():
-        return pl.read_parquet(path), info
+        return _remember(str(path), pl.read_parquet(path)), info
     started = time.perf_counter()
     run_config = replace(config, depth=cconf["depth"])
     texts = questions["question"].to_list()
@@ -112,7 +116,36 @@ def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: 
     if pipe.cache is not None:
         pipe.cache.flush()
     info["seconds"] = round(time.perf_counter() - started, 2)
-    return table, info
+    return _remember(str(path), table), info
+
+
+# Candidate tables read (or built) in this process, with their fusion-ready encoding, by cache
+# path: presets that share candidate-time settings share one table, so evaluating several in a
+# row (``lab eval --preset a b c``, a sweep) reads and encodes it once. The path names the store
+# version and the candidate config, so an entry can never be stale.
+_loaded: "OrderedDict[str, list[Any]]" = OrderedDict()
+_LOADED_MAX = 4
+
+
+def _remember(path: str, table: pl.DataFrame) -> pl.DataFrame:
+    _loaded[path] = [table, None, None]  # table, prepared, per-signal health
+    while len(_loaded) > _LOADED_MAX:
+        _loaded.popitem(last=False)
+    return table
+
+
+def _memo_entry(cands: pl.DataFrame) -> list[Any]:
+    for entry in _loaded.values():
+        if entry[0] is cands:
+            return entry
+    return [cands, None, None]  # not a remembered table: computed, not kept
+
+
+def _prepared_for(cands: pl.DataFrame) -> PreparedCandidates:
+    entry = _memo_entry(cands)
+    if entry[1] is None:
+        entry[1] = prepare(cands)
+    return entry[1]
 
 
 @dataclass
@@ -171,13 +204,13 @@ def evaluate(pipe, dataset: EvalDataset, config: SearchConfig, options: EvalOpti
              cands: pl.DataFrame | None = None, prepared: PreparedCandidates | None = None) -> EvalResult:
     """Fuse cached candidates under ``config`` and score them against the dataset's gold."""
     from lab.eval import metrics as M
-    from lab.eval.health import signal_health
+    from lab.eval.health import list_health, signal_health
 
     options = options or EvalOptions()
     info: dict[str, Any] = {}
     if cands is None:
         cands, info = candidate_table(pipe, dataset, config, depth=max(options.ks))
-    prepared = prepared or prepare(cands)
+    prepared = prepared or _prepared_for(cands)
     started = time.perf_counter()
     run = fused_run(prepared, config, options, dataset)
     per_query = M.retrieval_metrics(run, dataset.qrels, ks=options.ks)
@@ -188,7 +221,10 @@ def evaluate(pipe, dataset: EvalDataset, config: SearchConfig, options: EvalOpti
     cis = bootstrap_cis(per_query.select(metric_cols).to_numpy())
     cis = dict(zip(metric_cols, cis))
     cats = M.by_category(per_query.select("qid", *metric_cols), per_query.select("qid", "category"))
-    health = signal_health(cands, run, dataset)
+    entry = _memo_entry(cands)
+    if entry[2] is None:
+        entry[2] = list_health(cands, dataset)  # depends on the candidate lists only
+    health = signal_health(cands, run, dataset, per_signal=entry[2])
     out: dict[str, Any] = {
         "dataset": dataset.name, "config": config.name, "questions": per_query.height,
         "metrics": means, "ci95": {c: [round(lo, 4), round(hi, 4)] for c, (_, lo, hi) in cis.items()},
