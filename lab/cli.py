@@ -188,15 +188,21 @@ def _eval_one(args: argparse.Namespace, dataset, pipe, config, out_root: Path):
     return result, out
 
 
-def _save_config(context_turns: int = 0, time_in_text: bool = False):
+def _save_config(context_turns: int | None = None, time_in_text: bool = False):
     from lab.config import ChunkConfig, SaveConfig
 
-    return SaveConfig(chunk=ChunkConfig(context_turns=context_turns, time_in_text=time_in_text))
+    default = ChunkConfig()
+    turns = default.context_turns if context_turns is None else context_turns
+    return SaveConfig(chunk=ChunkConfig(context_turns=turns, time_in_text=time_in_text or default.time_in_text))
 
 
 def _index_suffix(chunk) -> str:
-    """Run folder suffix naming the index-time levers in use (none: no suffix)."""
-    return (f"+ctx{chunk.context_turns}" if chunk.context_turns else "") + ("+time" if chunk.time_in_text else "")
+    """Run folder suffix naming the index-time levers that differ from the default (none: no suffix)."""
+    from lab.config import ChunkConfig
+
+    default = ChunkConfig()
+    return ((f"+ctx{chunk.context_turns}" if chunk.context_turns != default.context_turns else "")
+            + ("+time" if chunk.time_in_text != default.time_in_text else ""))
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -211,7 +217,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for c in conditions:
             dataset = load_dataset(c["dataset"], args.datasets, split=c.get("split", "train"),
                                    observations=c.get("observations", False), summaries=c.get("summaries", False))
-            pipe = eval_pipeline(dataset, _save_config(int(c.get("context_turns", 0)), bool(c.get("time_in_text", False))),
+            turns = c.get("context_turns")
+            pipe = eval_pipeline(dataset, _save_config(None if turns is None else int(turns), bool(c.get("time_in_text", False))),
                                  progress=not args.quiet)
             args.k = c.get("ks", args.k)
             result, _ = _eval_one(args, dataset, pipe, config_from(c["preset"], c.get("config")), out_root)
@@ -371,8 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
     p.add_argument("--summaries", action="store_true", help="LoCoMo: add session summaries as memories")
     p.add_argument("--credit-derived", action="store_true", help="a hit on a derived fact counts for its source")
-    p.add_argument("--context-turns", type=int, default=0,
-                   help="index time: index each memory with up to N earlier turns of its episode")
+    p.add_argument("--context-turns", type=int, default=None,
+                   help="index time: index each memory with up to N earlier turns of its episode (default 2; 0: off)")
     p.add_argument("--time-in-text", action="store_true", help="index time: index each memory with its date")
     p.add_argument("--budget", type=int, default=2000, help="context metrics at this token budget (0: off)")
     p.add_argument("--counter", choices=["estimate", "exact"], default="estimate")

@@ -27,12 +27,15 @@ class ChunkConfig:
     with the question it answers. Only earlier memories are used, so a memory saved alone later
     is indexed exactly as it would be in a batch. ``time_in_text`` prepends the memory's date
     ("8 May 2023"), so a query naming a month or a year can match it.
+
+    ``context_turns`` defaults to 2: on LoCoMo dev it lifts recall@10 of every preset by 6 to 13
+    points (``lab`` 0.649 -> 0.738), and it changes nothing for memories without an episode.
     """
 
     size: int = 350
     overlap: int = 150
     prepend_title_tags: bool = True
-    context_turns: int = 0
+    context_turns: int = 2
     time_in_text: bool = False
 
     def __post_init__(self) -> None:

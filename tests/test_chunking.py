@@ -117,7 +117,13 @@ def test_context_turns_index_earlier_turns_of_the_episode_but_return_the_memory(
         # an update re-indexes with its context, once
         p.update("t2", content="Yes, I loved it a lot.")
         assert _indexed(p, "t2") == ["8 May 2023\nDid you go to the pottery class?\nYes, I loved it a lot."]
-    with Pipeline.open(tmp_path / "b", embedder=FakeEmbedder(), create=True) as p:  # off by default
+    with Pipeline.open(tmp_path / "b", embedder=FakeEmbedder(), create=True) as p:  # default: 2 turns, no date
+        p.save_many(_episode(p, ["t1", "t2", "t3", "t4"]), namespace="ns", progress=False)
+        assert _indexed(p, "t4") == ["Yes, I loved it.\nGreat to hear.\nNext week again."]
+        p.save_many([{"id": "solo", "content": "No episode here."}], namespace="ns", progress=False)
+        assert _indexed(p, "solo") == ["No episode here."]
+    off = SaveConfig(chunk=ChunkConfig(context_turns=0))
+    with Pipeline.open(tmp_path / "c", off, embedder=FakeEmbedder(), create=True) as p:
         p.save_many(_episode(p, ["t1", "t2"]), namespace="ns", progress=False)
         assert _indexed(p, "t2") == ["Yes, I loved it."]
 

@@ -16,7 +16,7 @@ def test_save_config_round_trips_through_dict_json_and_yaml():
 
 
 def test_unknown_key_is_named_with_the_allowed_ones():
-    with pytest.raises(ValidationError, match=r"chunk: unknown key\(s\) \['sise'\]; allowed: \['overlap'"):
+    with pytest.raises(ValidationError, match=r"chunk: unknown key\(s\) \['sise'\]; allowed: \['context_turns', 'overlap'"):
         from_dict(SaveConfig, {"chunk": {"sise": 3}})
 
 

@@ -13,6 +13,7 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,20 @@ def candidate_config(config: SearchConfig, depth: int) -> dict[str, Any]:
     return d
 
 
+@lru_cache(maxsize=1)
+def _search_code() -> str:
+    """A digest of the code that produces candidate lists (search and index packages): a cached
+    table made by other code is never reused, so a change to a signal cannot hide behind the cache."""
+    import lab
+
+    base = Path(lab.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted([*base.joinpath("search").rglob("*.py"), *base.joinpath("index").rglob("*.py")]):
+        h.update(f.relative_to(base).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: int = 0,
                     root: Path | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Every question's candidate lists, from the cache when this (store, config) was seen before.
@@ -89,8 +104,8 @@ def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: 
         config = replace(config, reference_time=dataset.reference_time)
     cconf = candidate_config(config, depth)
     questions = dataset.questions.sort("qid")
-    key = _digest(str(pipe.store.version()), str(pipe.store.root), cconf,
-                  questions.select("qid", "namespace", "question").rows(), pipe.embedder.model_id)
+    key = _digest(str(pipe.store.version()), str(Path(pipe.store.root).resolve()), cconf,
+                  questions.select("qid", "namespace", "question").rows(), pipe.embedder.model_id, _search_code())
     path = root / "candidates" / f"{dataset.name}-{key}.parquet"
     info: dict[str, Any] = {"cache": str(path), "hit": path.is_file()}
     if str(path) in _loaded:
