@@ -5,7 +5,9 @@
 Candidates are 500 real LoCoMo turns (two conversations) with scores decaying by rank, a few
 working memories and a pinned one, as the fused results of a search would be. Target: under
 2 ms per assembly with the estimator. "warm" re-assembles the same candidates (a sweep or a
-slider: per-text word counts and trigram sets are memoised); "cold" empties those memos first. Results go to stdout and benchmarks/results/assemble.json.
+slider: trigram signatures, and exact token counts, are memoised per text); "cold" empties those
+memos first, as for a new query's candidates. Results go to stdout and
+benchmarks/results/assemble.json.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from _common import DATASETS, Timer, percentiles, report  # noqa: E402
 
 from lab.assemble import AssembleConfig, EstimateCounter, ExactCounter, Item, assemble
 from lab.assemble.dedupe import clear_memo  # noqa: E402
-from lab.assemble.tokens import _n_words  # noqa: E402
 from lab.eval.locomo import load_conversations  # noqa: E402
 
 
@@ -45,9 +46,8 @@ def main() -> None:
             with Timer() as t:
                 assemble(items, config, counter=counter, reference_time=reference)
             warm.append(t.seconds)
-            # cold: the per-text memos (word counts, trigram signatures) emptied, as for a new query
+            # cold: the per-text memos (trigram signatures, exact counts) emptied, as for a new query
             clear_memo()
-            _n_words.cache_clear()
             getattr(counter, "_memo", {}).clear()
             with Timer() as t:
                 assemble(items, config, counter=counter, reference_time=reference)
@@ -58,7 +58,6 @@ def main() -> None:
         }
         # throughput on every LoCoMo turn, memos emptied first: cold counting, no repeats
         texts = all_texts
-        _n_words.cache_clear()
         getattr(counter, "_memo", {}).clear()
         with Timer() as t:
             counter.count_many(texts)

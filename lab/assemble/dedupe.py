@@ -37,10 +37,11 @@ _MAX_BATCH = (1 << (64 - _BITS)) - 1  # texts per batch: the text index lives in
 class Signature:
     """A text's shingles (sorted, distinct) and its prefix for one threshold (see ``Deduper``)."""
 
-    __slots__ = ("_pool", "_start", "_end", "prefix")
+    __slots__ = ("_pool", "_start", "_end", "prefix", "_set")
 
     def __init__(self, pool: np.ndarray, start: int, end: int, prefix: tuple[int, ...]) -> None:
         self._pool, self._start, self._end, self.prefix = pool, start, end, prefix
+        self._set: frozenset | None = None
 
     @property
     def shingles(self) -> np.ndarray:
@@ -49,8 +50,13 @@ class Signature:
     def __len__(self) -> int:
         return self._end - self._start
 
+    def as_set(self) -> frozenset:
+        if self._set is None:  # built on first exact check, then kept (a Python set intersects fastest)
+            self._set = frozenset(self.shingles.tolist())
+        return self._set
+
     def jaccard(self, other: "Signature") -> float:
-        inter = np.intersect1d(self.shingles, other.shingles, assume_unique=True).size
+        inter = len(self.as_set() & other.as_set())
         return inter / (len(self) + len(other) - inter)
 
 
@@ -181,9 +187,15 @@ class Deduper:
         hits = [j for sh in sig.prefix if sh in postings for j in postings[sh]]
         if not hits:
             return None
+        n, t = len(sig), self.threshold
         for j in sorted(set(hits)):
             other, item = self.placed[j]
-            if sig.jaccard(other) >= self.threshold:
+            m = len(other)
+            # size filter: Jaccard >= t needs t * n <= m <= n / t (most prefix hits are common
+            # trigrams shared by texts of very different lengths)
+            if m < t * n - 1e-9 or m * t > n + 1e-9:
+                continue
+            if sig.jaccard(other) >= t:
                 return item
         return None
 

@@ -7,7 +7,6 @@ underestimated by the word rule alone.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -27,10 +26,10 @@ class TokenCounter(Protocol):
     def truncate(self, text: str, max_tokens: int) -> str: ...
 
 
-@lru_cache(maxsize=65536)
 def _n_words(text: str) -> int:
     """``len(text.split())``. Printable text (no whitespace but the ASCII space) with single spaces
-    and no space at either end has exactly one more word than spaces; counting them allocates nothing."""
+    and no space at either end has exactly one more word than spaces: counting them is a few C
+    scans that allocate nothing, cheaper than a memo lookup, so nothing is memoised."""
     if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
         return text.count(" ") + 1 if text else 0
     return len(text.split())
@@ -53,8 +52,7 @@ class EstimateCounter:
         return low, np.maximum(low, -(-3 * ((chars + 1) // 2) // 2))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
-        # integer ceilings inline, word counts memoised: this runs for every candidate of every
-        # assembly, and sweeps re-assemble the same candidates many times
+        # integer ceilings inline: this runs for every candidate of every assembly
         words = _n_words
         return [max(-(-len(t) // 4), -(-3 * words(t) // 2)) for t in texts]
 
