@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import polars as pl
+from pathlib import Path
+
 import pytest
 
 from lab.config import FusionConfig, SearchConfig
@@ -110,6 +112,33 @@ def test_candidate_cache_is_reused_and_fusion_changes_need_no_search(demo_eval, 
     r1 = evaluate(pipe, d, SearchConfig(name="k1", fusion=FusionConfig(k=1)), EvalOptions(ks=(1, 10)), cands=first)
     assert r60.per_query.height == r1.per_query.height == d.questions.height
     assert r60.metrics["metrics"] != r1.metrics["metrics"]
+
+
+def test_encodings_kept_beside_the_cache_give_the_same_evaluation(demo_eval):
+    """A warm evaluation reads the table's string encodings from disk; the result must be the
+    one a fresh encoding gives, and an unreadable encodings file is recomputed, not trusted."""
+    import lab.eval.runner as runner
+
+    d, pipe, root = demo_eval
+    cfg = SearchConfig(name="hyb", signals=("vector", "lexical", "entity"))
+    runner._loaded.clear()
+    cands, info = candidate_table(pipe, d, cfg, root=root)
+    codes = Path(info["cache"]).with_suffix(".codes.npz")
+    first = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=cands)
+    assert codes.is_file()
+    runner._loaded.clear()  # a new process: the table and its encodings come from disk
+    cands, _ = candidate_table(pipe, d, cfg, root=root)
+    again = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=cands)
+    assert again.metrics["metrics"] == first.metrics["metrics"] and again.run.equals(first.run)
+    codes.write_bytes(b"not an npz")
+    runner._loaded.clear()
+    cands, _ = candidate_table(pipe, d, cfg, root=root)
+    third = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=cands)
+    assert third.run.equals(first.run)
+    import numpy as np
+
+    with np.load(codes) as z:  # rewritten
+        assert len(z["qid.values"]) == d.questions.height
 
 
 def test_save_then_search_questions_find_the_saved_memory(demo_eval):

@@ -159,8 +159,32 @@ def _memo_entry(cands: pl.DataFrame) -> list[Any]:
 def _prepared_for(cands: pl.DataFrame) -> PreparedCandidates:
     entry = _memo_entry(cands)
     if entry[1] is None:
-        entry[1] = prepare(cands)
+        path = next((p for p, e in _loaded.items() if e is entry), None)
+        entry[1] = _prepare_cached(cands, Path(path).with_suffix(".codes.npz") if path else None)
     return entry[1]
+
+
+def _prepare_cached(cands: pl.DataFrame, codes_path: Path | None) -> PreparedCandidates:
+    """``prepare``, with the table's string encodings kept beside the cached table: a warm
+    evaluation then skips the million-string hashing and only does integer work."""
+    encodings = None
+    if codes_path is not None and codes_path.is_file():
+        try:
+            with np.load(codes_path, allow_pickle=False) as z:
+                encodings = {name: (pl.Series(name, z[f"{name}.values"].tolist(), dtype=pl.String),
+                                    z[f"{name}.codes"].astype(np.int64)) for name in ("qid", "memory_id", "signal")}
+        except (OSError, KeyError, ValueError):
+            encodings = None  # unreadable: recompute and rewrite
+    prepared = prepare(cands, encodings)
+    if codes_path is not None and encodings is None:
+        arrays = {}
+        for name, (values, codes) in prepared.encodings.items():
+            arrays[f"{name}.values"] = np.asarray(values.to_list(), dtype=str)
+            arrays[f"{name}.codes"] = codes.astype(np.int32 if len(values) < 2**31 else np.int64)
+        tmp = codes_path.with_name(codes_path.name + ".tmp.npz")
+        np.savez(tmp, **arrays)
+        tmp.replace(codes_path)
+    return prepared
 
 
 @dataclass
@@ -184,6 +208,15 @@ class EvalResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@lru_cache(maxsize=4)
+def _resample_counts(n: int, n_resamples: int, seed: int) -> np.ndarray:
+    """The seeded resample-count matrix, drawn once per question count: every metric and every
+    preset evaluated on the same questions share it (paired resamples, and no redrawing)."""
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64)
+    counts.flags.writeable = False
+    return counts
+
+
 def bootstrap_cis(values: np.ndarray, n_resamples: int = 1000, confidence: float = 0.95,
                   seed: int = 0) -> list[tuple[float, float, float]]:
     """Percentile bootstrap CIs of every column's mean at once: one seeded matrix of resample
@@ -191,9 +224,7 @@ def bootstrap_cis(values: np.ndarray, n_resamples: int = 1000, confidence: float
     n = values.shape[0]
     if n == 0:
         return [(0.0, 0.0, 0.0)] * values.shape[1]
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64)
-    means = counts @ values / n  # (resamples, metrics)
+    means = _resample_counts(n, n_resamples, seed) @ values / n  # (resamples, metrics)
     alpha = (1.0 - confidence) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha], axis=0)
     return [(float(values[:, j].mean()), float(lo[j]), float(hi[j])) for j in range(values.shape[1])]

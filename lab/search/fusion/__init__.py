@@ -115,6 +115,7 @@ class PreparedCandidates:
     rows: RankedLists
     features: dict[str, np.ndarray]  # per pair, defaults filled in
     intent: np.ndarray  # per query: index into INTENTS, -1 when unknown
+    encodings: dict[str, tuple[pl.Series, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
     def n_pairs(self) -> int:
@@ -122,32 +123,68 @@ class PreparedCandidates:
 
 
 def _codes(column: pl.Series) -> tuple[pl.Series, np.ndarray]:
+    """Sorted distinct values and each row's code (its value's position among them)."""
+    if column.null_count() == 0 and column.is_sorted():
+        # candidate tables are written query by query: codes are run numbers, no hashing
+        change = (column != column.shift(1)).fill_null(True).to_numpy()
+        codes = np.cumsum(change, dtype=np.int64) - 1
+        return column.filter(pl.Series(change)), codes
     uniques = column.unique().sort()
     return uniques, column.cast(pl.Enum(uniques.to_list())).to_physical().to_numpy().astype(np.int64)
 
 
-def prepare(candidates: pl.DataFrame) -> PreparedCandidates:
-    """Encode a candidate table ``(qid, memory_id, signal, rank, score)`` (with feature rows)."""
+def _dense_unique(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for keys in [0, size): a presence table instead of a
+    sort when the key space is small enough (it is for query x memory pairs of an evaluation)."""
+    if size > 64_000_000:
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return uniq, inverse.astype(np.int64)
+    present = np.zeros(size, dtype=bool)
+    present[keys] = True
+    uniq = np.flatnonzero(present)
+    index = np.empty(size, dtype=np.int64)
+    index[uniq] = np.arange(len(uniq))
+    return uniq, index[keys]
+
+
+def prepare(candidates: pl.DataFrame, encodings: dict[str, tuple[pl.Series, np.ndarray]] | None = None) -> PreparedCandidates:
+    """Encode a candidate table ``(qid, memory_id, signal, rank, score)`` (with feature rows).
+
+    ``encodings`` are the string encodings of an earlier ``prepare`` of the same table (its
+    ``encodings`` attribute), e.g. kept on disk beside a cached table: encoding a million strings
+    is most of the cost, and the rest is integer work."""
     missing = {"qid", "memory_id", "signal", "rank", "score"} - set(candidates.columns)
     if missing:
         raise ValidationError(f"candidate table lacks column(s) {sorted(missing)}")
-    is_feature = pl.col("signal").str.starts_with("_")
+    signal = candidates["signal"]
+    is_feature = signal.str.starts_with("_")  # computed once: these masks span every row
+    is_intent = signal == "_intent"
     ranked = candidates.filter(~is_feature)
-    features = candidates.filter(is_feature & (pl.col("signal") != "_intent"))
-    intents = candidates.filter(pl.col("signal") == "_intent")
-    qids, q_code = _codes(pl.concat([ranked["qid"], features["qid"], intents["qid"]]))
+    features = candidates.filter(is_feature & ~is_intent)
+    intents = candidates.filter(is_intent)
+    given = encodings or {}
+    used: dict[str, tuple[pl.Series, np.ndarray]] = {}
+
+    def encode(name: str, column) -> tuple[pl.Series, np.ndarray]:
+        n = sum(len(c) for c in column) if isinstance(column, list) else len(column)
+        got = given.get(name)
+        if got is None or len(got[1]) != n:
+            got = _codes(pl.concat(column) if isinstance(column, list) else column)
+        used[name] = got
+        return got
+
+    qids, q_code = encode("qid", [ranked["qid"], features["qid"], intents["qid"]])
     n_rank, n_feat = ranked.height, features.height
     rq, fq, iq = q_code[:n_rank], q_code[n_rank:n_rank + n_feat], q_code[n_rank + n_feat:]
-    memory_ids, m_code = _codes(pl.concat([ranked["memory_id"], features["memory_id"]]))
+    memory_ids, m_code = encode("memory_id", [ranked["memory_id"], features["memory_id"]])
     rm, fm = m_code[:n_rank], m_code[n_rank:]
-    signals, s_code = _codes(ranked["signal"])
+    signals, s_code = encode("signal", ranked["signal"])
     n_sig = max(len(signals), 1)
-    pair_key, row_pair = np.unique(rq * len(memory_ids) + rm, return_inverse=True)
-    row_pair = row_pair.astype(np.int64)
+    pair_key, row_pair = _dense_unique(rq * len(memory_ids) + rm, len(qids) * len(memory_ids))
     rank = ranked["rank"].to_numpy().astype(np.float64)
     score = ranked["score"].to_numpy().astype(np.float64)
     slot = row_pair * n_sig + s_code
-    if len(np.unique(slot)) != len(slot):
+    if len(slot) and np.bincount(slot, minlength=len(pair_key) * n_sig).max() > 1:
         # the same memory twice in one list (e.g. two chunks): keep its best rank, deterministically
         order = np.lexsort((score * -1, rank, slot))
         first = np.ones(len(order), dtype=bool)
@@ -181,7 +218,8 @@ def prepare(candidates: pl.DataFrame) -> PreparedCandidates:
     intent = np.full(len(qids), -1, dtype=np.int64)
     if intents.height:
         intent[iq] = intents["score"].to_numpy().astype(np.int64)
-    return PreparedCandidates(qids, memory_ids, tuple(signals.to_list()), pair_q, pair_m, pair_col, rows, feats, intent)
+    return PreparedCandidates(qids, memory_ids, tuple(signals.to_list()), pair_q, pair_m, pair_col, rows, feats, intent,
+                              used)
 
 
 def _row_weights(prep: PreparedCandidates, config: FusionConfig) -> np.ndarray:
