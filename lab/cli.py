@@ -183,7 +183,11 @@ def _eval_one(args: argparse.Namespace, dataset, pipe, config, out_root: Path):
 
     result = evaluate(pipe, dataset, config, options)
     result.info["chunk"] = to_dict(pipe.config.chunk)  # the index-time configuration measured
-    out = out_root / f"{dataset.name}{_index_suffix(pipe.config.chunk)}-{config.name}"
+    # the folder names what was measured beyond the defaults, so runs of other settings never overwrite it
+    extras = "".join(tag for flag, tag in ((getattr(args, "observations", False), "+obs"),
+                                           (getattr(args, "summaries", False), "+sum"),
+                                           (args.credit_derived, "+credit")) if flag)
+    out = out_root / f"{dataset.name}{_index_suffix(pipe.config.chunk)}{extras}-{config.name}"
     write_run(result, dataset.qrels, out)
     return result, out
 
@@ -221,6 +225,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             pipe = eval_pipeline(dataset, _save_config(None if turns is None else int(turns), bool(c.get("time_in_text", False))),
                                  progress=not args.quiet)
             args.k = c.get("ks", args.k)
+            args.observations, args.summaries = c.get("observations", False), c.get("summaries", False)
             result, _ = _eval_one(args, dataset, pipe, config_from(c["preset"], c.get("config")), out_root)
             status, notes = check(result.metrics["metrics"], c["expected"], float(c.get("tolerance", 0.005)),
                                   float(c.get("okish", 0.02)))

@@ -94,7 +94,8 @@ def test_eval_check_prints_a_status_per_condition_and_fails_on_fail(tmp_path: Pa
     conditions.write_text(
         "conditions:\n"
         "  - {name: easy, dataset: demo, preset: bm25, ks: [10], expected: {recall@10: 0.05}}\n"
-        "  - {name: impossible, dataset: demo, preset: bm25, ks: [10], expected: {recall@10: 1.01}}\n",
+        "  - {name: impossible, dataset: demo, preset: bm25, ks: [10], expected: {recall@10: 1.01}}\n"
+        "  - {name: plain, dataset: demo, preset: bm25, context_turns: 0, ks: [10], expected: {recall@10: 0.05}}\n",
         encoding="utf-8")
     proc = subprocess.run([*LAB, "eval", "--check", str(conditions), "--out", str(tmp_path / "runs"), "--quiet",
                            "--budget", "0"], capture_output=True, text=True, timeout=600,
@@ -102,4 +103,11 @@ def test_eval_check_prints_a_status_per_condition_and_fails_on_fail(tmp_path: Pa
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stderr
     assert lines[0].startswith("OK     easy: recall@10") and lines[1].startswith("FAIL   impossible")
+    assert lines[2].startswith("OK     plain: recall@10")
     assert (tmp_path / "runs" / "demo-bm25" / "report.md").is_file()
+    # a condition on another index gets its own store and its own run folder, named by the lever
+    assert (tmp_path / "runs" / "demo+ctx0-bm25" / "report.md").is_file()
+    import json
+
+    chunk = json.loads((tmp_path / "runs" / "demo+ctx0-bm25" / "metrics.json").read_text())["info"]["chunk"]
+    assert chunk["context_turns"] == 0
