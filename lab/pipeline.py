@@ -103,7 +103,10 @@ class Pipeline:
             raise NotFoundError(f"no lab store at {path} (run `lab init {path}` first)")
         if exists:
             store = Store.open(path, pin=pin)
-            stored = from_dict(SaveConfig, store.info.save_config)
+            recorded = dict(store.info.save_config)
+            # stores made before context_turns existed were indexed without context: keep them so
+            recorded["chunk"] = {"context_turns": 0, **recorded.get("chunk", {})}
+            stored = from_dict(SaveConfig, recorded)
             config = config or stored
             for part in ("chunk", "embed"):
                 if to_dict(getattr(config, part)) != to_dict(getattr(stored, part)):

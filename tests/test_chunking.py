@@ -134,3 +134,21 @@ def test_context_turns_is_validated():
 
     with pytest.raises(ValidationError, match="context_turns"):
         ChunkConfig(context_turns=-1)
+
+
+def test_a_store_recorded_before_context_turns_existed_keeps_indexing_without_context(tmp_path):
+    import json
+
+    from lab.embed.fake import FakeEmbedder
+    from lab.pipeline import Pipeline
+
+    with Pipeline.open(tmp_path / "old", embedder=FakeEmbedder(), create=True):
+        pass
+    meta = tmp_path / "old" / "lab-store.json"
+    info = json.loads(meta.read_text())
+    del info["save_config"]["chunk"]["context_turns"]  # as written by earlier versions
+    meta.write_text(json.dumps(info))
+    with Pipeline.open(tmp_path / "old", embedder=FakeEmbedder()) as p:
+        assert p.config.chunk.context_turns == 0
+        p.save_many(_episode(p, ["t1", "t2"]), namespace="ns", progress=False)
+        assert _indexed(p, "t2") == ["Yes, I loved it."]
