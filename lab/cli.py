@@ -195,9 +195,8 @@ def _eval_one(args: argparse.Namespace, dataset, pipe, config, out_root: Path):
 def _save_config(context_turns: int | None = None, time_in_text: bool = False):
     from lab.config import ChunkConfig, SaveConfig
 
-    default = ChunkConfig()
-    turns = default.context_turns if context_turns is None else context_turns
-    return SaveConfig(chunk=ChunkConfig(context_turns=turns, time_in_text=time_in_text or default.time_in_text))
+    turns = ChunkConfig().context_turns if context_turns is None else context_turns
+    return SaveConfig(chunk=ChunkConfig(context_turns=turns, time_in_text=time_in_text))
 
 
 def _index_suffix(chunk) -> str:

@@ -159,36 +159,37 @@ class Pipeline:
         cfg = self.config.chunk
         if not cfg.context_turns and not cfg.time_in_text:
             return {}
-        from lab.search.engine import episode_of
+        from lab.search.engine import episode_key, episode_of
 
-        earlier: dict[tuple[str, str], list[tuple[Any, str, str]]] = {}
-        if cfg.context_turns:
-            wanted = {(r["namespace"], ep) for r in rows if (ep := episode_of(r["metadata"])) is not None}
-            batch_ids = {r["id"] for r in rows}  # an update's row replaces its stored version
-            for ns in {ns for ns, _ in wanted}:
-                stored = self.store.memories(ns).filter(pl.col("valid")).select("id", "created_at", "content", "metadata")
-                for mid, created, content, meta in stored.iter_rows():
-                    ep = episode_of(meta)
-                    if (ns, ep) in wanted and mid not in batch_ids:
-                        earlier.setdefault((ns, ep), []).append((created, mid, content))
-            for r in rows:
-                ep = episode_of(r["metadata"])
-                if (r["namespace"], ep) in wanted:
-                    earlier.setdefault((r["namespace"], ep), []).append((r["created_at"], r["id"], r["content"]))
-            for turns in earlier.values():
-                turns.sort(key=lambda t: (t[0], t[1]))
-        position = {(key, t[1]): i for key, turns in earlier.items() for i, t in enumerate(turns)}
+        episode = {r["id"]: episode_of(r["metadata"]) if cfg.context_turns else None for r in rows}
+        wanted: dict[str, set[str]] = {}  # namespace -> episodes of this batch
+        for r in rows:
+            if episode[r["id"]] is not None:
+                wanted.setdefault(r["namespace"], set()).add(episode[r["id"]])
+        turns: dict[tuple[str, str], list[tuple[Any, str, str]]] = {}  # (namespace, episode) -> (time, id, text)
+        for ns, episodes in wanted.items():
+            stored = (
+                self.store.memories(ns)
+                .filter(pl.col("valid") & ~pl.col("id").is_in(list(episode)))  # an update's row replaces its stored version
+                .with_columns(episode_key().alias("_episode"))
+                .filter(pl.col("_episode").is_in(list(episodes)))
+            )
+            for ep, created, mid, content in stored.select("_episode", "created_at", "id", "content").iter_rows():
+                turns.setdefault((ns, ep), []).append((created, mid, content))
+        for r in rows:
+            if episode[r["id"]] is not None:
+                turns.setdefault((r["namespace"], episode[r["id"]]), []).append((r["created_at"], r["id"], r["content"]))
+        position = {}
+        for group in turns.values():
+            group.sort(key=lambda t: (t[0], t[1]))
+            position.update((t[1], i) for i, t in enumerate(group))
         out = {}
         for r in rows:
-            parts = []
-            if cfg.time_in_text:
-                when = r["created_at"]
-                parts.append(f"{when.day} {when:%B %Y}")
-            ep = episode_of(r["metadata"]) if cfg.context_turns else None
-            if ep is not None:
-                turns = earlier[(r["namespace"], ep)]
-                at = position[((r["namespace"], ep), r["id"])]
-                parts.extend(t[2] for t in turns[max(0, at - cfg.context_turns):at])
+            parts = [f"{r['created_at'].day} {r['created_at']:%B %Y}"] if cfg.time_in_text else []
+            if episode[r["id"]] is not None:
+                at = position[r["id"]]
+                group = turns[(r["namespace"], episode[r["id"]])]
+                parts.extend(t[2] for t in group[max(0, at - cfg.context_turns):at])
             if parts:
                 out[r["id"]] = "\n".join(parts)
         return out

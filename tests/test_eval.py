@@ -177,3 +177,22 @@ def test_regression_check_statuses():
     assert check({"recall@10": 0.69}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "OKISH"
     assert check({"recall@10": 0.60}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "FAIL"
     assert check({}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "FAIL"
+
+
+def test_contextual_indexing_lifts_lexical_recall_on_locomo(tmp_path):
+    """On the real LoCoMo dev set, indexing each turn with the two turns before it finds more
+    gold turns by BM25 alone than the plain index (0.58 -> 0.72 with the real model's stores)."""
+    from lab.config import ChunkConfig, SaveConfig
+
+    d = load_locomo(require_dataset("locomo/locomo10-dev.json"))
+    bm25 = SearchConfig(name="bm25", signals=("lexical",))
+    recall = {}
+    for turns in (0, 2):
+        cfg = SaveConfig(chunk=ChunkConfig(context_turns=turns))
+        pipe = eval_pipeline(d, cfg, embedder=FakeEmbedder(), root=tmp_path / f"ctx{turns}", progress=False)
+        try:
+            recall[turns] = evaluate(pipe, d, bm25, EvalOptions(ks=(10,))).metrics["metrics"]["recall@10"]
+        finally:
+            pipe.close()
+    assert recall[0] > 0.5  # BM25 does not depend on the embedder: the plain figure is the real one
+    assert recall[2] > recall[0] + 0.08, recall

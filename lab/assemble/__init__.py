@@ -198,7 +198,6 @@ class _Candidate:
     sig: Signature | None = None
 
 
-_ZONE_CODE = {z: i for i, z in enumerate(ZONES)}
 _NUMBER = (int, float, np.floating, np.integer)
 
 

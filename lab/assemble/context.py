@@ -9,7 +9,7 @@ from lab.assemble import Context, Item, assemble, item_from_result, make_counter
 from lab.config import AssembleConfig, SearchConfig
 from lab.errors import ValidationError
 from lab.search.candidates import reference_time, view
-from lab.search.engine import search
+from lab.search.engine import episode_key, search
 
 if TYPE_CHECKING:
     from lab.pipeline import Pipeline
@@ -20,10 +20,8 @@ def episode_neighbours(pipe: "Pipeline", namespace: str, items: list[Item], wind
     episodes = {i.episode for i in items if i.episode}
     if not episodes or window <= 0:
         return {}
-    mem = pipe.store.memories(namespace).with_columns(
-        pl.coalesce(pl.col("metadata").str.json_path_match("$.episode"),
-                    pl.col("metadata").str.json_path_match("$.session")).alias("_episode")
-    ).filter(pl.col("_episode").is_in(list(episodes)) & pl.col("valid"))
+    mem = pipe.store.memories(namespace).with_columns(episode_key().alias("_episode")).filter(
+        pl.col("_episode").is_in(list(episodes)) & pl.col("valid"))
     out: dict[str, list[Item]] = {}
     by_episode = {
         ep: group.sort("created_at", "id") for (ep,), group in mem.group_by("_episode", maintain_order=True)

@@ -114,15 +114,13 @@ def shingle_set(text: str) -> set[int]:
 
 def _batch(texts: list[str], threshold: float) -> list[Signature]:
     n_texts = len(texts)
+    if any("\x00" in t for t in texts):  # NUL separates the texts here; inside one it is a word break
+        texts = [t.replace("\x00", " ") for t in texts]
     joined = "\x00".join(texts).lower()
     if not joined.isascii():
         # Unicode text: its words by the regex, re-joined by spaces (they hold no ASCII punctuation,
         # so the byte translation leaves them whole)
         joined = "\x00".join(t if t.isascii() else " ".join(_WORDS.findall(t)) for t in joined.split("\x00"))
-    if joined.count("\x00") != n_texts - 1:  # a text holds NUL itself: a word break like any other
-        joined = "\x00".join(t.replace("\x00", " ") for t in texts).lower()
-        if not joined.isascii():
-            joined = "\x00".join(t if t.isascii() else " ".join(_WORDS.findall(t)) for t in joined.split("\x00"))
     b = np.frombuffer(joined.encode().translate(_FOLD), dtype=np.uint8)
     n = b.size
     is_word = b > 32

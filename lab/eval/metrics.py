@@ -79,25 +79,25 @@ def metric_columns(ks: Sequence[int] = DEFAULT_KS, metrics: Sequence[str] = METR
     return cols
 
 
+def _id_table(frame: pl.DataFrame, name: str, int_column: str) -> pl.DataFrame:
+    """(qid, memory_id, ``int_column``), checked: columns present, no nulls, an integer column, ids as strings."""
+    _require_columns(frame, name, ("qid", "memory_id", int_column))
+    out = frame.select("qid", "memory_id", int_column)
+    _require_no_nulls(out, name)
+    if not out.schema[int_column].is_integer():
+        raise ValidationError(f"{name}.{int_column} must be integer, got dtype {out.schema[int_column]}")
+    return out.with_columns(pl.col("qid").cast(pl.String), pl.col("memory_id").cast(pl.String))
+
+
 def _prepare_qrels(qrels: pl.DataFrame) -> pl.DataFrame:
-    _require_columns(qrels, "qrels", ("qid", "memory_id", "relevance"))
-    q = qrels.select("qid", "memory_id", "relevance")
-    _require_no_nulls(q, "qrels")
-    if not q.schema["relevance"].is_integer():
-        raise ValidationError(f"qrels.relevance must be integer, got dtype {q.schema['relevance']}")
-    q = q.with_columns(pl.col("qid").cast(pl.String), pl.col("memory_id").cast(pl.String))
+    q = _id_table(qrels, "qrels", "relevance")
     _require_unique(q, "qrels", ["qid", "memory_id"])
     # Judgements below 1 (judged non-relevant) neither count as hits nor add to the ideal DCG.
     return q.filter(pl.col("relevance") >= 1).with_columns(pl.col("relevance").cast(pl.Float64))
 
 
 def _prepare_run(run: pl.DataFrame) -> pl.DataFrame:
-    _require_columns(run, "run", ("qid", "memory_id", "rank"))
-    r = run.select("qid", "memory_id", "rank")
-    _require_no_nulls(r, "run")
-    if not r.schema["rank"].is_integer():
-        raise ValidationError(f"run.rank must be integer, got dtype {r.schema['rank']}")
-    r = r.with_columns(pl.col("qid").cast(pl.String), pl.col("memory_id").cast(pl.String))
+    r = _id_table(run, "run", "rank")
     if r.height and r["rank"].min() < 1:
         bad = r.filter(pl.col("rank") < 1).sort("qid", "rank", "memory_id").row(0, named=True)
         raise ValidationError(

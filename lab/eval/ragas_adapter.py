@@ -98,27 +98,20 @@ def ragas_metrics(rows: list[dict]) -> pl.DataFrame:
         id_recall, id_precision = IDBasedContextRecall(), IDBasedContextPrecision()
         text_recall, text_precision = NonLLMContextRecall(), NonLLMContextPrecisionWithReference()
 
+        async def pair(recall, precision, prefix: str, retrieved: list[str], sample: dict[str, list[str]]) -> dict[str, float]:
+            if not retrieved:  # nothing retrieved scores 0 (ragas would divide by zero)
+                return {f"{prefix}_recall": 0.0, f"{prefix}_precision": 0.0}
+            s = SingleTurnSample(**sample)
+            return {f"{prefix}_recall": float(await recall.single_turn_ascore(s)),
+                    f"{prefix}_precision": float(await precision.single_turn_ascore(s))}
+
         async def score(item: dict[str, Any]) -> dict[str, Any]:
             out: dict[str, Any] = {"qid": item["qid"]}
-            if item["retrieved_ids"]:
-                s = SingleTurnSample(
-                    retrieved_context_ids=item["retrieved_ids"],
-                    reference_context_ids=item["reference_ids"],
-                )
-                out["ragas_id_recall"] = float(await id_recall.single_turn_ascore(s))
-                out["ragas_id_precision"] = float(await id_precision.single_turn_ascore(s))
-            else:
-                out["ragas_id_recall"] = out["ragas_id_precision"] = 0.0
+            ids = {"retrieved_context_ids": item["retrieved_ids"], "reference_context_ids": item["reference_ids"]}
+            out.update(await pair(id_recall, id_precision, "ragas_id", item["retrieved_ids"], ids))
             if texts:
-                if item["retrieved_texts"]:
-                    s = SingleTurnSample(
-                        retrieved_contexts=item["retrieved_texts"],
-                        reference_contexts=item["reference_texts"],
-                    )
-                    out["ragas_text_recall"] = float(await text_recall.single_turn_ascore(s))
-                    out["ragas_text_precision"] = float(await text_precision.single_turn_ascore(s))
-                else:
-                    out["ragas_text_recall"] = out["ragas_text_precision"] = 0.0
+                text = {"retrieved_contexts": item["retrieved_texts"], "reference_contexts": item["reference_texts"]}
+                out.update(await pair(text_recall, text_precision, "ragas_text", item["retrieved_texts"], text))
             return out
 
         async def score_all() -> list[dict[str, Any]]:

@@ -110,7 +110,7 @@ def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: 
     info: dict[str, Any] = {"cache": str(path), "hit": path.is_file()}
     if str(path) in _loaded:
         _loaded.move_to_end(str(path))
-        return _loaded[str(path)][0], info
+        return _loaded[str(path)].table, info
     if path.is_file():
         return _remember(str(path), pl.read_parquet(path)), info
     started = time.perf_counter()
@@ -138,30 +138,34 @@ def candidate_table(pipe, dataset: EvalDataset, config: SearchConfig, *, depth: 
 # path: presets that share candidate-time settings share one table, so evaluating several in a
 # row (``lab eval --preset a b c``, a sweep) reads and encodes it once. The path names the store
 # version and the candidate config, so an entry can never be stale.
-_loaded: "OrderedDict[str, list[Any]]" = OrderedDict()
+@dataclass
+class _Loaded:
+    table: pl.DataFrame
+    path: Path | None = None  # None: a table the caller made, not kept
+    prepared: PreparedCandidates | None = None
+    health: dict[str, Any] | None = None  # per-signal health: depends on the lists only
+
+
+_loaded: "OrderedDict[str, _Loaded]" = OrderedDict()
 _LOADED_MAX = 4
 
 
 def _remember(path: str, table: pl.DataFrame) -> pl.DataFrame:
-    _loaded[path] = [table, None, None]  # table, prepared, per-signal health
+    _loaded[path] = _Loaded(table, Path(path))
     while len(_loaded) > _LOADED_MAX:
         _loaded.popitem(last=False)
     return table
 
 
-def _memo_entry(cands: pl.DataFrame) -> list[Any]:
-    for entry in _loaded.values():
-        if entry[0] is cands:
-            return entry
-    return [cands, None, None]  # not a remembered table: computed, not kept
+def _memo_entry(cands: pl.DataFrame) -> _Loaded:
+    return next((e for e in _loaded.values() if e.table is cands), None) or _Loaded(cands)
 
 
 def _prepared_for(cands: pl.DataFrame) -> PreparedCandidates:
     entry = _memo_entry(cands)
-    if entry[1] is None:
-        path = next((p for p, e in _loaded.items() if e is entry), None)
-        entry[1] = _prepare_cached(cands, Path(path).with_suffix(".codes.npz") if path else None)
-    return entry[1]
+    if entry.prepared is None:
+        entry.prepared = _prepare_cached(cands, entry.path.with_suffix(".codes.npz") if entry.path else None)
+    return entry.prepared
 
 
 def _prepare_cached(cands: pl.DataFrame, codes_path: Path | None) -> PreparedCandidates:
@@ -268,9 +272,9 @@ def evaluate(pipe, dataset: EvalDataset, config: SearchConfig, options: EvalOpti
     cis = dict(zip(metric_cols, cis))
     cats = M.by_category(per_query.select("qid", *metric_cols), per_query.select("qid", "category"))
     entry = _memo_entry(cands)
-    if entry[2] is None:
-        entry[2] = list_health(cands, dataset)  # depends on the candidate lists only
-    health = signal_health(cands, run, dataset, per_signal=entry[2])
+    if entry.health is None:
+        entry.health = list_health(cands, dataset)
+    health = signal_health(cands, run, dataset, per_signal=entry.health)
     out: dict[str, Any] = {
         "dataset": dataset.name, "config": config.name, "questions": per_query.height,
         "metrics": means, "ci95": {c: [round(lo, 4), round(hi, 4)] for c, (_, lo, hi) in cis.items()},

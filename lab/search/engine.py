@@ -75,6 +75,12 @@ def episode_of(metadata: str | None) -> str | None:
     return None if value is None else str(value)
 
 
+def episode_key(column: str = "metadata") -> pl.Expr:
+    """``episode_of`` as a polars expression over a JSON metadata column, for whole tables."""
+    meta = pl.col(column).str
+    return pl.coalesce(meta.json_path_match("$.episode"), meta.json_path_match("$.session"))
+
+
 def search(
     pipe: "Pipeline",
     query: str,
