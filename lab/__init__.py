@@ -1,13 +1,92 @@
-"""lab: a workbench for evaluating and tuning memory retrieval for AI agents."""
+"""lab: a workbench for evaluating and tuning memory retrieval for AI agents.
+
+The public API, imported lazily so that ``import lab`` (and ``lab --help``) stays instant:
+
+- ``open_pipeline(path, create=True)`` -> ``Pipeline``: save into a store, search it, assemble context.
+- ``open_retriever(path, pin=None, search="lab")`` -> ``Retriever``: the read-only side (a store at one
+  version, its indexes, the embedder, a configuration): ``search``, ``context``, ``candidates``.
+- ``search(path, query, namespace, k=10, preset="lab")`` -> list of ``Result``; ``context(...)`` ->
+  ``Context``: one-shot reads over a store folder.
+- ``evaluate(retriever, dataset, config, options)`` -> ``EvalResult``; ``load_dataset(name)`` -> ``EvalDataset``.
+- ``fuse(candidates, fusion_config)`` -> ranked results table; ``prepare(candidates)`` for repeated fusion.
+- ``preset(name)`` / ``PRESETS``: named ``SearchConfig``s; ``SearchConfig``, ``FusionConfig``,
+  ``AssembleConfig``, ``SaveConfig``: configurations that round-trip through YAML.
+- ``LabError`` and its subclasses ``ValidationError``, ``NotFoundError``, ``ConflictError``, ``StoreError``.
+"""
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["__version__", "open_pipeline"]
+from lab.errors import ConflictError, LabError, NotFoundError, StoreError, ValidationError
+from lab.version import __version__
+
+if TYPE_CHECKING:
+    from lab.assemble import Context
+    from lab.pipeline import Pipeline
+    from lab.retriever import Retriever
+    from lab.search.engine import Result
+
+# public name -> module it lives in (imported on first use)
+_LAZY = {
+    "Pipeline": "lab.pipeline",
+    "Retriever": "lab.retriever",
+    "Result": "lab.search.engine",
+    "Context": "lab.assemble",
+    "Item": "lab.assemble",
+    "assemble": "lab.assemble",
+    "fuse": "lab.search.fusion",
+    "prepare": "lab.search.fusion",
+    "PRESETS": "lab.search.presets",
+    "preset": "lab.search.presets",
+    "evaluate": "lab.eval.runner",
+    "EvalOptions": "lab.eval.runner",
+    "load_dataset": "lab.eval.goldens",
+    "SearchConfig": "lab.config",
+    "FusionConfig": "lab.config",
+    "AssembleConfig": "lab.config",
+    "SaveConfig": "lab.config",
+}
+
+__all__ = [
+    "__version__", "open_pipeline", "open_retriever", "search", "context",
+    "LabError", "ValidationError", "NotFoundError", "ConflictError", "StoreError", *_LAZY,
+]
 
 
-def open_pipeline(path, config=None, *, embedder=None, create=False):
-    """Open (or create) a store at ``path`` with its save/search pipeline; see lab.pipeline."""
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'lab' has no attribute {name!r}")
+
+
+def open_pipeline(path: str | Path, config: Any = None, *, embedder: Any = None, create: bool = False) -> "Pipeline":
+    """Open (or, with ``create``, create) the store at ``path`` with its save and search pipeline."""
     from lab.pipeline import Pipeline
 
     return Pipeline.open(path, config, embedder=embedder, create=create)
+
+
+def open_retriever(path: str | Path, *, pin: str | None = None, search: Any = None, embedder: Any = None) -> "Retriever":
+    """Open the store at ``path`` read-only, at its latest version or pinned at ``pin`` ("M.C.E.A").
+
+    ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset)."""
+    from lab.retriever import Retriever
+
+    return Retriever.open(path, pin=pin, search=search, embedder=embedder)
+
+
+def search(path: str | Path, query: str, namespace: str, k: int | None = None, *, preset: str | None = None) -> "list[Result]":
+    """One search over the store at ``path`` (read-only): the ranked results of ``query`` in ``namespace``."""
+    with open_retriever(path, search=preset) as retriever:
+        return retriever.search(query, namespace, k)
+
+
+def context(path: str | Path, query: str, namespace: str, budget: int | None = None, *,
+            preset: str | None = None) -> "Context":
+    """Search the store at ``path`` (read-only), then assemble a zoned context of ``budget`` tokens."""
+    with open_retriever(path, search=preset) as retriever:
+        return retriever.context(query, namespace, budget)

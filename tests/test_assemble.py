@@ -287,14 +287,14 @@ dup_text_st = st.lists(st.sampled_from(["alpha", "beta", "gamma", "D√©lta,", "Êù
 def test_batch_dedupe_shortcut_equals_checking_each_item_as_placed(items, config):
     """Near-duplicate-heavy inputs: the fill-then-batch-check shortcut must give exactly the
     context that checking every item as it is placed gives."""
-    import lab.assemble as asm
+    import lab.assemble.fill as fill
 
     fast = assemble(items, config).to_dict()
-    asm._ALWAYS_INLINE = True
+    fill._ALWAYS_INLINE = True
     try:
         inline = assemble(items, config).to_dict()
     finally:
-        asm._ALWAYS_INLINE = False
+        fill._ALWAYS_INLINE = False
     assert fast == inline
 
 

@@ -15,8 +15,11 @@ from lab.errors import ValidationError
 from lab.eval.beir import load_beir
 from lab.eval.goldens import load_golden
 from lab.eval.locomo import load_locomo, repair_evidence
-from lab.eval.report import check, compare, write_run
-from lab.eval.runner import EvalOptions, candidate_table, eval_pipeline, evaluate
+from lab.eval.cache import candidate_table, forget_loaded
+from lab.eval.regressions import check, run_regressions
+from lab.eval.report import compare, write_run
+from lab.eval.runner import EvalOptions, evaluate
+from lab.eval.stores import eval_retriever
 from tests.conftest import ROOT, require_dataset
 
 
@@ -90,9 +93,9 @@ def test_golden_errors_name_the_question(tmp_path):
 def demo_eval(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_EVAL_ROOT", str(tmp_path / "eval"))
     d = load_golden(ROOT / "goldens" / "demo.yaml")
-    pipe = eval_pipeline(d, embedder=FakeEmbedder(), root=tmp_path / "eval")
-    yield d, pipe, tmp_path / "eval"
-    pipe.close()
+    retriever = eval_retriever(d, embedder=FakeEmbedder(), root=tmp_path / "eval")
+    yield d, retriever, tmp_path / "eval"
+    retriever.close()
 
 
 def test_candidate_cache_is_reused_and_fusion_changes_need_no_search(demo_eval, monkeypatch):
@@ -100,12 +103,11 @@ def test_candidate_cache_is_reused_and_fusion_changes_need_no_search(demo_eval, 
     cfg = SearchConfig(name="two", signals=("vector", "lexical"))
     first, info = candidate_table(pipe, d, cfg, root=root)
     assert not info["hit"] and first.height
-    import lab.eval.runner as runner
-
     def boom(*a, **k):
-        raise AssertionError("searched again")
+        raise AssertionError("searched or embedded again")
 
-    monkeypatch.setattr(runner, "candidates", boom)
+    monkeypatch.setattr(pipe, "candidates", boom)
+    monkeypatch.setattr(pipe, "embed_queries", boom)
     again, info = candidate_table(pipe, d, cfg.__class__(**{**cfg.__dict__, "fusion": FusionConfig(k=1)}), root=root)
     assert info["hit"] and again.equals(first)
     r60 = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=first)
@@ -117,21 +119,19 @@ def test_candidate_cache_is_reused_and_fusion_changes_need_no_search(demo_eval, 
 def test_encodings_kept_beside_the_cache_give_the_same_evaluation(demo_eval):
     """A warm evaluation reads the table's string encodings from disk; the result must be the
     one a fresh encoding gives, and an unreadable encodings file is recomputed, not trusted."""
-    import lab.eval.runner as runner
-
     d, pipe, root = demo_eval
     cfg = SearchConfig(name="hyb", signals=("vector", "lexical", "entity"))
-    runner._loaded.clear()
+    forget_loaded()
     cands, info = candidate_table(pipe, d, cfg, root=root)
     codes = Path(info["cache"]).with_suffix(".codes.npz")
     first = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=cands)
     assert codes.is_file()
-    runner._loaded.clear()  # a new process: the table and its encodings come from disk
+    forget_loaded()  # a new process: the table and its encodings come from disk
     cands, _ = candidate_table(pipe, d, cfg, root=root)
     again = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=cands)
     assert again.metrics["metrics"] == first.metrics["metrics"] and again.run.equals(first.run)
     codes.write_bytes(b"not an npz")
-    runner._loaded.clear()
+    forget_loaded()
     cands, _ = candidate_table(pipe, d, cfg, root=root)
     third = evaluate(pipe, d, cfg, EvalOptions(ks=(1, 10)), cands=cands)
     assert third.run.equals(first.run)
@@ -189,7 +189,7 @@ def test_contextual_indexing_lifts_lexical_recall_on_locomo(tmp_path):
     recall = {}
     for turns in (0, 2):
         cfg = SaveConfig(chunk=ChunkConfig(context_turns=turns))
-        pipe = eval_pipeline(d, cfg, embedder=FakeEmbedder(), root=tmp_path / f"ctx{turns}", progress=False)
+        pipe = eval_retriever(d, cfg, embedder=FakeEmbedder(), root=tmp_path / f"ctx{turns}", progress=False)
         try:
             recall[turns] = evaluate(pipe, d, bm25, EvalOptions(ks=(10,))).metrics["metrics"]["recall@10"]
         finally:

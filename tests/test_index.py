@@ -75,15 +75,19 @@ def test_explicit_rebuild_folds_the_delta_and_matches_a_fresh_build(pipe):
     assert pipe.search("wombat", "n", k=1)[0].content == "late arrival wombat"
 
 
-def test_changed_index_config_triggers_a_rebuild(pipe):
+def test_changed_index_config_rebuilds_in_memory_on_read_and_on_disk_on_build(pipe):
     fill(pipe, 5)
     pipe.search("item1", "n")
     pipe.close()
+    manifest_path = pipe.store.root / "indexes" / "n" / "manifest.json"
     config = SaveConfig(embed=pipe.config.embed, index=IndexConfig(vector=VectorIndexConfig(m=8)))
     other = Pipeline.open(pipe.store.root, config, embedder=FakeEmbedder())
     assert other.index("n").config.vector.m == 8
-    manifest = json.loads((pipe.store.root / "indexes" / "n" / "manifest.json").read_text())
-    assert manifest["config"]["vector"]["m"] == 8
+    other.close()
+    # a read rebuilds in memory only: the snapshot on disk is untouched until a build
+    assert json.loads(manifest_path.read_text())["config"]["vector"]["m"] == 16
+    other.build("n")
+    assert json.loads(manifest_path.read_text())["config"]["vector"]["m"] == 8
 
 
 def test_vector_search_returns_best_chunk_per_memory_and_respects_ef(pipe):

@@ -9,7 +9,7 @@ import pytest
 from lab.config import FilterConfig, FusionConfig, SearchConfig, from_yaml, to_yaml
 from lab.errors import ValidationError
 from lab.search.analysis import analyze, temporal_window
-from lab.search.candidates import Query, candidates
+from lab.search.candidates import Query
 from lab.search.presets import PRESETS, preset
 
 REF = datetime(2026, 3, 14, 18, tzinfo=timezone.utc)
@@ -108,11 +108,11 @@ def test_record_access_only_when_asked(store):
 
 
 def test_candidate_table_shape_and_batch(store):
-    c = candidates(store, [Query("a", "pool size", "n"), Query("b", "Priya", "n")], PRESETS["lab"])
+    c = store.retriever.candidates([Query("a", "pool size", "n"), Query("b", "Priya", "n")], PRESETS["lab"])
     assert c.columns == ["qid", "memory_id", "signal", "rank", "score"]
     assert set(c["qid"].unique()) == {"a", "b"}
     with pytest.raises(ValidationError, match="unique"):
-        candidates(store, [Query("a", "x", "n"), Query("a", "y", "n")], PRESETS["lab"])
+        store.retriever.candidates([Query("a", "x", "n"), Query("a", "y", "n")], PRESETS["lab"])
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lab.assemble.types import line
 from lab.errors import ValidationError
 
 if TYPE_CHECKING:
-    from lab.assemble import Context
+    from lab.assemble.types import Context
 
 FORMATS = ("text", "markdown")
 HEADERS = {"critical": "Critical", "middle": "Relevant", "recency": "Recent"}
@@ -16,8 +17,6 @@ def render(context: "Context", fmt: str = "text") -> str:
     """Zones in reading order, each item as ``[memory_id] text``; empty context -> empty string."""
     if fmt not in FORMATS:
         raise ValidationError(f"unknown context format {fmt!r}; known: {list(FORMATS)}")
-    from lab.assemble import line
-
     blocks: list[str] = []
     zone = None
     for item in context.items:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 import numpy as np
 import polars as pl
@@ -9,7 +10,8 @@ import polars as pl
 from lab.errors import ValidationError
 
 METRICS: tuple[str, ...] = ("recall", "hit", "precision", "mrr", "ndcg")
-DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
+# the cutoffs every evaluation reports unless told otherwise (CLI, runner and metrics share them)
+DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
 # Resampling draws this many values per chunk at most, so 10,000 questions x 10,000
 # resamples stays within ~64 MB instead of materialising a 800 MB index matrix.
 _CHUNK_CELLS = 8_000_000
@@ -249,22 +251,54 @@ def _chunks(n_resamples: int, n: int) -> Iterable[int]:
         done += step
 
 
-def bootstrap_ci(
+def _resample_counts(n: int, n_resamples: int, seed: int) -> Iterable[np.ndarray]:
+    """Seeded blocks of resample counts (resamples x questions): row r says how often each
+    question is drawn in resample r. Small matrices are memoised, so every metric and every preset
+    evaluated on the same questions share one draw (paired resamples, and no redrawing)."""
+    if n * n_resamples <= _CHUNK_CELLS:
+        yield _resample_matrix(n, n_resamples, seed)
+        return
+    rng = np.random.default_rng(seed)
+    for step in _chunks(n_resamples, n):
+        yield rng.multinomial(n, np.full(n, 1.0 / n), size=step).astype(np.float64)
+
+
+@lru_cache(maxsize=4)
+def _resample_matrix(n: int, n_resamples: int, seed: int) -> np.ndarray:
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64)
+    counts.flags.writeable = False
+    return counts
+
+
+def bootstrap_cis(
     values: np.ndarray, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
-    """(mean, low, high): the sample mean and its percentile-bootstrap confidence interval."""
-    arr = _as_vector(values, "values")
+) -> list[tuple[float, float, float]]:
+    """(mean, low, high) per column of ``values`` (questions x metrics): the sample mean and its
+    percentile-bootstrap confidence interval. One matrix of resample counts times the values
+    gives every column's resampled means at once (no resampling pass per metric)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValidationError(f"values must be two-dimensional (questions x metrics), got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValidationError("values is empty: need at least one question")
+    if not np.all(np.isfinite(arr)):
+        raise ValidationError(f"values holds non-finite values (NaN or inf), e.g. {arr[~np.isfinite(arr)][0]!r}")
     n_resamples = _check_resamples(n_resamples)
     if not (0.0 < confidence < 1.0):
         raise ValidationError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
-    rng = np.random.default_rng(seed)
-    n = arr.size
-    means = np.concatenate(
-        [arr[rng.integers(0, n, size=(step, n))].mean(axis=1) for step in _chunks(n_resamples, n)]
-    )
+    n = arr.shape[0]
+    means = np.vstack([counts @ arr / n for counts in _resample_counts(n, n_resamples, seed)])
     alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(arr.mean()), float(low), float(high)
+    low, high = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
+    return [(float(arr[:, j].mean()), float(low[j]), float(high[j])) for j in range(arr.shape[1])]
+
+
+def bootstrap_ci(
+    values: np.ndarray, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """(mean, low, high) of one vector of per-question values (see ``bootstrap_cis``)."""
+    arr = _as_vector(values, "values")
+    return bootstrap_cis(arr[:, None], n_resamples, confidence, seed)[0]
 
 
 def paired_randomization_test(

@@ -138,40 +138,6 @@ def compare(run_a: str | Path, run_b: str | Path, metrics: list[str] | None = No
     return compare_runs(a, b, wanted)
 
 
-# ------------------------------------------------------------------ regressions (pyserini 2cr style)
-def load_regressions(path: str | Path) -> list[dict[str, Any]]:
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise NotFoundError(f"regressions file not found: {p}")
-    doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    conditions = doc.get("conditions") if isinstance(doc, dict) else None
-    if not isinstance(conditions, list) or not conditions:
-        raise ValidationError(f"{p}: expected a mapping with a non-empty 'conditions' list")
-    for i, c in enumerate(conditions, start=1):
-        for key in ("name", "dataset", "preset", "expected"):
-            if key not in c:
-                raise ValidationError(f"{p} condition {i}: '{key}' is required")
-    return conditions
-
-
-def check(measured: dict[str, float], expected: dict[str, float], tolerance: float, okish: float) -> tuple[str, list[str]]:
-    """OK within ``tolerance`` of the expected value (or better); OKISH within ``okish``; else FAIL."""
-    status, notes = "OK", []
-    for name, want in sorted(expected.items()):
-        got = measured.get(name)
-        if got is None:
-            return "FAIL", [f"{name}: not measured"]
-        diff = got - float(want)
-        notes.append(f"{name} {got:.4f} (expected {float(want):.4f}, {diff:+.4f})")
-        if diff < -okish:
-            status = "FAIL"
-        elif diff < -tolerance and status == "OK":
-            status = "OKISH"
-    return status, notes
-
-
 def config_from(preset: str | None, config_file: str | Path | None) -> SearchConfig:
     from lab.config import load_config
     from lab.search.presets import resolve

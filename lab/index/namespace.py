@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lab import __version__
+from lab.version import __version__
 from lab.config import IndexConfig, to_dict
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
 from lab.index.vector import VectorIndex

@@ -5,27 +5,30 @@ metrics for any query-time configuration run on it without re-embedding or re-se
 Rows whose signal starts with '_' are features, not ranked lists: ``_coverage`` (share of query
 terms in the memory), ``_cosine`` (query vs best chunk), ``_superseded``, ``_age_hours`` and, with
 memory_id '', the query's ``_intent``.
+
+Search reads a ``NamespaceSnapshot`` per namespace (its array view and its index), handed over by
+the read side: nothing here opens, builds, syncs or saves anything.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from lab.config import SearchConfig
 from lab.errors import ValidationError
-from lab.search import signals as sig
+from lab.index.namespace import NamespaceIndex
 from lab.search.analysis import INTENTS, QueryAnalysis, analyze
-from lab.search.view import NamespaceView, build_view
+from lab.search.signal_registry import SIGNALS, SignalInput
+from lab.search.view import NamespaceView
 from lab.store.records import parse_time, validate_namespace
 
-if TYPE_CHECKING:
-    from lab.pipeline import Pipeline
-
 FEATURES = ("_coverage", "_cosine", "_superseded", "_age_hours", "_intent")
+CANDIDATE_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "signal": pl.String, "rank": pl.Int32,
+                    "score": pl.Float64}
 
 
 @dataclass(frozen=True)
@@ -35,22 +38,36 @@ class Query:
     namespace: str
 
 
-def view(pipe: "Pipeline", namespace: str) -> NamespaceView:
-    """The namespace's array view, rebuilt only when memories, edges or accesses changed."""
-    store = pipe.store
-    key = (store.memories_version, store._edges.version, store._access.version)
-    cache = pipe.__dict__.setdefault("_views", {})
-    cached = cache.get(namespace)
-    if cached is None or cached.key != key:
-        cached = build_view(store.memories(namespace), store.edges(namespace), namespace, key)
-        cache[namespace] = cached
-    return cached
+@dataclass(frozen=True)
+class NamespaceSnapshot:
+    """What search reads of one namespace at one store version: its array view and its index."""
+
+    view: NamespaceView
+    index: NamespaceIndex
 
 
 def reference_time(config: SearchConfig, nsview: NamespaceView) -> datetime:
+    """The search's "now": the configured reference time, else the namespace's latest memory."""
     if config.reference_time:
         return parse_time(config.reference_time, "reference_time")
     return nsview.latest
+
+
+def query_analysis(text: str, config: SearchConfig, reference: datetime) -> QueryAnalysis:
+    """The rule-based analysis a configuration asks for (none when temporal and entities are off)."""
+    if config.analysis.temporal != "off" or config.analysis.entities:
+        return analyze(text, reference)
+    return QueryAnalysis("factual")
+
+
+def check_queries(queries: Sequence[Query]) -> None:
+    for q in queries:
+        if not isinstance(q.text, str) or not q.text.strip():
+            raise ValidationError(f"query {q.qid!r}: the text must be a non-empty string")
+        validate_namespace(q.namespace)
+    qids = [q.qid for q in queries]
+    if len(set(qids)) != len(qids):
+        raise ValidationError("query ids must be unique")
 
 
 def _rows(out: dict[str, list], qid: str, ids: list[str], signal: str, positions, scores) -> None:
@@ -63,33 +80,33 @@ def _rows(out: dict[str, list], qid: str, ids: list[str], signal: str, positions
 
 
 def candidates(
-    pipe: "Pipeline",
+    snapshots: Mapping[str, NamespaceSnapshot],
     queries: Sequence[Query],
+    query_vectors: np.ndarray,
     config: SearchConfig,
     *,
-    query_vectors: np.ndarray | None = None,
+    analyses: Sequence[QueryAnalysis] | None = None,
 ) -> pl.DataFrame:
-    """Every enabled signal's top-``depth`` list (plus features) for each query."""
-    for q in queries:
-        if not isinstance(q.text, str) or not q.text.strip():
-            raise ValidationError(f"query {q.qid!r}: the text must be a non-empty string")
-        validate_namespace(q.namespace)
-    qids = [q.qid for q in queries]
-    if len(set(qids)) != len(qids):
-        raise ValidationError("query ids must be unique")
-    for ns in sorted({q.namespace for q in queries}):
-        pipe.store.require_namespace(ns)
-    if query_vectors is None:
-        query_vectors = pipe.embedder.embed([q.text for q in queries])  # also feeds the _cosine feature
+    """Every enabled signal's top-``depth`` list (plus features) for each query.
+
+    ``snapshots`` holds each queried namespace; ``query_vectors`` the queries' embeddings, in order;
+    ``analyses`` the queries' analyses when the caller has them already.
+    """
+    check_queries(queries)
+    missing = sorted({q.namespace for q in queries} - set(snapshots))
+    if missing:
+        raise ValidationError(f"no snapshot of namespace(s) {missing}")
+    if len(query_vectors) != len(queries):
+        raise ValidationError(f"{len(queries)} queries but {len(query_vectors)} query vectors")
     out: dict[str, list] = {"qid": [], "memory_id": [], "signal": [], "rank": [], "score": []}
-    enabled = set(config.signals)
+    enabled = [s for name, s in SIGNALS.items() if name in config.signals]
     depth = config.depth
-    for q, qvec in zip(queries, query_vectors):
-        nsview = view(pipe, q.namespace)
-        idx = pipe.index(q.namespace)
+    for i, (q, qvec) in enumerate(zip(queries, query_vectors)):
+        snap = snapshots[q.namespace]
+        nsview, idx = snap.view, snap.index
         ids = nsview.ids
         ref = reference_time(config, nsview)
-        analysis = analyze(q.text, ref) if (config.analysis.temporal != "off" or config.analysis.entities) else QueryAnalysis("factual")
+        analysis = analyses[i] if analyses is not None else query_analysis(q.text, config, ref)
         allowed = nsview.mask(config.filters)
         if config.analysis.temporal == "filter" and analysis.window is not None:
             w = analysis.window
@@ -98,28 +115,13 @@ def candidates(
         allowed_labels = np.zeros(len(label_pos), dtype=bool)
         ok = label_pos >= 0
         allowed_labels[ok] = allowed[label_pos[ok]]
-        lists: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if "vector" in enabled:
-            hits = idx.search_vector(qvec, depth, allowed_labels)
-            lists["vector"] = (np.array([nsview.pos[m] for m, _ in hits], dtype=np.int64), np.array([s for _, s in hits]))
-        if "lexical" in enabled:
-            hits = idx.search_lexical(q.text, depth, allowed_labels)
-            lists["lexical"] = (np.array([nsview.pos[m] for m, _ in hits], dtype=np.int64), np.array([s for _, s in hits]))
-        if "recency" in enabled:
-            lists["recency"] = sig.recency(nsview, allowed, ref, config.half_life_hours, depth)
-        if "frequency" in enabled:
-            lists["frequency"] = sig.frequency(nsview, allowed, depth)
-        if "entity" in enabled and config.analysis.entities:
-            lists["entity"] = sig.entity(nsview, allowed, analysis.entities, depth)
-        if "temporal" in enabled and config.analysis.temporal == "boost" and analysis.window is not None:
-            lists["temporal"] = sig.temporal(nsview, allowed, analysis.window, depth)
-        if "graph" in enabled:
-            seeds: dict[int, float] = {}
-            for name in ("vector", "lexical"):
-                positions = lists.get(name, sig.EMPTY)[0][: config.graph.seeds]
-                for rank, p in enumerate(positions.tolist(), start=1):
-                    seeds[p] = max(seeds.get(p, 0.0), 1.0 / rank)
-            lists["graph"] = sig.graph(nsview, allowed, sorted(seeds.items()), config.graph, depth)
+        lists: dict = {}
+        signal_input = SignalInput(q.text, qvec, nsview, idx, allowed, allowed_labels, analysis, ref, config,
+                                   depth, lists)
+        for signal in enabled:
+            ranked = signal.fn(signal_input)
+            if ranked is not None:
+                lists[signal.name] = ranked
         for name, (positions, scores) in lists.items():
             _rows(out, q.qid, ids, name, positions, scores)
         # features of every candidate, for query-time post-processing
@@ -127,7 +129,8 @@ def candidates(
         if pool:
             pool_ids = [ids[p] for p in pool]
             terms = set(idx.analyzer.tokens([q.text])[0])
-            cover = _coverage(idx, terms, nsview, pool)
+            cover = ([len(terms & t) / len(terms) for t in nsview.terms(pool, idx.analyzer.tokens)]
+                     if terms else [0.0] * len(pool))
             cos = idx.best_cosine(qvec, pool_ids)
             age = np.maximum(ref.timestamp() - nsview.created_s[pool], 0.0) / 3600.0
             for p, mid, c, a in zip(pool, pool_ids, cover, age):
@@ -137,17 +140,4 @@ def candidates(
                     out["rank"].append(0); out["score"].append(float(value))
         out["qid"].append(q.qid); out["memory_id"].append(""); out["signal"].append("_intent")
         out["rank"].append(0); out["score"].append(float(INTENTS.index(analysis.intent)))
-    return pl.DataFrame(out, schema={"qid": pl.String, "memory_id": pl.String, "signal": pl.String,
-                                     "rank": pl.Int32, "score": pl.Float64})
-
-
-def _coverage(idx, terms: set[str], nsview: NamespaceView, pool: list[int]) -> list[float]:
-    """Share of the query's analysed terms that occur in each memory (title + content)."""
-    if not terms:
-        return [0.0] * len(pool)
-    cache = nsview.__dict__.setdefault("_terms", {})
-    missing = [p for p in pool if p not in cache]
-    if missing:
-        for p, toks in zip(missing, idx.analyzer.tokens([nsview.text_lower[p] for p in missing])):
-            cache[p] = frozenset(toks)
-    return [len(terms & cache[p]) / len(terms) for p in pool]
+    return pl.DataFrame(out, schema=CANDIDATE_SCHEMA)

@@ -1,21 +1,18 @@
 """Search for one query: candidates, fusion, and results with per-signal explanations."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from lab.config import SearchConfig
 from lab.errors import ValidationError
-from lab.search.analysis import QueryAnalysis, analyze
-from lab.search.candidates import Query, candidates, reference_time, view
+from lab.search.analysis import QueryAnalysis
+from lab.search.candidates import NamespaceSnapshot, Query, candidates, query_analysis, reference_time
 from lab.search.fusion import fuse_detailed, prepare
-
-if TYPE_CHECKING:
-    from lab.pipeline import Pipeline
 
 
 @dataclass(frozen=True)
@@ -63,47 +60,35 @@ class SearchResponse:
     results: list[Result] = field(default_factory=list)
 
 
-def episode_of(metadata: str | None) -> str | None:
-    """The episode key in a memory's JSON metadata ("episode", else "session"), as a string."""
-    if not metadata or ("episode" not in metadata and "session" not in metadata):
-        return None
-    try:
-        meta = json.loads(metadata)
-    except ValueError:
-        return None
-    value = meta.get("episode", meta.get("session")) if isinstance(meta, dict) else None
-    return None if value is None else str(value)
-
-
-def episode_key(column: str = "metadata") -> pl.Expr:
-    """``episode_of`` as a polars expression over a JSON metadata column, for whole tables."""
-    meta = pl.col(column).str
-    return pl.coalesce(meta.json_path_match("$.episode"), meta.json_path_match("$.session"))
-
-
 def search(
-    pipe: "Pipeline",
+    snapshot: NamespaceSnapshot,
     query: str,
-    namespace: str,
+    query_vector: np.ndarray,
     config: SearchConfig,
     *,
     k: int | None = None,
     explain: bool = False,
-    record_access: bool = False,
 ) -> SearchResponse:
-    """Search one namespace. Accesses are recorded only when asked (serving), never in evaluation."""
+    """Search one namespace's snapshot: candidates, fusion, and results with per-signal details.
+
+    Pure with respect to the store: it reads the snapshot and writes nothing (recording accesses
+    is the write side's business).
+    """
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("query must be a non-empty string")
     if k is not None:
         if k < 1:
             raise ValidationError(f"k must be >= 1, got {k}")
         config = replace(config, fusion=replace(config.fusion, top_k=k))
-    cands = prepare(candidates(pipe, [Query("q", query, namespace)], config))
+    nsview = snapshot.view
+    namespace = nsview.namespace
+    analysis = query_analysis(query, config, reference_time(config, nsview))
+    cands = prepare(candidates({namespace: snapshot}, [Query("q", query, namespace)], np.asarray([query_vector]),
+                               config, analyses=[analysis]))
     ranked, contrib = fuse_detailed(cands, config.fusion)
-    nsview = view(pipe, namespace)
-    analysis = analyze(query, reference_time(config, nsview))
     ids = ranked["memory_id"].to_list()
-    rows = {r["id"]: r for r in pipe.store.get_many(ids).iter_rows(named=True)}
+    rows = dict(zip(ids, nsview.rows_at([nsview.pos[m] for m in ids])))
+    episodes = nsview.episodes
     details: dict[str, dict[str, SignalDetail]] = {}
     for mid, signal, rank, score, c in contrib.filter(pl.col("memory_id").is_in(ids)).select(
         "memory_id", "signal", "rank", "score", "contribution"
@@ -129,8 +114,6 @@ def search(
             type=row["type"], created_at=row["created_at"], signals=details.get(mid, {}),
             superseded=bool(nsview.superseded[p]) if p is not None else False, contradicts=conflicts,
             counterfactual=counterfactual.get(mid) if explain else None,
-            pinned=bool(row["pinned"]), episode=episode_of(row["metadata"]),
+            pinned=bool(row["pinned"]), episode=episodes[p] if p is not None else None,
         ))
-    if record_access and ids:
-        pipe.store.record_access(ids, context="search")
     return SearchResponse(query, namespace, config.name, analysis, results)

@@ -1,4 +1,4 @@
-"""Array views of one namespace's memories and edges, cached per store version, for fast signals."""
+"""Array views of one namespace's memories and edges at one store version, for fast signals and results."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -11,7 +11,7 @@ import polars as pl
 from lab.config import FilterConfig
 from lab.errors import ValidationError
 from lab.schema import MEMORY_TYPES
-from lab.store.records import parse_time
+from lab.store.records import episode_expr, parse_time
 
 
 @dataclass
@@ -29,10 +29,14 @@ class NamespaceView:
     neighbours: dict[int, list[tuple[int, str, float]]]
     contradicts: dict[int, set[int]]
     key: tuple
+    rows: pl.DataFrame = field(default_factory=pl.DataFrame)  # the memory rows, in position order
     by_newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions, newest first
     by_access: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # most accessed first
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
     _contains: dict[str, np.ndarray] = field(default_factory=dict)
+    _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
+    _episodes: list[str | None] | None = None
+    _members: dict[str, list[int]] | None = None
 
     def contains(self, needle: str) -> np.ndarray:
         """Which memories hold ``needle`` (lower-case) in title or content; memoised per view,
@@ -44,6 +48,37 @@ class NamespaceView:
             hit = self.text_lower.str.contains(needle, literal=True).to_numpy().astype(np.float64)
             self._contains[needle] = hit
         return hit
+
+    def terms(self, positions: list[int], analyze) -> list[frozenset[str]]:
+        """The analysed terms of title + content at ``positions``, memoised per view (``analyze``
+        maps texts to token lists: the lexical index's analyzer)."""
+        missing = [p for p in positions if p not in self._terms]
+        if missing:
+            for p, toks in zip(missing, analyze([self.text_lower[p] for p in missing])):
+                self._terms[p] = frozenset(toks)
+        return [self._terms[p] for p in positions]
+
+    @property
+    def episodes(self) -> list[str | None]:
+        """Each memory's episode key (metadata "episode", else "session"), by position."""
+        if self._episodes is None:
+            self._episodes = self.rows.select(episode_expr()).to_series().to_list() if self.ids else []
+        return self._episodes
+
+    def episode_members(self) -> dict[str, list[int]]:
+        """Episode key -> positions of its valid memories, by (created_at, id): the turns in order."""
+        if self._members is None:
+            members: dict[str, list[int]] = {}
+            for p in np.lexsort((np.arange(len(self.ids)), self.created_s)).tolist():
+                ep = self.episodes[p]
+                if ep is not None and self.valid[p]:
+                    members.setdefault(ep, []).append(p)
+            self._members = members
+        return self._members
+
+    def rows_at(self, positions: list[int]) -> list[dict]:
+        """The memory rows at ``positions``, as dicts, in that order."""
+        return self.rows[positions].to_dicts() if positions else []
 
     @property
     def latest(self) -> datetime:
@@ -116,6 +151,7 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
         neighbours=dict(neighbours),
         contradicts=dict(contradicts),
         key=key,
+        rows=memories,
         # stable sorts: equal times or counts stay in id order, the order ties break in
         by_newest=np.argsort(-created, kind="stable"),
         by_access=np.argsort(-access, kind="stable"),

@@ -244,3 +244,55 @@ def normalize_edge(
     except ValidationError as exc:
         raise ValidationError(f"{where}edge field {exc}") from None
     return out
+
+
+# --------------------------------------------------------------------------- what a row means
+# One definition of each, used by the write path (index-time context), search (results) and
+# assembly (item text, neighbours): two copies of a rule drift apart.
+
+def item_text(title: str | None, content: str) -> str:
+    """A memory as handed to a model: ``title: content``, or the content alone without a title."""
+    return f"{title}: {content}" if title else content
+
+
+def _episode_value(value: Any) -> str | None:
+    # rendered as JSON text would render it (what polars' json_path_match returns), so the
+    # Python rule and the table expression give the same key for every JSON value
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def episode_of(metadata: str | None) -> str | None:
+    """The episode key in a memory's JSON metadata: "episode", else "session" (null counts as
+    absent), as a string; None when the memory belongs to no episode."""
+    if not metadata or ("episode" not in metadata and "session" not in metadata):
+        return None
+    try:
+        meta = json.loads(metadata)
+    except ValueError:
+        return None
+    if not isinstance(meta, dict):
+        return None
+    key = _episode_value(meta.get("episode"))
+    return key if key is not None else _episode_value(meta.get("session"))
+
+
+def episode_expr(column: str = "metadata") -> "pl.Expr":
+    """``episode_of`` as a polars expression over a JSON metadata column, for whole tables."""
+    import polars as pl
+
+    meta = pl.col(column).str
+    return pl.coalesce(meta.json_path_match("$.episode"), meta.json_path_match("$.session"))
+
+
+def chunk_id(memory_id: str, index_hash_: str, ordinal: int) -> str:
+    """A chunk's id: its memory, the index hash it was made from (12 hex digits), its ordinal."""
+    return f"{memory_id}#{index_hash_[:12]}#{ordinal}"
+
+
+def chunk_index_hash(chunk_id_: str) -> str:
+    """The index-hash prefix inside a chunk id; memory ids may contain '#', so split from the right."""
+    return chunk_id_.rsplit("#", 2)[1]

@@ -11,7 +11,8 @@ from typing import Any, Iterable, Sequence
 import polars as pl
 import pyarrow as pa
 
-from lab import __version__
+from lab.version import __version__
+from lab.config import SaveConfig, from_dict
 from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
 from lab.schema import ACCESS_LOG, EDGES, MEMORIES, MEMORY_TYPES, NAMESPACES, EDGE_RELATIONS, chunks_schema
 from lab.store.records import validate_id, validate_namespace
@@ -68,18 +69,19 @@ class Store:
     lands. A process killed in between leaves invisible chunks, never a half-saved memory.
     """
 
-    def __init__(self, root: Path, info: StoreInfo, pin: StoreVersion | None = None) -> None:
+    def __init__(self, root: Path, info: StoreInfo, pin: StoreVersion | None = None, *, create_tables: bool = True) -> None:
         self.root = root
         self.info = info
         self.pin = pin
         tables = root / "tables"
-        self._memories = DeltaFrame(tables / "memories", MEMORIES, version=pin and pin.memories)
+        make = create_tables and pin is None
+        self._memories = DeltaFrame(tables / "memories", MEMORIES, version=pin and pin.memories, create=make)
         self._chunks = DeltaFrame(
-            tables / "chunks", chunks_schema(info.dim), version=pin and pin.chunks
+            tables / "chunks", chunks_schema(info.dim), version=pin and pin.chunks, create=make
         )
-        self._edges = DeltaFrame(tables / "edges", EDGES, version=pin and pin.edges)
-        self._access = DeltaFrame(tables / "access_log", ACCESS_LOG, version=pin and pin.access)
-        self._namespaces = DeltaFrame(tables / "namespaces", NAMESPACES)
+        self._edges = DeltaFrame(tables / "edges", EDGES, version=pin and pin.edges, create=make)
+        self._access = DeltaFrame(tables / "access_log", ACCESS_LOG, version=pin and pin.access, create=make)
+        self._namespaces = DeltaFrame(tables / "namespaces", NAMESPACES, create=make)
         # id set and (namespace, content_hash) -> id, for duplicate checks on every save; kept
         # up to date incrementally across our own inserts, rebuilt after anyone else's write
         self._ids: set[str] = set()
@@ -110,7 +112,11 @@ class Store:
         return store
 
     @classmethod
-    def open(cls, root: str | Path, *, pin: StoreVersion | str | None = None) -> "Store":
+    def open(cls, root: str | Path, *, pin: StoreVersion | str | None = None, read_only: bool = False) -> "Store":
+        """Open a store folder, at its latest version or pinned at ``pin`` (then read-only).
+
+        ``read_only`` opens the latest version for reading: a missing table is an error instead
+        of being created, so opening writes nothing."""
         root = Path(root)
         info_path = root / INFO_FILE
         if not info_path.is_file():
@@ -123,7 +129,14 @@ class Store:
             raise StoreError(f"store format {info.format} is not supported (expected {STORE_FORMAT})")
         if isinstance(pin, str):
             pin = StoreVersion.parse(pin)
-        return cls(root, info, pin)
+        return cls(root, info, pin, create_tables=not read_only)
+
+    def recorded_config(self) -> SaveConfig:
+        """The save configuration the store was created with (chunking, embedding, indexes)."""
+        recorded = dict(self.info.save_config)
+        # stores made before context_turns existed were indexed without context: keep them so
+        recorded["chunk"] = {"context_turns": 0, **recorded.get("chunk", {})}
+        return from_dict(SaveConfig, recorded, where=f"{self.root / INFO_FILE} save_config")
 
     @property
     def read_only(self) -> bool:
@@ -300,6 +313,21 @@ class Store:
             self._chunks.append(chunks)
         self._memories.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._memories_commit_meta())
         return self.known_version()
+
+    def stored_access_count(self, memory_id: str) -> int:
+        """The access count in the memory's own row, without the log's accesses folded in."""
+        rows = self._memories_raw().filter(pl.col("id") == memory_id)
+        if rows.height == 0:
+            raise NotFoundError(f"no memory with id {memory_id!r}")
+        return int(rows["access_count"][0])
+
+    def invalidate(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Soft delete: mark memories invalid in one commit (kept, hidden from valid-only search)."""
+        rows = self._memories_raw().filter(pl.col("id").is_in(list(ids))).with_columns(
+            pl.lit(False).alias("valid"), pl.lit(utcnow()).cast(pl.Datetime("us", "UTC")).alias("updated_at")
+        ).to_dicts()
+        self.replace(rows)
+        return rows
 
     def hard_delete(self, ids: Sequence[str]) -> int:
         """Remove memories for good; their edges, chunks and accesses go in later commits."""

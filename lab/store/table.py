@@ -19,12 +19,12 @@ class DeltaFrame:
     always see one consistent version.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None, create: bool = True) -> None:
         self.path = path
         self.schema = schema
         self.pinned = version is not None
         if not DeltaTable.is_deltatable(str(path)):
-            if self.pinned:
+            if self.pinned or not create:
                 raise StoreError(f"no Delta table at {path}")
             write_deltalake(str(path), schema.empty_table(), mode="ignore")
         try:

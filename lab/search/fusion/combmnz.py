@@ -1,14 +1,16 @@
-"""CombMNZ: the sum of weighted min-max normalised scores times the number of lists holding the memory."""
+"""CombMNZ: (sum of w_s * minmax_l(s) over a memory's lists) x hits, the number of nonzero-weight lists holding it."""
 from __future__ import annotations
 
 import numpy as np
 
 from lab.config import FusionConfig
-from lab.search.fusion import Fuser, RankedLists, register
+from lab.search.fusion.minmax import minmax_normalise
+from lab.search.fusion.registry import Fuser, RankedLists, register
 
 
 def combmnz(rows: RankedLists, w: np.ndarray, config: FusionConfig) -> np.ndarray:
-    return w * rows.minmax()
+    """Per row: w * its min-max normalised score (the hits factor is applied per memory by `fuse`)."""
+    return w * minmax_normalise(rows)
 
 
 register(Fuser("combmnz", combmnz, multiply_by_hits=True, description="(sum of w * minmax) x hits"))

@@ -1,0 +1,48 @@
+"""The `lab` command: one module per command group (store, search, eval), parsing and printing only.
+
+Heavy imports (torch, polars, deltalake) happen inside each command, so `lab --help` is instant.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from lab.cli import eval as eval_commands
+from lab.cli import search as search_commands
+from lab.cli import store as store_commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lab", description="Evaluate and tune memory retrieval for AI agents.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    store_commands.add_parsers(sub)
+    search_commands.add_parsers(sub)
+    eval_commands.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from lab.version import __version__
+
+        print(__version__)
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    from lab.errors import LabError
+
+    try:
+        return args.func(args)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        sys.stderr.close()
+        return 0

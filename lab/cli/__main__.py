@@ -1,0 +1,6 @@
+"""`python -m lab.cli`: the same as the `lab` command."""
+import sys
+
+from lab.cli import main
+
+sys.exit(main())

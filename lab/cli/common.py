@@ -1,0 +1,55 @@
+"""Shared parsing and printing for the `lab` commands: no domain logic here."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+DEFAULT_STORE = ".lab/store"
+
+
+def store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store", default=os.environ.get("LAB_STORE", DEFAULT_STORE),
+        help=f"store folder (env LAB_STORE; default {DEFAULT_STORE})",
+    )
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def print_stats(stats: dict[str, Any]) -> None:
+    print(f"store version   {stats['version']}  (memories.chunks.edges.access)")
+    print(f"embedding model {stats['embed_model']}")
+    print(f"namespaces      {', '.join(stats['namespaces']) or '-'}")
+    print(f"memories        {stats['memories']} ({stats['valid']} valid, {stats['pinned']} pinned)")
+    print(f"chunks          {stats['chunks']}")
+    print(f"edges           {stats['edges']}")
+    for key in ("by_namespace", "by_type", "by_relation"):
+        if stats.get(key):
+            print(f"{key.replace('_', ' '):<15} " + ", ".join(f"{k}={v}" for k, v in stats[key].items()))
+    if stats.get("created_from"):
+        print(f"time span       {stats['created_from'][:19]} .. {stats['created_to'][:19]}")
+
+
+def print_hits(hits: list, width: int = 80, explain: bool = False) -> None:
+    if not hits:
+        print("(no results)")
+        return
+    print(f"{'#':>2}  {'score':>7}  {'memory':<18} {'type':<9} text")
+    for hit in hits:
+        text = " ".join(hit.content.split())
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        flags = (" [superseded]" if hit.superseded else "") + (
+            f" [contradicts {', '.join(hit.contradicts)}]" if hit.contradicts else "")
+        print(f"{hit.rank:>2}  {hit.score:7.4f}  {hit.memory_id:<18} {hit.type:<9} {text}{flags}")
+        if explain:
+            for signal, d in sorted(hit.signals.items()):
+                without = ""
+                if hit.counterfactual is not None:
+                    alt = hit.counterfactual.get(signal)
+                    without = f"  without it: rank {alt if alt is not None else '-'}"
+                print(f"{'':>12}{signal:<10} rank {d.rank:>3}  score {d.score:9.4f}  adds {d.contribution:.4f}{without}")

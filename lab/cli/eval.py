@@ -1,0 +1,97 @@
+"""`lab eval | compare`: parse the options, call lab.eval, print the outcome."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from lab.cli.common import print_json
+
+DEFAULT_KS = [1, 5, 10, 20, 50, 100]  # printed in --help; the same as lab.eval.metrics.DEFAULT_KS (a test holds them equal)
+
+
+def _options(args: argparse.Namespace):
+    from lab.config import AssembleConfig
+    from lab.eval.runner import EvalOptions
+
+    return EvalOptions(ks=tuple(args.k), respect_top_k=args.respect_top_k, credit_derived=args.credit_derived,
+                       budget=args.budget or None, assemble=replace(AssembleConfig(), counter=args.counter),
+                       ragas=args.ragas)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from lab.errors import ValidationError
+    from lab.eval.goldens import load_dataset
+    from lab.eval.regressions import run_regressions
+    from lab.eval.report import config_from
+    from lab.eval.runs import DatasetOptions, evaluate_to_folder
+    from lab.eval.stores import eval_retriever, save_config
+
+    if args.check:
+        failed = 0
+        for outcome in run_regressions(args.check, base=_options(args), datasets=args.datasets, out_root=args.out,
+                                       progress=not args.quiet):
+            failed += outcome.status == "FAIL"
+            print(f"{outcome.status:<6} {outcome.name}: " + "; ".join(outcome.notes), flush=True)
+        return 1 if failed else 0
+    if not args.dataset:
+        raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
+    loaded = DatasetOptions(args.observations, args.summaries)
+    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
+                           summaries=args.summaries)
+    retriever = eval_retriever(dataset, save_config(args.context_turns, args.time_in_text), progress=not args.quiet)
+    configs = [config_from(p, None) for p in args.preset] if args.preset else [config_from(None, args.config)]
+    for config in configs:
+        result, out = evaluate_to_folder(retriever, dataset, config, _options(args), args.out, loaded)
+        m = result.metrics["metrics"]
+        if args.json:
+            print_json({"run": str(out), **result.metrics})
+            continue
+        head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
+        print(f"{dataset.name:<10} {config.name:<12} {result.metrics['questions']:>5} q  {head}  -> {out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from lab.eval.report import compare
+
+    table = compare(args.run_a, args.run_b, args.metric or None)
+    if args.json:
+        print_json(table.to_dicts())
+        return 0
+    print(f"{'metric':<12} {'A':>8} {'B':>8} {'B-A':>8}  {'95% CI of B-A':<19} {'p':>7}")
+    for r in table.iter_rows(named=True):
+        print(f"{r['metric']:<12} {r['mean_a']:8.4f} {r['mean_b']:8.4f} {r['delta']:+8.4f}  "
+              f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] {r['p_value']:7.4f}")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate presets on a dataset; writes run folders")
+    p.add_argument("--dataset", help="locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder")
+    p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    p.add_argument("--split", default="train", help="BEIR qrels split")
+    p.add_argument("--preset", nargs="+", help="one or more preset names")
+    p.add_argument("--config", help="a .yaml/.json SearchConfig instead of a preset")
+    p.add_argument("--k", type=int, nargs="+", default=DEFAULT_KS, help="cutoffs")
+    p.add_argument("--respect-top-k", action="store_true", help="cut at each preset's own top_k, as served")
+    p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
+    p.add_argument("--summaries", action="store_true", help="LoCoMo: add session summaries as memories")
+    p.add_argument("--credit-derived", action="store_true", help="a hit on a derived fact counts for its source")
+    p.add_argument("--context-turns", type=int, default=None,
+                   help="index time: index each memory with up to N earlier turns of its episode (default 2; 0: off)")
+    p.add_argument("--time-in-text", action="store_true", help="index time: index each memory with its date")
+    p.add_argument("--budget", type=int, default=2000, help="context metrics at this token budget (0: off)")
+    p.add_argument("--counter", choices=["estimate", "exact"], default="estimate")
+    p.add_argument("--ragas", action="store_true", help="also report ragas's LLM-free context metrics")
+    p.add_argument("--check", metavar="REGRESSIONS_YAML", help="run every condition; OK / OKISH / FAIL, exit 1 on FAIL")
+    p.add_argument("--out", default="runs", help="folder for run folders (default runs/)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("compare", help="metric deltas between two runs, with CIs and p-values")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--metric", nargs="+", help="metrics to compare (default: the headline ones)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,101 @@
+"""`lab search | context | presets`: reading a store through the read-only retriever."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from lab.cli.common import print_hits, print_json, store_arg
+
+
+def _retriever(args: argparse.Namespace):
+    from lab.retriever import Retriever
+
+    return Retriever.open(args.store, search=args.preset)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _retriever(args) as retriever:
+        hits = retriever.search(args.query, args.namespace, k=args.k, explain=args.explain)
+    if args.json:
+        print_json([h.to_dict() for h in hits])
+    else:
+        print_hits(hits, explain=args.explain)
+    return 0
+
+
+def _ratios(text: str) -> dict[str, float]:
+    from lab.errors import ValidationError
+
+    try:
+        critical, middle, recency = (float(x) for x in text.split("/"))
+    except ValueError:
+        raise ValidationError(f"--ratios must be CRITICAL/MIDDLE/RECENCY, e.g. 15/65/20, got {text!r}") from None
+    total = critical + middle + recency
+    scale = 100.0 if abs(total - 100.0) < 1e-6 else 1.0  # 15/65/20 or 0.15/0.65/0.2
+    return {"critical_ratio": critical / scale, "middle_ratio": middle / scale, "recency_ratio": recency / scale}
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    from lab.config import AssembleConfig, load_config
+
+    acfg = load_config(AssembleConfig, args.assemble) if args.assemble else AssembleConfig()
+    changes = {k: v for k, v in (("budget", args.budget), ("counter", args.counter),
+                                  ("neighbours", args.neighbours)) if v is not None}
+    if args.ratios:
+        changes.update(_ratios(args.ratios))
+    acfg = replace(acfg, **changes)
+    with _retriever(args) as retriever:
+        ctx = retriever.context(args.query, args.namespace, assemble_config=acfg, candidates=args.candidates)
+    if args.format == "json":
+        print_json(ctx.to_dict())
+        return 0
+    text = ctx.render(args.format)
+    if text:
+        print(text)
+    zones = "  ".join(f"{z} {u.used}/{u.available}" for z, u in ctx.zones.items())
+    print(f"\n({len(ctx.items)} items, {ctx.used}/{ctx.budget} tokens [{ctx.counter}]; {zones}; "
+          f"{len(ctx.skipped)} skipped)", file=sys.stderr)
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from lab.config import to_yaml
+    from lab.search.presets import PRESETS, preset
+
+    if args.name:
+        print(to_yaml(preset(args.name)), end="")
+        return 0
+    for name, cfg in PRESETS.items():
+        print(f"{name:<12} {cfg.description}")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="search a namespace")
+    p.add_argument("query")
+    store_arg(p)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--preset", default=None, help="preset name or a .yaml/.json SearchConfig (default: lab)")
+    p.add_argument("--k", type=int, default=None, help="results to return (default: the preset's top_k)")
+    p.add_argument("--explain", action="store_true", help="per-signal ranks, scores, contributions, counterfactual ranks")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("context", help="search, then assemble a zoned context within a token budget")
+    p.add_argument("query")
+    store_arg(p)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--budget", type=int, default=None, help="token budget (default 2000)")
+    p.add_argument("--preset", default=None, help="search preset name or a .yaml/.json SearchConfig (default: lab)")
+    p.add_argument("--assemble", default=None, help="a .yaml/.json AssembleConfig")
+    p.add_argument("--ratios", default=None, help="zone ratios CRITICAL/MIDDLE/RECENCY, e.g. 15/65/20")
+    p.add_argument("--counter", choices=["estimate", "exact"], default=None, help="token counter (default estimate)")
+    p.add_argument("--neighbours", type=int, default=None, help="adjacent turns of the same episode to add")
+    p.add_argument("--candidates", type=int, default=50, help="fused results offered to assembly")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
+    p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("presets", help="list the search presets, or print one as YAML")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=cmd_presets)

@@ -1,0 +1,146 @@
+"""`lab init | ingest | stats | store compact | demo`: creating, filling and inspecting a store."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from lab.cli.common import print_hits, print_json, print_stats, store_arg
+
+DEMO_DATA = Path(__file__).resolve().parent.parent.parent / "datasets" / "demo"
+DEMO_QUERIES = (
+    ("atlas", "why did the billing service fail in February?"),
+    ("household", "when is the next dentist appointment?"),
+)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from lab.config import ChunkConfig, EmbedConfig, SaveConfig
+    from lab.errors import ConflictError
+    from lab.pipeline import Pipeline
+
+    config = SaveConfig(
+        chunk=ChunkConfig(size=args.chunk_size, overlap=args.chunk_overlap),
+        embed=EmbedConfig(model=args.model),
+    )
+    if (Path(args.store) / "lab-store.json").exists():
+        raise ConflictError(f"a store exists already at {args.store}")
+    with Pipeline.open(args.store, config, create=True) as pipe:
+        print(f"created store at {args.store} (model {pipe.embedder.model_id}, version {pipe.store.version()})")
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from lab.pipeline import Pipeline
+
+    with Pipeline.open(args.store, create=args.create) as pipe:
+        report = pipe.ingest(args.path, args.namespace, progress=not args.quiet)
+    data = report.to_dict()
+    if args.json:
+        print_json(data)
+    else:
+        print(
+            f"ingested {args.path}: {data['created']} new, {data['duplicates']} already stored, "
+            f"{data['edges']} edges, {data['chunks']} chunks, {data['embedded']} embedded, "
+            f"{data['seconds']} s; store version {data['version']}"
+        )
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from lab.store.store import Store
+
+    store = Store.open(args.store, read_only=True)
+    if args.namespace is not None:
+        store.require_namespace(args.namespace)
+    stats = store.stats(args.namespace)
+    stats["files"] = store.file_counts()
+    if args.json:
+        print_json(stats)
+    else:
+        print_stats(stats)
+        print("files           " + ", ".join(f"{k}={v}" for k, v in stats["files"].items()))
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from lab.pipeline import Pipeline
+
+    with Pipeline.open(args.store) as pipe:
+        before = pipe.store.file_counts()
+        report = pipe.compact(vacuum_hours=args.vacuum_hours)
+        after = pipe.store.file_counts()
+    if args.json:
+        print_json({"before": before, "after": after, "report": report})
+    else:
+        for table in before:
+            print(f"{table:<11} files {before[table]:>5} -> {after[table]:>5}")
+        print(f"stale chunks removed: {report['stale_chunks_removed']}; indexes rebuilt: "
+              f"{', '.join(report['indexes_rebuilt']) or '-'}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on the embedded default: store, ingest the demo set, stats, a sample search."""
+    from lab.pipeline import Pipeline
+    from lab.retriever import Retriever
+
+    store = Path(args.store)
+    fresh = not (store / "lab-store.json").exists()
+    print(f"{'creating' if fresh else 'reusing'} store at {store}")
+    with Pipeline.open(store, create=True) as pipe:
+        report = pipe.ingest(args.data, progress=True)
+        data = report.to_dict()
+        print(
+            f"ingested {args.data}: {data['created']} new, {data['duplicates']} already stored, "
+            f"{data['edges']} new edges, {data['embedded']} texts embedded in {data['seconds']} s\n"
+        )
+        print_stats(pipe.stats())
+        embedder = pipe.embedder
+    # searches go through the read side, as the server and notebooks will
+    with Retriever.open(store, embedder=embedder) as retriever:
+        for namespace, query in DEMO_QUERIES:
+            if namespace not in retriever.namespaces():
+                continue
+            print(f"\nsearch [{namespace}] {query!r}")
+            print_hits(retriever.search(query, namespace, k=args.k))
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="create a store, ingest the demo memories, print stats and sample searches")
+    p.add_argument("--store", default=os.environ.get("LAB_STORE", ".lab/demo"), help="store folder (default .lab/demo)")
+    p.add_argument("--data", default=str(DEMO_DATA), help="memories file or folder (default: datasets/demo)")
+    p.add_argument("--k", type=int, default=5)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("init", help="create an empty store")
+    store_arg(p)
+    p.add_argument("--model", default="all-MiniLM-L6-v2", help="embedding model (all-MiniLM-L6-v2 or fake-hash-256)")
+    p.add_argument("--chunk-size", type=int, default=350)
+    p.add_argument("--chunk-overlap", type=int, default=150)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("ingest", help="validate and save a memories file or folder (JSONL/Parquet)")
+    p.add_argument("path", help="memories .jsonl/.parquet, or a folder with memories.* and edges.*")
+    store_arg(p)
+    p.add_argument("--namespace", help="namespace for records that name none")
+    p.add_argument("--create", action="store_true", help="create the store if it does not exist")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("stats", help="store statistics")
+    store_arg(p)
+    p.add_argument("--namespace")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("store", help="store maintenance")
+    store_sub = p.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    c = store_sub.add_parser("compact", help="merge small files, drop stale chunks, rebuild indexes")
+    store_arg(c)
+    c.add_argument("--vacuum-hours", type=float, default=None,
+                   help="also delete files only versions older than this need (breaks older pins)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_compact)

@@ -1,0 +1,41 @@
+"""Evaluate one configuration on one dataset and write its run folder, named by what was measured."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.config import ChunkConfig, SearchConfig
+from lab.eval.dataset import EvalDataset
+from lab.eval.report import write_run
+from lab.eval.runner import EvalOptions, EvalResult, evaluate
+from lab.eval.stores import index_suffix
+from lab.retriever import Retriever
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """How a dataset was loaded beyond its defaults (LoCoMo's derived facts and summaries)."""
+
+    observations: bool = False
+    summaries: bool = False
+
+
+def run_name(dataset: str, chunk: ChunkConfig, config: str, options: EvalOptions,
+             loaded: DatasetOptions = DatasetOptions()) -> str:
+    """The run folder's name: the dataset, every lever that differs from the default, the config.
+
+    Runs of other settings never overwrite each other (e.g. ``locomo+ctx0-lab``, ``locomo+obs+credit-lab``).
+    """
+    extras = "".join(tag for flag, tag in ((loaded.observations, "+obs"), (loaded.summaries, "+sum"),
+                                           (options.credit_derived, "+credit")) if flag)
+    return f"{dataset}{index_suffix(chunk)}{extras}-{config}"
+
+
+def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, options: EvalOptions,
+                       out_root: str | Path, loaded: DatasetOptions = DatasetOptions()) -> tuple[EvalResult, Path]:
+    """Evaluate ``config`` and write its run folder under ``out_root``; returns (result, folder)."""
+    result = evaluate(retriever, dataset, config, options)
+    chunk = retriever.store.recorded_config().chunk
+    out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded)
+    write_run(result, dataset.qrels, out)
+    return result, out

@@ -1,0 +1,85 @@
+"""Evaluation stores: one store per (dataset, index-time configuration), built once and reused.
+
+Building is a write (through the Pipeline); what evaluations read is a read-only ``Retriever``
+over the finished store, with the shared evaluation embedding cache for question vectors.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lab.config import ChunkConfig, SaveConfig, to_dict
+from lab.embed.cache import EmbeddingCache
+from lab.eval.dataset import EvalDataset
+from lab.pipeline import Pipeline
+from lab.retriever import Retriever
+
+READY = "lab-eval-ready.json"
+
+
+def eval_root() -> Path:
+    """Where evaluation stores, candidate tables and the shared embedding cache live."""
+    return Path(os.environ.get("LAB_EVAL_ROOT") or ".lab/eval")
+
+
+def digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def save_config(context_turns: int | None = None, time_in_text: bool = False) -> SaveConfig:
+    """The save configuration of an evaluation store with these index-time levers (None: default turns)."""
+    turns = ChunkConfig().context_turns if context_turns is None else int(context_turns)
+    return SaveConfig(chunk=ChunkConfig(context_turns=turns, time_in_text=bool(time_in_text)))
+
+
+def index_suffix(chunk: ChunkConfig) -> str:
+    """Run-folder suffix naming the index-time levers that differ from the default (none: no suffix)."""
+    default = ChunkConfig()
+    return ((f"+ctx{chunk.context_turns}" if chunk.context_turns != default.context_turns else "")
+            + ("+time" if chunk.time_in_text != default.time_in_text else ""))
+
+
+def embeddings_dir(root: Path) -> Path:
+    # one embedding cache for every eval store (unless $LAB_EMBED_CACHE names another)
+    return Path(os.environ.get("LAB_EMBED_CACHE") or root / "embeddings")
+
+
+def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
+               embedder=None, progress: bool = False) -> Path:
+    """The dataset's store under ``root/stores``, built on first use and reused while the data and
+    the save configuration are unchanged. Save-then-search memories are saved after the indexes
+    are built, through the normal save path, so they are found the way a fresh save is."""
+    root = root or eval_root()
+    config = config or SaveConfig()
+    model = embedder.model_id if embedder is not None else config.embed.model
+    parts: list[Any] = [dataset.fingerprint(), to_dict(config.chunk), model]
+    if dataset.saves:
+        parts.append(sorted(dataset.saves.items()))
+    path = root / "stores" / f"{dataset.name}-{digest(*parts)}"
+    if (path / READY).is_file():
+        return path
+    if path.exists():
+        shutil.rmtree(path)  # a build that did not finish: start over
+    with Pipeline.open(path, config, embedder=embedder, create=True, cache_dir=embeddings_dir(root)) as pipe:
+        pipe.save_many(dataset.memories, progress=progress)
+        if dataset.edges:
+            pipe.add_edges(dataset.edges)
+        pipe.build()
+        if dataset.saves:
+            pipe.save_many([dataset.saves[q] for q in sorted(dataset.saves)], progress=False)
+    (path / READY).write_text(json.dumps({"dataset": dataset.summary()}, default=str, indent=2), encoding="utf-8")
+    return path
+
+
+def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
+                   embedder=None, progress: bool = False) -> Retriever:
+    """A read-only retriever over the dataset's evaluation store (built first when needed)."""
+    root = root or eval_root()
+    path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress)
+    retriever = Retriever.open(path, embedder=embedder)
+    retriever.cache = EmbeddingCache(embeddings_dir(root), retriever.embedder.model_id, retriever.embedder.dim)
+    return retriever

@@ -1,0 +1,143 @@
+"""The namespace indexes of one store: loaded from their snapshots, kept in step with the store.
+
+Reads and writes share one manager per process. A read (``get``) loads a namespace's saved index,
+or builds one in memory when there is none, and folds in what the store committed since: it never
+writes to disk. Writes tell the manager what they changed (``apply``); indexes that a write or an
+explicit ``build`` changed are saved by ``save_changed``, which only a writer calls.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import polars as pl
+
+from lab.config import IndexConfig
+from lab.errors import ConflictError
+from lab.index.namespace import NamespaceIndex
+from lab.store.store import Store, StoreVersion
+
+log = logging.getLogger(__name__)
+
+
+class IndexManager:
+    """Per-namespace ``NamespaceIndex`` objects over one store (pinned or following the latest)."""
+
+    def __init__(self, store: Store, config: IndexConfig, dim: int, embed_model: str, *,
+                 warn_on_build: bool = False) -> None:
+        self.store = store
+        # a reader that finds no usable snapshot says so (a writer saves one on close anyway)
+        self.warn_on_build = warn_on_build
+        self.config = config
+        self.dim = dim
+        self.embed_model = embed_model
+        self._indexes: dict[str, NamespaceIndex] = {}
+        self._saved: dict[str, str] = {}  # namespace -> store version of its snapshot on disk
+        self._changed: set[str] = set()  # changed by a write or a build since last saved
+        self._lock = threading.RLock()
+
+    def directory(self, namespace: str) -> Path:
+        return self.store.root / "indexes" / namespace
+
+    def loaded(self) -> dict[str, NamespaceIndex]:
+        with self._lock:
+            return dict(self._indexes)
+
+    def get(self, namespace: str) -> NamespaceIndex:
+        """The namespace's index as of the store's current (or pinned) version; in memory only.
+
+        Chunks become visible or invisible only through a memories commit, so the memories
+        version alone tells whether an index is behind the store.
+        """
+        with self._lock:
+            idx = self._indexes.get(namespace)
+            current = self.store.memories_version
+            if idx is None:
+                self.store.require_namespace(namespace)
+                chunks = self.store.chunks(namespace)
+                idx = NamespaceIndex.load(self.directory(namespace), chunks, self.config)
+                if idx is None:
+                    (log.warning if self.warn_on_build else log.debug)(
+                        "index of namespace %r: no usable snapshot in %s; built in memory for this process "
+                        "(`lab store compact` saves one)", namespace, self.directory(namespace))
+                    idx = self._build(namespace, chunks)
+                else:
+                    self._saved[namespace] = idx.store_version
+                    if StoreVersion.parse(idx.store_version).memories != current:
+                        idx.sync(chunks, str(self.store.known_version()))
+                self._indexes[namespace] = idx
+            elif StoreVersion.parse(idx.store_version).memories != current:
+                idx.sync(self.store.chunks(namespace), str(self.store.known_version()))  # another process wrote
+            return idx
+
+    def _build(self, namespace: str, chunks: pl.DataFrame | None = None) -> NamespaceIndex:
+        if chunks is None:
+            chunks = self.store.chunks(namespace)
+        return NamespaceIndex.build(namespace, chunks, self.dim, self.config, self.embed_model,
+                                    str(self.store.version()))
+
+    # ------------------------------------------------------------------ the write side's calls
+    def build(self, namespace: str) -> NamespaceIndex:
+        """Rebuild a namespace's index from the store (the lexical delta folded in); saved by ``save_changed``."""
+        with self._lock:
+            self.store.require_namespace(namespace)
+            idx = self._build(namespace)
+            self._indexes[namespace] = idx
+            self._changed.add(namespace)
+            self._saved.pop(namespace, None)  # a rebuild is always saved, even at an unchanged version
+            return idx
+
+    def apply(self, namespace: str, added: pl.DataFrame | None, removed: list[str], version: StoreVersion) -> None:
+        """Fold a write into the namespace's index (loading it first if needed)."""
+        with self._lock:
+            idx = self._indexes.get(namespace)
+            if idx is None:
+                # loading syncs it to the store, which already holds this write
+                self.get(namespace)
+            else:
+                idx.apply(added, removed, str(version))
+                if idx.needs_merge():
+                    idx.merge_in_background()
+            self._changed.add(namespace)
+
+    def touch(self, namespace: str, version: StoreVersion) -> None:
+        """A write changed memory rows but no chunks: the index reflects the new version as is."""
+        with self._lock:
+            idx = self._indexes.get(namespace)
+            if idx is not None:
+                idx.store_version = str(version)
+                self._changed.add(namespace)
+
+    def mark_written(self, namespace: str) -> None:
+        """A write landed in a namespace whose index is not loaded: bring it up to date at save time."""
+        with self._lock:
+            self._changed.add(namespace)
+
+    def forget(self, namespace: str) -> None:
+        with self._lock:
+            self._indexes.pop(namespace, None)
+            self._saved.pop(namespace, None)
+            self._changed.discard(namespace)
+
+    def save_changed(self) -> list[str]:
+        """Persist every index a write or build changed (a read's in-memory syncs are not saved)."""
+        if self.store.read_only:
+            raise ConflictError("the store is opened read-only (pinned): indexes cannot be saved")
+        saved = []
+        with self._lock:
+            for ns in sorted(self._changed):
+                if ns not in self.store.namespaces():
+                    continue  # deleted since
+                idx = self.get(ns)
+                idx.wait_for_merge()
+                if self._saved.get(ns) != idx.store_version or not self.directory(ns).is_dir():
+                    idx.save(self.directory(ns))
+                    self._saved[ns] = idx.store_version
+                    saved.append(ns)
+            self._changed.clear()
+        return saved
+
+    def wait(self) -> None:
+        for idx in self.loaded().values():
+            idx.wait_for_merge()

@@ -1,0 +1,210 @@
+"""The read side: a store at one version, its indexes, the embedder and a configuration; read-only.
+
+Search, context assembly and evaluation take a ``Retriever`` and nothing else; so will the
+exported serving module and the server. A read never writes to disk: indexes are loaded from their
+snapshots (or, where a snapshot is missing or behind, built or caught up in memory), views are
+built in memory, accesses are not recorded. Writing is the ``Writer``'s job (``lab.write``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import polars as pl
+
+from lab.assemble import Context, Item, assemble, item_from_result, make_counter
+from lab.config import AssembleConfig, IndexConfig, SearchConfig
+from lab.embed import Embedder, make_embedder
+from lab.embed.cache import EmbeddingCache
+from lab.errors import ConflictError, ValidationError
+from lab.index.manager import IndexManager
+from lab.index.namespace import NamespaceIndex
+from lab.search.candidates import NamespaceSnapshot, Query, candidates, reference_time
+from lab.search.engine import Result, SearchResponse, search
+from lab.search.presets import resolve
+from lab.search.view import NamespaceView, build_view
+from lab.store.records import item_text, validate_namespace
+from lab.store.store import Store, StoreVersion
+
+log = logging.getLogger(__name__)
+
+
+class Retriever:
+    """Searches and assembles over one store, latest or pinned at a version, without writing."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        indexes: IndexManager,
+        *,
+        search: SearchConfig | None = None,
+        assemble: AssembleConfig | None = None,
+        cache: EmbeddingCache | None = None,
+    ) -> None:
+        if embedder.model_id != store.info.embed_model:
+            raise ConflictError(
+                f"store {store.root} holds embeddings of {store.info.embed_model!r}; "
+                f"the embedder given is {embedder.model_id!r}"
+            )
+        self.store = store
+        self.embedder = embedder
+        self.indexes = indexes
+        self.search_config = search or resolve(None)
+        self.assemble_config = assemble or AssembleConfig()
+        self.cache = cache  # query embeddings are looked up here (and added in memory, never flushed)
+        self._views: dict[str, NamespaceView] = {}
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        pin: StoreVersion | str | None = None,
+        embedder: Embedder | None = None,
+        search: SearchConfig | str | None = None,
+        assemble: AssembleConfig | None = None,
+        index: IndexConfig | None = None,
+        cache: EmbeddingCache | None = None,
+    ) -> "Retriever":
+        """Open the store at ``path`` read-only: its latest version, or ``pin`` ("M.C.E.A").
+
+        ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset);
+        the embedder defaults to the one the store was created with.
+        """
+        store = Store.open(path, pin=pin, read_only=True)
+        recorded = store.recorded_config()
+        embedder = embedder or make_embedder(recorded.embed)
+        indexes = IndexManager(store, index or recorded.index, embedder.dim, embedder.model_id, warn_on_build=True)
+        config = search if isinstance(search, SearchConfig) else resolve(search)
+        return cls(store, embedder, indexes, search=config, assemble=assemble, cache=cache)
+
+    def close(self) -> None:
+        """Wait for background index merges; nothing is written."""
+        self.indexes.wait()
+
+    def __enter__(self) -> "Retriever":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ what is read
+    @property
+    def version(self) -> StoreVersion:
+        """The store version searches see: the pinned one, or the latest committed."""
+        return self.store.version()
+
+    def namespaces(self) -> list[str]:
+        return self.store.namespaces()
+
+    def view(self, namespace: str) -> NamespaceView:
+        """The namespace's array view, rebuilt only when its memories, edges or accesses changed."""
+        v = self.store.version()
+        key = (v.memories, v.edges, v.access)
+        cached = self._views.get(namespace)
+        if cached is None or cached.key != key:
+            self.store.require_namespace(namespace)
+            cached = build_view(self.store.memories(namespace), self.store.edges(namespace), namespace, key)
+            self._views[namespace] = cached
+        return cached
+
+    def index(self, namespace: str) -> NamespaceIndex:
+        """The namespace's index at this version (loaded, or caught up in memory)."""
+        return self.indexes.get(namespace)
+
+    def snapshot(self, namespace: str) -> NamespaceSnapshot:
+        validate_namespace(namespace)
+        return NamespaceSnapshot(self.view(namespace), self.index(namespace))
+
+    def memories(self, namespace: str | None = None) -> pl.DataFrame:
+        return self.store.memories(namespace)
+
+    def get(self, memory_id: str) -> dict[str, Any]:
+        return self.store.get(memory_id)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors: the one path every search and evaluation embeds through."""
+        if self.cache is not None:
+            return self.cache.embed(self.embedder, list(texts))
+        return self.embedder.embed(list(texts))
+
+    def _config(self, config: SearchConfig | None, preset: str | None) -> SearchConfig:
+        if config is not None and preset is not None:
+            raise ValidationError("give a search config or a preset, not both")
+        return config or (resolve(preset) if preset is not None else self.search_config)
+
+    # ------------------------------------------------------------------ search
+    def candidates(self, queries: Sequence[Query], config: SearchConfig | None = None, *,
+                   query_vectors: np.ndarray | None = None) -> pl.DataFrame:
+        """Every signal's ranked lists for a batch of queries, as one candidate table."""
+        config = config or self.search_config
+        snapshots = {ns: self.snapshot(ns) for ns in sorted({q.namespace for q in queries})}
+        if query_vectors is None:
+            query_vectors = self.embed_queries([q.text for q in queries])
+        return candidates(snapshots, queries, query_vectors, config)
+
+    def search_response(self, query: str, namespace: str, k: int | None = None, *,
+                        config: SearchConfig | None = None, preset: str | None = None,
+                        explain: bool = False) -> SearchResponse:
+        """The whole response of a search: results, the query's analysis, the config's name."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query must be a non-empty string")
+        snap = self.snapshot(namespace)
+        return search(snap, query, self.embed_queries([query])[0], self._config(config, preset), k=k, explain=explain)
+
+    def search(self, query: str, namespace: str, k: int | None = None, *, config: SearchConfig | None = None,
+               preset: str | None = None, explain: bool = False) -> list[Result]:
+        """The ranked results of one query in one namespace (default configuration: the retriever's)."""
+        return self.search_response(query, namespace, k, config=config, preset=preset, explain=explain).results
+
+    # ------------------------------------------------------------------ assembly
+    def neighbours(self, namespace: str, items: Sequence[Item], window: int) -> dict[str, list[Item]]:
+        """For each item with an episode: up to ``window`` valid turns before and after it."""
+        if window <= 0 or not any(i.episode for i in items):
+            return {}
+        nsview = self.view(namespace)
+        members = nsview.episode_members()
+        out: dict[str, list[Item]] = {}
+        for it in items:
+            group = members.get(it.episode) if it.episode else None
+            p = nsview.pos.get(it.memory_id)
+            if group is None or p is None or p not in group:
+                continue
+            at = group.index(p)
+            around = [q for q in group[max(0, at - window):at + window + 1] if q != p]
+            out[it.memory_id] = [
+                Item(r["id"], item_text(r["title"], r["content"]), 0.0, r["created_at"], r["type"],
+                     bool(r["pinned"]), it.episode)
+                for r in nsview.rows_at(around)
+            ]
+        return out
+
+    def context(self, query: str, namespace: str, budget: int | None = None, *,
+                config: SearchConfig | None = None, preset: str | None = None,
+                assemble_config: AssembleConfig | None = None, candidates: int = 50) -> Context:
+        """Search ``namespace`` for ``query`` (``candidates`` fused results), then assemble them.
+
+        The reference time for "recent" is the assemble config's, else the search's, else the
+        namespace's latest memory; the exact counter uses the embedding model's tokenizer.
+        """
+        if candidates < 1:
+            raise ValidationError(f"candidates must be >= 1, got {candidates}")
+        acfg = assemble_config or self.assemble_config
+        if budget is not None:
+            acfg = replace(acfg, budget=budget)
+        scfg = self._config(config, preset)
+        results = self.search(query, namespace, k=candidates, config=scfg)
+        items = [item_from_result(r) for r in results]
+        counter = self.counter(acfg.counter)
+        ref: datetime | str = acfg.reference_time or reference_time(scfg, self.view(namespace))
+        return assemble(items, acfg, counter=counter, reference_time=ref,
+                        neighbours=self.neighbours(namespace, items, acfg.neighbours))
+
+    def counter(self, name: str):
+        """The token counter ``name`` names; the exact one is the embedding model's tokenizer."""
+        return make_counter(name, getattr(self.embedder, "tokenizer", None) if name == "exact" else None)

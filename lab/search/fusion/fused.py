@@ -1,0 +1,154 @@
+"""Fusing a prepared candidate table under a `FusionConfig`: fused scores, post-processing and per-query ranking."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from lab.config import FusionConfig
+from lab.search.analysis import INTENT_WEIGHT_SCALES, INTENTS
+from lab.search.fusion.prepare import FEATURE_DEFAULTS, PreparedCandidates, prepare
+from lab.search.fusion.registry import get_fuser
+
+RESULT_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "rank": pl.Int32, "score": pl.Float64}
+CONTRIB_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "signal": pl.String, "rank": pl.Int32,
+                  "score": pl.Float64, "contribution": pl.Float64}
+
+
+def _row_weights(prep: PreparedCandidates, config: FusionConfig) -> np.ndarray:
+    per_signal = np.array([float(config.weights.get(s, 1.0)) for s in prep.signals] or [1.0])
+    w = per_signal[prep.rows.signal]
+    if config.intent_gating:
+        # one row of scales per intent, and a last row of ones for queries without an intent
+        scales = np.ones((len(INTENTS) + 1, len(per_signal)))
+        for i, name in enumerate(INTENTS):
+            for j, s in enumerate(prep.signals):
+                scales[i, j] = INTENT_WEIGHT_SCALES[name].get(s, 1.0)
+        q_intent = prep.intent[prep.pair_q[prep.rows.pair]]
+        w = w * scales[q_intent, prep.rows.signal]  # -1 picks the row of ones
+    return w
+
+
+def _fused_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(per-pair fused score, per-pair alive mask, per-row contribution)."""
+    fuser = get_fuser(config.method)
+    w = _row_weights(prep, config)
+    contribution = np.asarray(fuser.fn(prep.rows, w, config), dtype=np.float64)
+    contribution = np.where(w != 0, contribution, 0.0)
+    # rows are ordered by (pair, signal), so the sums are bit-identical whatever the input order
+    score = np.bincount(prep.rows.pair, contribution, minlength=prep.n_pairs)
+    hits = np.bincount(prep.rows.pair, weights=(w != 0), minlength=prep.n_pairs)
+    if fuser.multiply_by_hits:
+        score = score * hits
+    return score, hits > 0, contribution
+
+
+def _feature(prep: PreparedCandidates, name: str) -> np.ndarray:
+    got = prep.features.get(name)
+    return got if got is not None else np.full(prep.n_pairs, FEATURE_DEFAULTS[name])
+
+
+def _order(pair_q: np.ndarray, score: np.ndarray, pair_m: np.ndarray) -> np.ndarray:
+    """Indices sorted by query, then score descending, then memory id."""
+    return np.lexsort((pair_m, -score, pair_q))
+
+
+def _ranks(sorted_q: np.ndarray) -> np.ndarray:
+    """1-based position inside each query's run of a query-sorted array."""
+    n = len(sorted_q)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_q[1:] != sorted_q[:-1]])
+    run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
+    return np.arange(n) - run_start + 1
+
+
+def _cut(prep: PreparedCandidates, score: np.ndarray, alive: np.ndarray, k: int) -> np.ndarray:
+    """Per query, the k-th best alive score (-inf when it has fewer): only pairs at or above it can
+    make the top k, so only they need the full sort."""
+    n_q = len(prep.qids)
+    width = int(prep.pair_col.max()) + 1
+    if k >= width:
+        return np.full(n_q, -np.inf)
+    grid = np.full((n_q, width), -np.inf)
+    grid[prep.pair_q[alive], prep.pair_col[alive]] = score[alive]
+    return -np.partition(-grid, k - 1, axis=1)[:, k - 1]
+
+
+def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | None = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(pair indices, ranks, scores, per-row contributions), results sorted by query then rank."""
+    score, alive, contribution = _fused_scores(prep, config)
+    if config.coverage_bonus:
+        # multiplicative, so the bonus can never outweigh the fused score it scales
+        score = score * (1.0 + config.coverage_bonus * _feature(prep, "_coverage"))
+    if config.recent_boost != 1.0:
+        score = np.where(_feature(prep, "_age_hours") < config.recent_hours, score * config.recent_boost, score)
+    if config.superseded == "demote":
+        score = np.where(_feature(prep, "_superseded") > 0, score * config.demote_factor, score)
+    elif config.superseded == "hide":
+        alive = alive & (_feature(prep, "_superseded") == 0)
+    k = config.top_k if top_k == -1 else top_k
+    idx = np.flatnonzero(alive)
+    if k is not None and len(idx):
+        idx = idx[score[idx] >= _cut(prep, score, alive, max(k, config.rerank_depth))[prep.pair_q[idx]]]
+    q, m, s = prep.pair_q[idx], prep.pair_m[idx], score[idx]
+    order = _order(q, s, m)
+    idx, q, m, s = idx[order], q[order], m[order], s[order]
+    if config.rerank_depth > 0 and len(idx):
+        # the top `depth` of each query are re-ordered by query-memory cosine, above all the rest
+        r = _ranks(q)
+        starts = np.flatnonzero(r == 1)
+        q_max = np.abs(s[starts])[np.searchsorted(q[starts], q)]
+        s = np.where(r <= config.rerank_depth, q_max + 1.0 + _feature(prep, "_cosine")[idx], s)
+        order = _order(q, s, m)
+        idx, q, s = idx[order], q[order], s[order]
+    rank = _ranks(q)
+    if k is not None:
+        keep = rank <= k
+        idx, rank, s = idx[keep], rank[keep], s[keep]
+    return idx, rank, s, contribution
+
+
+def _as_prepared(candidates: pl.DataFrame | PreparedCandidates) -> PreparedCandidates:
+    return candidates if isinstance(candidates, PreparedCandidates) else prepare(candidates)
+
+
+def _result_frame(prep: PreparedCandidates, idx: np.ndarray, rank: np.ndarray, score: np.ndarray) -> pl.DataFrame:
+    return pl.DataFrame({
+        "qid": prep.qids.gather(prep.pair_q[idx]),
+        "memory_id": prep.memory_ids.gather(prep.pair_m[idx]),
+        "rank": pl.Series(rank, dtype=pl.Int32),
+        "score": pl.Series(score, dtype=pl.Float64),
+    }, schema=RESULT_SCHEMA)
+
+
+def fuse_detailed(
+    candidates: pl.DataFrame | PreparedCandidates, config: FusionConfig, *, top_k: int | None = -1
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(ranked results, per-signal contributions). ``top_k=-1`` uses config.top_k, None keeps all.
+
+    Contributions are those of the fuser, before post-processing; zero-weight signals are left out.
+    """
+    prep = _as_prepared(candidates)
+    idx, rank, score, contribution = fuse_arrays(prep, config, top_k)
+    rows = prep.rows
+    w_live = _row_weights(prep, config) != 0
+    sel = np.flatnonzero(w_live)
+    contrib = pl.DataFrame({
+        "qid": prep.qids.gather(prep.pair_q[rows.pair[sel]]),
+        "memory_id": prep.memory_ids.gather(prep.pair_m[rows.pair[sel]]),
+        "signal": pl.Series(prep.signals, dtype=pl.String).gather(rows.signal[sel]) if len(sel) else pl.Series([], dtype=pl.String),
+        "rank": pl.Series(rows.rank[sel], dtype=pl.Int32),
+        "score": pl.Series(rows.score[sel], dtype=pl.Float64),
+        "contribution": pl.Series(contribution[sel], dtype=pl.Float64),
+    }, schema=CONTRIB_SCHEMA).sort("qid", "memory_id", "signal")
+    return _result_frame(prep, idx, rank, score), contrib
+
+
+def fuse(candidates: pl.DataFrame | PreparedCandidates, config: FusionConfig) -> pl.DataFrame:
+    """Pure and vectorised: candidates -> ranked results ``(qid, memory_id, rank, score)``, top_k per query.
+
+    Ties break on (-score, memory_id).
+    """
+    prep = _as_prepared(candidates)
+    idx, rank, score, _ = fuse_arrays(prep, config)
+    return _result_frame(prep, idx, rank, score)

@@ -1,0 +1,134 @@
+"""Encoding a candidate table once into integer arrays (`prepare` -> `PreparedCandidates`) for repeated fusion."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from lab.errors import ValidationError
+from lab.search.fusion.registry import RankedLists
+
+# a pair without a feature row gets these; a huge age means "not recent" for the recency boost
+FEATURE_DEFAULTS = {"_coverage": 0.0, "_cosine": 0.0, "_superseded": 0.0, "_age_hours": 1e18}
+
+
+@dataclass
+class PreparedCandidates:
+    """A candidate table encoded for repeated fusion. Codes follow sorted string order, so ties
+    broken on codes are ties broken on memory ids."""
+
+    qids: pl.Series  # sorted unique query ids
+    memory_ids: pl.Series  # sorted unique memory ids
+    signals: tuple[str, ...]  # sorted signal names
+    pair_q: np.ndarray  # per pair: query code
+    pair_m: np.ndarray  # per pair: memory code
+    pair_col: np.ndarray  # per pair: its position among its query's pairs
+    rows: RankedLists
+    features: dict[str, np.ndarray]  # per pair, defaults filled in
+    intent: np.ndarray  # per query: index into INTENTS, -1 when unknown
+    encodings: dict[str, tuple[pl.Series, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.pair_q)
+
+
+def _codes(column: pl.Series) -> tuple[pl.Series, np.ndarray]:
+    """Sorted distinct values and each row's code (its value's position among them)."""
+    if column.null_count() == 0 and column.is_sorted():
+        # candidate tables are written query by query: codes are run numbers, no hashing
+        change = (column != column.shift(1)).fill_null(True).to_numpy()
+        codes = np.cumsum(change, dtype=np.int64) - 1
+        return column.filter(pl.Series(change)), codes
+    uniques = column.unique().sort()
+    return uniques, column.cast(pl.Enum(uniques.to_list())).to_physical().to_numpy().astype(np.int64)
+
+
+def _dense_unique(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for keys in [0, size): a presence table instead of a
+    sort when the key space is small enough (it is for query x memory pairs of an evaluation)."""
+    if size > 64_000_000:
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return uniq, inverse.astype(np.int64)
+    present = np.zeros(size, dtype=bool)
+    present[keys] = True
+    uniq = np.flatnonzero(present)
+    index = np.empty(size, dtype=np.int64)
+    index[uniq] = np.arange(len(uniq))
+    return uniq, index[keys]
+
+
+def prepare(candidates: pl.DataFrame, encodings: dict[str, tuple[pl.Series, np.ndarray]] | None = None) -> PreparedCandidates:
+    """Encode a candidate table ``(qid, memory_id, signal, rank, score)`` (with feature rows).
+
+    ``encodings`` are the string encodings of an earlier ``prepare`` of the same table (its
+    ``encodings`` attribute), e.g. kept on disk beside a cached table: encoding a million strings
+    is most of the cost, and the rest is integer work."""
+    missing = {"qid", "memory_id", "signal", "rank", "score"} - set(candidates.columns)
+    if missing:
+        raise ValidationError(f"candidate table lacks column(s) {sorted(missing)}")
+    signal = candidates["signal"]
+    is_feature = signal.str.starts_with("_")  # computed once: these masks span every row
+    is_intent = signal == "_intent"
+    ranked = candidates.filter(~is_feature)
+    features = candidates.filter(is_feature & ~is_intent)
+    intents = candidates.filter(is_intent)
+    given = encodings or {}
+    used: dict[str, tuple[pl.Series, np.ndarray]] = {}
+
+    def encode(name: str, column: pl.Series | list[pl.Series]) -> tuple[pl.Series, np.ndarray]:
+        n = sum(len(c) for c in column) if isinstance(column, list) else len(column)
+        got = given.get(name)
+        if got is None or len(got[1]) != n:
+            got = _codes(pl.concat(column) if isinstance(column, list) else column)
+        used[name] = got
+        return got
+
+    qids, q_code = encode("qid", [ranked["qid"], features["qid"], intents["qid"]])
+    n_rank, n_feat = ranked.height, features.height
+    rq, fq, iq = q_code[:n_rank], q_code[n_rank:n_rank + n_feat], q_code[n_rank + n_feat:]
+    memory_ids, m_code = encode("memory_id", [ranked["memory_id"], features["memory_id"]])
+    rm, fm = m_code[:n_rank], m_code[n_rank:]
+    signals, s_code = encode("signal", ranked["signal"])
+    n_sig = max(len(signals), 1)
+    pair_key, row_pair = _dense_unique(rq * len(memory_ids) + rm, len(qids) * len(memory_ids))
+    rank = ranked["rank"].to_numpy().astype(np.float64)
+    score = ranked["score"].to_numpy().astype(np.float64)
+    slot = row_pair * n_sig + s_code
+    if len(slot) and np.bincount(slot, minlength=len(pair_key) * n_sig).max() > 1:
+        # the same memory twice in one list (e.g. two chunks): keep its best rank, deterministically
+        order = np.lexsort((score * -1, rank, slot))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = slot[order][1:] != slot[order][:-1]
+        keep = np.sort(order[first])
+        row_pair, s_code, rank, score, rq = row_pair[keep], s_code[keep], rank[keep], score[keep], rq[keep]
+    # rows ordered by (pair, signal): per-pair sums then add in one fixed order, whatever the input order
+    order = np.argsort(row_pair * n_sig + s_code, kind="stable")
+    row_pair, s_code, rank, score, rq = row_pair[order], s_code[order], rank[order], score[order], rq[order]
+    pair_q = pair_key // max(len(memory_ids), 1)
+    pair_m = pair_key % max(len(memory_ids), 1)
+    # pairs are sorted by query: a pair's column in a (query x pair) grid, for per-query top-k cuts
+    q_start = np.searchsorted(pair_q, np.arange(len(qids)))
+    pair_col = np.arange(len(pair_q)) - q_start[pair_q] if len(pair_q) else np.zeros(0, dtype=np.int64)
+    rows = RankedLists(pair=row_pair, signal=s_code, rank=rank, score=score,
+                       list_id=rq * n_sig + s_code, n_lists=len(qids) * n_sig)
+    feats: dict[str, np.ndarray] = {}
+    if n_feat:
+        f_key = fq * len(memory_ids) + fm
+        f_pair = np.searchsorted(pair_key, f_key)
+        f_pair_c = np.minimum(f_pair, max(len(pair_key) - 1, 0))
+        hit = (f_pair < len(pair_key)) & (pair_key[f_pair_c] == f_key) if len(pair_key) else np.zeros(n_feat, bool)
+        f_names = features["signal"]
+        f_values = features["score"].to_numpy().astype(np.float64)
+        for name, default in FEATURE_DEFAULTS.items():
+            sel = hit & (f_names == name).to_numpy()
+            if sel.any():
+                arr = np.full(len(pair_key), default)
+                arr[f_pair_c[sel]] = f_values[sel]
+                feats[name] = arr
+    intent = np.full(len(qids), -1, dtype=np.int64)
+    if intents.height:
+        intent[iq] = intents["score"].to_numpy().astype(np.int64)
+    return PreparedCandidates(qids, memory_ids, tuple(signals.to_list()), pair_q, pair_m, pair_col, rows, feats, intent,
+                              used)

@@ -1,0 +1,109 @@
+"""The signal registry: each signal turns one query into a ranked list of memory positions.
+
+Signals run in registration order, so a signal may build on the lists made before it (the graph
+walk seeds from the vector and lexical lists, so it registers last). A signal returns None when it
+does not apply to a query (no entities, no time window): it then contributes no list.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+import numpy as np
+
+from lab.config import SIGNALS as SIGNAL_NAMES
+from lab.config import SearchConfig
+from lab.errors import ValidationError
+from lab.index.namespace import NamespaceIndex
+from lab.search import signals as sig
+from lab.search.analysis import QueryAnalysis
+from lab.search.view import NamespaceView
+
+Ranked = sig.Ranked
+
+
+@dataclass
+class SignalInput:
+    """What a signal sees of one query in one namespace."""
+
+    text: str
+    vector: np.ndarray
+    view: NamespaceView
+    index: NamespaceIndex
+    allowed: np.ndarray  # memory positions passing the filters
+    allowed_labels: np.ndarray  # index labels passing the filters
+    analysis: QueryAnalysis
+    reference: datetime
+    config: SearchConfig
+    depth: int
+    lists: dict[str, Ranked]  # the lists of the signals that ran before
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    fn: Callable[[SignalInput], Ranked | None]
+    description: str = ""
+
+
+SIGNALS: dict[str, Signal] = {}
+
+
+def register(signal: Signal) -> Signal:
+    if signal.name not in SIGNAL_NAMES:
+        raise ValidationError(f"signal {signal.name!r} is not declared in lab.config.SIGNALS {list(SIGNAL_NAMES)}")
+    SIGNALS[signal.name] = signal
+    return signal
+
+
+def get_signal(name: str) -> Signal:
+    if name not in SIGNALS:
+        raise ValidationError(f"unknown signal {name!r}; known: {list(SIGNALS)}")
+    return SIGNALS[name]
+
+
+def _from_hits(view: NamespaceView, hits: list[tuple[str, float]]) -> Ranked:
+    return (np.array([view.pos[m] for m, _ in hits], dtype=np.int64), np.array([s for _, s in hits]))
+
+
+def _vector(q: SignalInput) -> Ranked:
+    return _from_hits(q.view, q.index.search_vector(q.vector, q.depth, q.allowed_labels))
+
+
+def _lexical(q: SignalInput) -> Ranked:
+    return _from_hits(q.view, q.index.search_lexical(q.text, q.depth, q.allowed_labels))
+
+
+def _entity(q: SignalInput) -> Ranked | None:
+    if not q.config.analysis.entities:
+        return None
+    return sig.entity(q.view, q.allowed, q.analysis.entities, q.depth)
+
+
+def _temporal(q: SignalInput) -> Ranked | None:
+    if q.config.analysis.temporal != "boost" or q.analysis.window is None:
+        return None
+    return sig.temporal(q.view, q.allowed, q.analysis.window, q.depth)
+
+
+def _graph(q: SignalInput) -> Ranked:
+    seeds: dict[int, float] = {}
+    for name in ("vector", "lexical"):
+        positions = q.lists.get(name, sig.EMPTY)[0][: q.config.graph.seeds]
+        for rank, p in enumerate(positions.tolist(), start=1):
+            seeds[p] = max(seeds.get(p, 0.0), 1.0 / rank)
+    return sig.graph(q.view, q.allowed, sorted(seeds.items()), q.config.graph, q.depth)
+
+
+for _signal in (
+    Signal("vector", _vector, "cosine of the query and the memory's best chunk (hnswlib)"),
+    Signal("lexical", _lexical, "BM25 of the memory's best chunk (bm25s, main index + delta)"),
+    Signal("recency", lambda q: sig.recency(q.view, q.allowed, q.reference, q.config.half_life_hours, q.depth),
+           "0.5 ** (age / half-life), age from the reference time"),
+    Signal("frequency", lambda q: sig.frequency(q.view, q.allowed, q.depth), "log(1 + access count)"),
+    Signal("entity", _entity, "exact matches of the query's names and codes"),
+    Signal("temporal", _temporal, "memories inside the time window the query names"),
+    Signal("graph", _graph, "breadth-first walk over typed edges from the top vector and lexical hits"),
+):
+    register(_signal)

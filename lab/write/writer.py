@@ -1,0 +1,279 @@
+"""The write side: validate, de-duplicate, chunk and embed, commit, and keep the indexes in step."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from lab.config import SaveConfig
+from lab.embed import Embedder
+from lab.embed.cache import EmbeddingCache
+from lab.errors import ConflictError, NotFoundError, ValidationError
+from lab.index.manager import IndexManager
+from lab.store.records import chunk_index_hash, normalize_edge, normalize_memory, validate_id
+from lab.store.store import Store, StoreVersion, utcnow
+from lab.write.rows import chunk_rows
+
+EDITABLE = (
+    "content", "title", "tags", "type", "source", "importance", "pinned", "valid",
+    "superseded_by", "metadata", "created_at",
+)
+Records = Iterable[Mapping[str, Any] | tuple[str, Mapping[str, Any]]]
+
+
+@dataclass
+class IngestReport:
+    """What a save did: new ids, ids of duplicates already stored, and the work it took."""
+
+    created: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    # requested id -> stored id, for duplicates saved earlier under another id (edges follow it)
+    id_map: dict[str, str] = field(default_factory=dict)
+    edges: int = 0
+    chunks: int = 0
+    embedded: int = 0  # texts actually run through the model (cache misses)
+    seconds: float = 0.0
+    version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "created": len(self.created), "duplicates": len(self.duplicates), "edges": self.edges,
+            "chunks": self.chunks,
+            "embedded": self.embedded, "seconds": round(self.seconds, 3), "version": self.version,
+        }
+
+
+def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    # disable=None: a bar on a terminal, silence when output is piped or logged
+    return tqdm(iterable, total=total, desc=desc, unit="batch", disable=None, leave=False)
+
+
+class Writer:
+    """Every change to a store goes through here. Indexes are kept in step on write: those loaded
+    are updated at once, the others are brought up to date and saved by ``flush``."""
+
+    def __init__(self, store: Store, config: SaveConfig, embedder: Embedder, indexes: IndexManager,
+                 cache: EmbeddingCache | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.embedder = embedder
+        self.indexes = indexes
+        self.cache = cache
+
+    def flush(self) -> list[str]:
+        """Make what was written durable beyond the store: the embedding cache and the indexes
+        writes changed (saved as snapshots, so the next reader loads instead of rebuilding)."""
+        if self.cache is not None:
+            self.cache.flush()
+        if self.store.read_only:
+            return []
+        return self.indexes.save_changed()
+
+    # ------------------------------------------------------------------ embedding
+    def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+        """Vectors for ``texts`` through the cache; returns (vectors, texts embedded anew)."""
+        if self.cache is None:
+            return self.embedder.embed(texts), len(texts)
+        misses = self.cache.misses
+        vectors = self.cache.embed(self.embedder, texts)
+        return vectors, self.cache.misses - misses
+
+    def _chunks(self, rows: list[dict[str, Any]]):
+        return chunk_rows(self.store, rows, self.config.chunk, self.embedder.tokenizer, self.embedder.dim, self.embed)
+
+    # ------------------------------------------------------------------ saving
+    def validate(self, records: Records, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Normalise every record first: one bad record fails the batch before anything is written.
+
+        Records may be (where, record) pairs so errors can name a file line.
+        """
+        now = utcnow()
+        rows = []
+        for i, item in enumerate(records):
+            where, raw = item if isinstance(item, tuple) else (f"record {i}: ", item)
+            rows.append(normalize_memory(raw, now=now, namespace=namespace, where=where))
+        return rows
+
+    def save_many(self, records: Records, namespace: str | None = None, *, batch_size: int = 512,
+                  progress: bool = True) -> IngestReport:
+        """Validate, de-duplicate, chunk, embed, commit and index a batch of memories.
+
+        Idempotent: a memory whose content is already stored in its namespace is reported as a
+        duplicate (with the stored id) and not written again. Each batch of ``batch_size`` is
+        one chunks commit followed by one memories commit.
+        """
+        started = time.perf_counter()
+        rows = self.validate(records, namespace)
+        report = IngestReport()
+        fresh: list[dict[str, Any]] = []
+        seen: dict[tuple[str, str], str] = {}
+        for row in rows:
+            key = (row["namespace"], row["content_hash"])
+            existing = seen.get(key) or self.store.find_by_hash(*key)
+            if existing is not None:
+                report.duplicates.append(existing)
+                if existing != row["id"]:
+                    report.id_map[row["id"]] = existing
+                continue
+            seen[key] = row["id"]
+            fresh.append(row)
+        ids = [r["id"] for r in fresh]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValidationError(f"the same id is used for different contents: {dup[:5]}")
+        clash = self.store.has_ids(ids)
+        if clash:
+            raise ConflictError(f"memory id(s) {sorted(clash)[:5]} exist already with other content; use update")
+        batches = [fresh[i:i + batch_size] for i in range(0, len(fresh), batch_size)]
+        for batch in _progress(batches, len(batches), "save", progress and len(batches) > 1):
+            chunks, embedded = self._chunks(batch)
+            version = self.store.insert(batch, chunks)
+            report.created.extend(r["id"] for r in batch)
+            report.chunks += chunks.num_rows
+            report.embedded += embedded
+            self._index_added(pl.from_arrow(chunks), [], version)
+        if self.cache is not None and (report.embedded >= 256 or len(batches) > 1):
+            self.cache.flush()
+        report.version = str(self.store.known_version())
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def ingest(self, path: str | Path, namespace: str | None = None, *, progress: bool = True) -> IngestReport:
+        """Load a memories file or folder (memories + edges) after validating all of it."""
+        from lab.store.ingest import find_dataset_files, read_records
+
+        memories_path, edges_path = find_dataset_files(path)
+        records = read_records(memories_path)
+        rows = self.validate(records, namespace)  # fail before any write
+        now = utcnow()
+        edges = []
+        if edges_path is not None:
+            known = {r["id"] for r in rows}
+            for where, raw in read_records(edges_path):
+                edge = normalize_edge(raw, now=now, namespace=namespace, where=where)
+                for end in ("src", "dst"):
+                    if edge[end] not in known and not self.store.has_ids([edge[end]]):
+                        raise ValidationError(f"{where}edge field '{end}': no memory with id {edge[end]!r}")
+                edges.append(edge)
+        report = self.save_many(records, namespace, progress=progress)
+        for edge in edges:
+            edge["src"] = report.id_map.get(edge["src"], edge["src"])
+            edge["dst"] = report.id_map.get(edge["dst"], edge["dst"])
+        report.edges = self.store.add_edges(edges)
+        report.version = str(self.store.version())
+        return report
+
+    def _index_added(self, chunks: pl.DataFrame, removed: list[str], version: StoreVersion) -> None:
+        """Fold a write into loaded indexes at once; others are brought up to date by ``flush``
+        (loading an index only to add a batch to it would make bulk ingests pay for every namespace)."""
+        loaded = self.indexes.loaded()
+        for ns in sorted(set(chunks["namespace"].to_list())):
+            if ns in loaded:
+                self.indexes.apply(ns, chunks.filter(pl.col("namespace") == ns), removed, version)
+            else:
+                self.indexes.mark_written(ns)
+
+    # ------------------------------------------------------------------ editing
+    def update(self, memory_id: str, **changes: Any) -> dict[str, Any]:
+        """Change fields of a memory; a change of content, title or tags re-chunks and re-embeds it."""
+        unknown = sorted(set(changes) - set(EDITABLE))
+        if unknown:
+            raise ValidationError(f"cannot update field(s) {unknown}; editable: {list(EDITABLE)}")
+        current = self.store.get(memory_id)
+        raw = {k: current[k] for k in (
+            "id", "namespace", "content", "title", "tags", "type", "source", "created_at",
+            "accessed_at", "access_count", "importance", "pinned", "valid", "superseded_by",
+        )}
+        raw["metadata"] = json.loads(current["metadata"])
+        # access_count in the memory row is the base; the log's accesses are added on read
+        raw["access_count"] = self.store.stored_access_count(memory_id)
+        raw.update(changes)
+        row = normalize_memory(raw, now=utcnow(), where=f"update {memory_id}: ")
+        row["updated_at"] = max(utcnow(), row["created_at"])
+        if row["content_hash"] != current["content_hash"]:
+            other = self.store.find_by_hash(row["namespace"], row["content_hash"])
+            if other is not None and other != memory_id:
+                raise ConflictError(f"memory {other!r} in {row['namespace']!r} already has this content")
+        chunks = None
+        if row["index_hash"] != current["index_hash"]:
+            chunks, _ = self._chunks([row])
+        version = self.store.replace([row], chunks)
+        if chunks is not None:
+            idx = self.indexes.loaded().get(row["namespace"])
+            old_chunks = []
+            if idx is not None:
+                old_chunks = [c for c, m in zip(idx.chunk_ids, idx.memory_of)
+                              if m == memory_id and chunk_index_hash(c) != row["index_hash"][:12]]
+            self._index_added(pl.from_arrow(chunks), old_chunks, version)
+        else:
+            self.indexes.touch(row["namespace"], version)
+        return self.store.get(memory_id)
+
+    def delete(self, ids: Sequence[str] | str, *, hard: bool = False) -> int:
+        """Soft delete (mark invalid, kept and hidden from valid-only search) or hard delete."""
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        for i in ids:
+            validate_id(i)
+        present = self.store.has_ids(ids)
+        missing = sorted(set(ids) - present)
+        if missing:
+            raise NotFoundError(f"no memory with id(s) {missing[:5]}")
+        if hard:
+            namespaces = set(self.store.get_many(ids)["namespace"].to_list())
+            loaded = self.indexes.loaded()
+            chunk_ids = {ns: [c for c, m in zip(loaded[ns].chunk_ids, loaded[ns].memory_of) if m in present]
+                         for ns in namespaces if ns in loaded}
+            n = self.store.hard_delete(ids)
+            version = self.store.known_version()
+            for ns in sorted(namespaces):
+                if ns in chunk_ids:
+                    self.indexes.apply(ns, None, chunk_ids[ns], version)
+                else:
+                    self.indexes.mark_written(ns)
+            return n
+        rows = self.store.invalidate(ids)
+        version = self.store.known_version()
+        for ns in sorted({r["namespace"] for r in rows}):
+            self.indexes.touch(ns, version)
+        return len(rows)
+
+    def delete_namespace(self, namespace: str) -> dict[str, int]:
+        """Delete a namespace, its memories, edges and indexes."""
+        counts = self.store.delete_namespace(namespace)
+        self.indexes.forget(namespace)
+        return counts
+
+    def add_edges(self, edges: Iterable[Mapping[str, Any]], namespace: str | None = None) -> int:
+        now = utcnow()
+        rows = [normalize_edge(e, now=now, namespace=namespace, where=f"edge {i}: ") for i, e in enumerate(edges)]
+        return self.store.add_edges(rows)
+
+    def record_access(self, ids: Sequence[str], *, context: str = "search") -> int:
+        """Log that memories were served (frequency and last-access signals read the log)."""
+        return self.store.record_access(ids, context=context)
+
+    # ------------------------------------------------------------------ maintenance
+    def build(self, namespace: str | None = None) -> list[str]:
+        """Rebuild the indexes of one namespace (or all) from the store and save them."""
+        namespaces = [namespace] if namespace is not None else self.store.namespaces()
+        for ns in namespaces:
+            self.indexes.build(ns)
+        self.indexes.save_changed()
+        return namespaces
+
+    def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
+        """Compact the store's tables and the embedding cache, and rebuild every index."""
+        report = self.store.compact(vacuum_hours=vacuum_hours)
+        if self.cache is not None:
+            report["embedding_cache_parts_merged"] = self.cache.compact()
+        report["indexes_rebuilt"] = self.build()
+        return report
