@@ -5,7 +5,7 @@ import math
 
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lab.config import FusionConfig
@@ -97,8 +97,12 @@ def test_post_processing_superseded_coverage_rerank_topk():
     assert "a" not in scores_of(c, FusionConfig(k=60, weights=W, superseded="hide"))
     bonus = scores_of(c, FusionConfig(k=60, weights=W, coverage_bonus=0.5, superseded="keep"))
     assert bonus["d"] == pytest.approx(1 / 62 * 1.5)
+    # depth 4 holds every candidate: c (cosine .99) rises to the top; the rest tie at cosine 0
+    # and break on memory id, so a follows
     reranked = fuse(c, FusionConfig(k=60, weights=W, rerank_depth=4, top_k=2))
-    assert reranked["memory_id"].to_list() == ["c", "a"] or reranked["memory_id"].to_list()[0] == "c"
+    assert reranked["memory_id"].to_list() == ["c", "a"]
+    # depth 2 holds only the fused top 2 (b, then a; c is fourth): c cannot rise, the two tie on cosine
+    assert fuse(c, FusionConfig(k=60, weights=W, rerank_depth=2, top_k=2))["memory_id"].to_list() == ["a", "b"]
     assert fuse(c, FusionConfig(k=60, weights=W, top_k=2)).height == 2
 
 
@@ -136,8 +140,7 @@ def test_input_order_does_not_change_the_result(ls, seed):
 def test_raising_a_rank_never_lowers_the_fused_position(ls, data):
     signal = data.draw(st.sampled_from(sorted(ls)))
     ms = ls[signal]
-    if len(ms) < 2:
-        return
+    assume(len(ms) >= 2)
     i = data.draw(st.integers(1, len(ms) - 1))
     target = ms[i]
     before = fuse(to_table(ls), CFG)["memory_id"].to_list().index(target)

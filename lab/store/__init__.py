@@ -1,0 +1,1 @@
+"""The Parquet-backed (Delta Lake) store: tables, versions, records, file ingest."""
