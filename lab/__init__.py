@@ -5,8 +5,8 @@ The public API, imported lazily so that ``import lab`` (and ``lab --help``) stay
 - ``open_pipeline(path, create=True)`` -> ``Pipeline``: save into a store, search it, assemble context.
 - ``open_retriever(path, pin=None, search="lab")`` -> ``Retriever``: the read-only side (a store at one
   version, its indexes, the embedder, a configuration): ``search``, ``context``, ``candidates``.
-- ``search(path, query, namespace, k=10, preset="lab")`` -> list of ``Result``; ``context(...)`` ->
-  ``Context``: one-shot reads over a store folder.
+  Both have ``search(query, namespace, k)`` -> list of ``Result`` and ``context(query, namespace,
+  budget)`` -> ``Context`` (zoned items within the token budget).
 - ``evaluate(retriever, dataset, config, options)`` -> ``EvalResult``; ``load_dataset(name)`` -> ``EvalDataset``.
 - ``fuse(candidates, fusion_config)`` -> ranked results table; ``prepare(candidates)`` for repeated fusion.
 - ``preset(name)`` / ``PRESETS``: named ``SearchConfig``s; ``SearchConfig``, ``FusionConfig``,
@@ -23,19 +23,17 @@ from lab.errors import ConflictError, LabError, NotFoundError, StoreError, Valid
 from lab.version import __version__
 
 if TYPE_CHECKING:
-    from lab.assemble import Context
     from lab.pipeline import Pipeline
     from lab.retriever import Retriever
-    from lab.search.engine import Result
 
-# public name -> module it lives in (imported on first use)
+# public name -> module it lives in (imported on first use). Names of subpackages (search,
+# assemble, eval...) are not used for functions: importing the subpackage would rebind them.
 _LAZY = {
     "Pipeline": "lab.pipeline",
     "Retriever": "lab.retriever",
     "Result": "lab.search.engine",
     "Context": "lab.assemble",
     "Item": "lab.assemble",
-    "assemble": "lab.assemble",
     "fuse": "lab.search.fusion",
     "prepare": "lab.search.fusion",
     "PRESETS": "lab.search.presets",
@@ -50,7 +48,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "__version__", "open_pipeline", "open_retriever", "search", "context",
+    "__version__", "open_pipeline", "open_retriever",
     "LabError", "ValidationError", "NotFoundError", "ConflictError", "StoreError", *_LAZY,
 ]
 
@@ -77,16 +75,3 @@ def open_retriever(path: str | Path, *, pin: str | None = None, search: Any = No
     from lab.retriever import Retriever
 
     return Retriever.open(path, pin=pin, search=search, embedder=embedder)
-
-
-def search(path: str | Path, query: str, namespace: str, k: int | None = None, *, preset: str | None = None) -> "list[Result]":
-    """One search over the store at ``path`` (read-only): the ranked results of ``query`` in ``namespace``."""
-    with open_retriever(path, search=preset) as retriever:
-        return retriever.search(query, namespace, k)
-
-
-def context(path: str | Path, query: str, namespace: str, budget: int | None = None, *,
-            preset: str | None = None) -> "Context":
-    """Search the store at ``path`` (read-only), then assemble a zoned context of ``budget`` tokens."""
-    with open_retriever(path, search=preset) as retriever:
-        return retriever.context(query, namespace, budget)

@@ -209,3 +209,21 @@ def test_contextual_indexing_lifts_lexical_recall_on_locomo(tmp_path):
             pipe.close()
     assert recall[0] > 0.5  # BM25 does not depend on the embedder: the plain figure is the real one
     assert recall[2] > recall[0] + 0.08, recall
+
+
+def test_regression_conditions_do_not_leak_options_into_each_other(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_EVAL_ROOT", str(tmp_path / "eval"))
+    spec = tmp_path / "regressions.yaml"
+    spec.write_text(
+        "conditions:\n"
+        "  - {name: first, dataset: demo, preset: bm25, ks: [5], expected: {recall@5: 0.0}}\n"
+        "  - {name: second, dataset: demo, preset: bm25, expected: {recall@100: 1.01}}\n", encoding="utf-8")
+    first, second = run_regressions(spec, out_root=tmp_path / "runs", embedder=FakeEmbedder())
+    assert first.status == "OK" and second.status == "FAIL"
+    assert "recall@5" in first.measured and "recall@10" not in first.measured
+    # the second starts from the default cutoffs, not from the first's
+    assert {"recall@1", "recall@10", "recall@100"} <= set(second.measured)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("conditions:\n  - {name: x, dataset: demo, preset: bm25, expected: {}, kz: [5]}\n", encoding="utf-8")
+    with pytest.raises(ValidationError, match=r"unknown key\(s\) \['kz'\]"):
+        list(run_regressions(bad, embedder=FakeEmbedder()))

@@ -26,6 +26,7 @@ class Outcome:
     status: str  # OK | OKISH | FAIL
     notes: list[str]
     run: Path
+    measured: dict[str, float]  # every metric the condition's evaluation produced
 
 
 def load_regressions(path: str | Path) -> list[dict[str, Any]]:
@@ -86,4 +87,4 @@ def run_regressions(path: str | Path, *, base: EvalOptions = EvalOptions(), data
                                          out_root, loaded)
         status, notes = check(result.metrics["metrics"], c["expected"], float(c.get("tolerance", 0.005)),
                               float(c.get("okish", 0.02)))
-        yield Outcome(str(c["name"]), status, notes, out)
+        yield Outcome(str(c["name"]), status, notes, out, dict(result.metrics["metrics"]))

@@ -178,6 +178,14 @@ def normalize_memory(
             raise ValidationError(f"{where}field 'metadata' is not valid JSON: {exc}") from None
     if not isinstance(metadata, Mapping):
         raise ValidationError(f"{where}field 'metadata' must be an object, got {type(metadata).__name__}")
+    for key in EPISODE_KEYS:
+        value = metadata.get(key)
+        # episode keys group turns: a string, an integer or a boolean names one group the same way
+        # in Python and in table expressions; a float or a nested value would not
+        if value is not None and not isinstance(value, (str, int)):
+            raise ValidationError(
+                f"{where}field 'metadata.{key}' must be a string or an integer, got {type(value).__name__} {value!r}"
+            )
     try:
         metadata_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -255,9 +263,12 @@ def item_text(title: str | None, content: str) -> str:
     return f"{title}: {content}" if title else content
 
 
+EPISODE_KEYS = ("episode", "session")
+
+
 def _episode_value(value: Any) -> str | None:
-    # rendered as JSON text would render it (what polars' json_path_match returns), so the
-    # Python rule and the table expression give the same key for every JSON value
+    # as JSON text renders it (what polars' json_path_match returns for a string, an integer or a
+    # boolean: the only kinds normalize_memory accepts under these keys)
     if value is None:
         return None
     if isinstance(value, str):
