@@ -30,6 +30,14 @@ def pipe(tmp_path: Path) -> Pipeline:
     p.close()
 
 
+def pytest_collection_modifyitems(config, items):
+    # every test that loads the real model is slow (model load, real embeddings): marked here once,
+    # so a new such test cannot forget it; real-data tests carry the mark themselves
+    for item in items:
+        if "real_embedder" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def real_embedder():
     from lab.embed.st import SentenceTransformerEmbedder

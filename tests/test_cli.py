@@ -1,6 +1,8 @@
 """The `lab` command end to end, as a user runs it (subprocesses, fake model for speed)."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -86,6 +88,7 @@ def test_context_command_renders_zones_within_the_budget(tmp_path: Path):
     assert json.loads(empty)["items"] == []
 
 
+@pytest.mark.slow
 def test_eval_check_prints_a_status_per_condition_and_fails_on_fail(tmp_path: Path):
     import os
 

@@ -1,6 +1,8 @@
 """The embedded demo set meets its spec; the LoCoMo reader reads the real file."""
 from __future__ import annotations
 
+import pytest
+
 from datetime import timedelta
 
 import polars as pl
@@ -33,6 +35,7 @@ def test_demo_dataset_ingests_and_meets_its_spec(tmp_path):
     pipe.close()
 
 
+@pytest.mark.slow
 def test_locomo_reader_on_the_real_file():
     path = require_dataset("locomo/locomo10-dev.json")
     convs = load_conversations(path)

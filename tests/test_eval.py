@@ -33,6 +33,7 @@ def test_evidence_repair(raw, ids, dropped):
     assert got == ids and (why is not None) == dropped
 
 
+@pytest.mark.slow
 def test_locomo_dev_loads_with_gold_and_reports_what_it_drops():
     path = require_dataset("locomo/locomo10-dev.json")
     d = load_locomo(path)
@@ -52,6 +53,7 @@ def test_locomo_dev_loads_with_gold_and_reports_what_it_drops():
     assert all(e["relation"] == "derived_from" for e in facts.edges)
 
 
+@pytest.mark.slow
 def test_scifact_loads_as_beir():
     d = load_beir(require_dataset("scifact"), "train")
     assert len(d.memories) == 5183 and d.questions.height == 809 and d.qrels.height == 919
@@ -192,6 +194,7 @@ def test_regression_check_statuses():
     assert check({}, {"recall@10": 0.70}, 0.005, 0.02)[0] == "FAIL"
 
 
+@pytest.mark.slow
 def test_contextual_indexing_lifts_lexical_recall_on_locomo(tmp_path):
     """On the real LoCoMo dev set, indexing each turn with the two turns before it finds more
     gold turns by BM25 alone than the plain index (0.58 -> 0.72 with the real model's stores)."""
