@@ -27,16 +27,17 @@ SEED_PRESETS = ("lab", "maia", "maia-code", "brainbridge", "lma", "mie", "stackm
 def run(root: Path) -> dict:
     os.environ["LAB_EVAL_ROOT"] = str(root)
     os.environ["LAB_EMBED_CACHE"] = str(root / "embeddings")
-    from lab.eval import runner
+    from lab.eval.cache import candidate_table, forget_loaded
     from lab.eval.locomo import load_locomo
-    from lab.eval.runner import EvalOptions, candidate_table, eval_pipeline, evaluate
+    from lab.eval.runner import EvalOptions, evaluate
+    from lab.eval.stores import eval_retriever
     from lab.search.presets import PRESETS
 
-    runner._loaded.clear()  # warm means the on-disk cache exists, not tables kept by an earlier run here
+    forget_loaded()  # warm means the on-disk cache exists, not tables kept by an earlier run here
 
     started = time.perf_counter()
     dataset = load_locomo(DATASETS / "locomo" / "locomo10-dev.json")
-    pipe = eval_pipeline(dataset, root=root)
+    pipe = eval_retriever(dataset, root=root)
     store_s = time.perf_counter() - started
     t = time.perf_counter()
     tables = {p: candidate_table(pipe, dataset, PRESETS[p], depth=100, root=root) for p in SEED_PRESETS}

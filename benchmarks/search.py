@@ -29,7 +29,8 @@ from lab.embed.base import normalize_rows  # noqa: E402
 from lab.embed.fake import WordTokenizer  # noqa: E402
 from lab.eval.locomo import load_conversations  # noqa: E402
 from lab.pipeline import Pipeline  # noqa: E402
-from lab.search.candidates import Query, candidates  # noqa: E402
+from lab.retriever import Retriever  # noqa: E402
+from lab.search.candidates import Query  # noqa: E402
 from lab.search.fusion import fuse, prepare  # noqa: E402
 from lab.search.presets import PRESETS  # noqa: E402
 
@@ -83,14 +84,16 @@ def main() -> None:
             ]
             with Timer() as t_build:
                 pipe.save_many(records, batch_size=5000, progress=False)
-                pipe.index("bench")
+                pipe.close()  # the writer saves the index snapshot
+            # searches run on the read side, as a server's would: the snapshot loaded, read-only
+            pipe = Retriever.open(Path(tmp) / "s", embedder=emb)
             qvecs = emb.embed(questions)
             cfg = PRESETS["lab"]
             pipe.search(questions[0], "bench", preset="lab")  # warm caches (views, label maps)
             lat = []
             for q, v in zip(questions, qvecs):
                 with Timer() as t:
-                    c = candidates(pipe, [Query("q", q, "bench")], cfg, query_vectors=v[None, :])
+                    c = pipe.candidates([Query("q", q, "bench")], cfg, query_vectors=v[None, :])
                     fuse(c, cfg.fusion)
                 lat.append(t.seconds)
             idx = pipe.index("bench")
@@ -109,8 +112,8 @@ def main() -> None:
             print(size, results[f"search_{size}"], file=sys.stderr)
             if size == args.sizes[0]:
                 # fusion of 1,000 queries: candidate lists of the lab preset, replicated to 1,000 qids
-                base = candidates(pipe, [Query(f"q{i}", q, "bench") for i, q in enumerate(questions)], cfg,
-                                  query_vectors=qvecs)
+                base = pipe.candidates([Query(f"q{i}", q, "bench") for i, q in enumerate(questions)], cfg,
+                                       query_vectors=qvecs)
                 import polars as pl
 
                 reps = -(-1000 // len(questions))

@@ -58,6 +58,11 @@ def __getattr__(name: str) -> Any:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    try:  # a subpackage not imported yet (lab.search, lab.eval...): import it on first use
+        return import_module(f"lab.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"lab.{name}":
+            raise
     raise AttributeError(f"module 'lab' has no attribute {name!r}")
 
 

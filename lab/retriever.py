@@ -104,8 +104,8 @@ class Retriever:
 
     def view(self, namespace: str) -> NamespaceView:
         """The namespace's array view, rebuilt only when its memories, edges or accesses changed."""
-        v = self.store.version()
-        key = (v.memories, v.edges, v.access)
+        # the chunks version is not part of it: chunks become visible only through a memories commit
+        key = (self.store.memories_version, self.store.edges_version, self.store.access_version)
         cached = self._views.get(namespace)
         if cached is None or cached.key != key:
             self.store.require_namespace(namespace)

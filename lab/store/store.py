@@ -158,6 +158,14 @@ class Store:
     def memories_version(self) -> int:
         return self._memories.version
 
+    @property
+    def edges_version(self) -> int:
+        return self._edges.version
+
+    @property
+    def access_version(self) -> int:
+        return self._access.version
+
     # ----------------------------------------------------------------- namespaces
     def namespaces(self) -> list[str]:
         return sorted(self._namespaces.frame()["name"].to_list())
