@@ -32,6 +32,7 @@ _LAZY = {
     "Pipeline": "lab.pipeline",
     "Retriever": "lab.retriever",
     "Result": "lab.search.engine",
+    "Query": "lab.search.candidates",
     "Context": "lab.assemble",
     "Item": "lab.assemble",
     "fuse": "lab.search.fusion",
@@ -47,6 +48,9 @@ _LAZY = {
     "SaveConfig": "lab.config",
 }
 
+_SUBPACKAGES = ("assemble", "chunking", "cli", "config", "embed", "errors", "eval", "index", "pipeline",
+                "retriever", "schema", "search", "store", "version", "write")
+
 __all__ = [
     "__version__", "open_pipeline", "open_retriever",
     "LabError", "ValidationError", "NotFoundError", "ConflictError", "StoreError", *_LAZY,
@@ -58,19 +62,21 @@ def __getattr__(name: str) -> Any:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    try:  # a subpackage not imported yet (lab.search, lab.eval...): import it on first use
+    if name in _SUBPACKAGES:  # not imported yet: import it on first use, as `import lab.search` would
         return import_module(f"lab.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"lab.{name}":
-            raise
     raise AttributeError(f"module 'lab' has no attribute {name!r}")
 
 
-def open_pipeline(path: str | Path, config: Any = None, *, embedder: Any = None, create: bool = False) -> "Pipeline":
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def open_pipeline(path: str | Path, config: Any = None, *, embedder: Any = None, create: bool = False,
+                  pin: str | None = None, cache_dir: str | Path | None = None) -> "Pipeline":
     """Open (or, with ``create``, create) the store at ``path`` with its save and search pipeline."""
     from lab.pipeline import Pipeline
 
-    return Pipeline.open(path, config, embedder=embedder, create=create)
+    return Pipeline.open(path, config, embedder=embedder, create=create, pin=pin, cache_dir=cache_dir)
 
 
 def open_retriever(path: str | Path, *, pin: str | None = None, search: Any = None, embedder: Any = None) -> "Retriever":

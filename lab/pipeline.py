@@ -19,7 +19,7 @@ from lab.assemble import Context
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder, make_embedder
 from lab.embed.cache import EmbeddingCache
-from lab.errors import ConflictError, NotFoundError
+from lab.errors import ConflictError, NotFoundError, ValidationError
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
 from lab.retriever import Retriever
@@ -91,7 +91,13 @@ class Pipeline:
                 )
         else:
             store = Store.create(path, embed_model=embedder.model_id, dim=embedder.dim, save_config=to_dict(config))
-        return cls(store, config, embedder, cache_dir)
+        pipe = cls(store, config, embedder, cache_dir)
+        if exists and not store.read_only and to_dict(config.index) != to_dict(stored.index):
+            # new index parameters: recorded for readers, and every snapshot rebuilt and saved on close
+            store.record_index_config(to_dict(config.index))
+            for ns in store.namespaces():
+                pipe.indexes.mark_written(ns)
+        return pipe
 
     def close(self) -> None:
         """Flush the embedding cache and save the indexes that writes changed."""
@@ -194,8 +200,14 @@ class Pipeline:
                 config: SearchConfig | None = None, assemble: AssembleConfig | None = None,
                 candidates: int = 50, record_access: bool = False) -> Context:
         """Search, then assemble the results into a zoned context within ``budget`` tokens."""
-        ctx = self.retriever.context(query, namespace, budget, config=config, preset=preset,
-                                     assemble_config=assemble, candidates=candidates)
-        if record_access and ctx.items:
-            self.writer.record_access(ctx.ids, context="context")
-        return ctx
+        if not record_access:
+            return self.retriever.context(query, namespace, budget, config=config, preset=preset,
+                                          assemble_config=assemble, candidates=candidates)
+        if candidates < 1:
+            raise ValidationError(f"candidates must be >= 1, got {candidates}")
+        scfg = self.retriever.resolve_config(config, preset)
+        hits = self.retriever.search(query, namespace, candidates, config=scfg)
+        if hits:
+            self.writer.record_access([h.memory_id for h in hits], context="search")  # every result offered
+        acfg = assemble or self.retriever.assemble_config
+        return self.retriever.assemble(hits, namespace, replace(acfg, budget=budget) if budget is not None else acfg, scfg)

@@ -16,7 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 import polars as pl
 
-from lab.assemble import Context, Item, assemble, item_from_result, make_counter
+from lab.assemble import Context, Item, item_from_result, make_counter
+from lab.assemble import assemble as assemble_items
 from lab.config import AssembleConfig, IndexConfig, SearchConfig
 from lab.embed import Embedder, make_embedder
 from lab.embed.cache import EmbeddingCache
@@ -56,7 +57,7 @@ class Retriever:
         self.indexes = indexes
         self.search_config = search or resolve(None)
         self.assemble_config = assemble or AssembleConfig()
-        self.cache = cache  # query embeddings are looked up here (and added in memory, never flushed)
+        self.cache = cache  # query embeddings are looked up here (added in memory; only its owner flushes it)
         self._views: dict[str, NamespaceView] = {}
 
     @classmethod
@@ -133,7 +134,7 @@ class Retriever:
             return self.cache.embed(self.embedder, list(texts))
         return self.embedder.embed(list(texts))
 
-    def _config(self, config: SearchConfig | None, preset: str | None) -> SearchConfig:
+    def resolve_config(self, config: SearchConfig | None, preset: str | None) -> SearchConfig:
         if config is not None and preset is not None:
             raise ValidationError("give a search config or a preset, not both")
         return config or (resolve(preset) if preset is not None else self.search_config)
@@ -155,7 +156,7 @@ class Retriever:
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
         snap = self.snapshot(namespace)
-        return search(snap, query, self.embed_queries([query])[0], self._config(config, preset), k=k, explain=explain)
+        return search(snap, query, self.embed_queries([query])[0], self.resolve_config(config, preset), k=k, explain=explain)
 
     def search(self, query: str, namespace: str, k: int | None = None, *, config: SearchConfig | None = None,
                preset: str | None = None, explain: bool = False) -> list[Result]:
@@ -197,12 +198,18 @@ class Retriever:
         acfg = assemble_config or self.assemble_config
         if budget is not None:
             acfg = replace(acfg, budget=budget)
-        scfg = self._config(config, preset)
-        results = self.search(query, namespace, k=candidates, config=scfg)
+        scfg = self.resolve_config(config, preset)
+        return self.assemble(self.search(query, namespace, k=candidates, config=scfg), namespace, acfg, scfg)
+
+    def assemble(self, results: Sequence[Result], namespace: str, assemble_config: AssembleConfig | None = None,
+                 config: SearchConfig | None = None) -> Context:
+        """Assemble search results of ``namespace`` into a context (the second half of ``context``)."""
+        acfg = assemble_config or self.assemble_config
+        scfg = config or self.search_config
         items = [item_from_result(r) for r in results]
         counter = self.counter(acfg.counter)
         ref: datetime | str = acfg.reference_time or reference_time(scfg, self.view(namespace))
-        return assemble(items, acfg, counter=counter, reference_time=ref,
+        return assemble_items(items, acfg, counter=counter, reference_time=ref,
                         neighbours=self.neighbours(namespace, items, acfg.neighbours))
 
     def counter(self, name: str):

@@ -75,19 +75,30 @@ def test_explicit_rebuild_folds_the_delta_and_matches_a_fresh_build(pipe):
     assert pipe.search("wombat", "n", k=1)[0].content == "late arrival wombat"
 
 
-def test_changed_index_config_rebuilds_in_memory_on_read_and_on_disk_on_build(pipe):
+def test_a_writer_with_a_new_index_config_records_it_and_rebuilds_the_snapshots(pipe):
     fill(pipe, 5)
-    pipe.search("item1", "n")
     pipe.close()
     manifest_path = pipe.store.root / "indexes" / "n" / "manifest.json"
+    assert json.loads(manifest_path.read_text())["config"]["vector"]["m"] == 16
     config = SaveConfig(embed=pipe.config.embed, index=IndexConfig(vector=VectorIndexConfig(m=8)))
     other = Pipeline.open(pipe.store.root, config, embedder=FakeEmbedder())
     assert other.index("n").config.vector.m == 8
     other.close()
-    # a read rebuilds in memory only: the snapshot on disk is untouched until a build
-    assert json.loads(manifest_path.read_text())["config"]["vector"]["m"] == 16
-    other.build("n")
     assert json.loads(manifest_path.read_text())["config"]["vector"]["m"] == 8
+    # a reader now loads that snapshot (the recorded config is the new one) instead of rebuilding
+    from lab.retriever import Retriever
+
+    reader = Retriever.open(pipe.store.root, embedder=FakeEmbedder())
+    assert reader.index("n").config.vector.m == 8 and reader.index("n").built_at == other.index("n").built_at
+
+
+def test_reverting_an_update_keeps_the_memory_searchable(pipe):
+    pipe.save("a wombat in the garden", namespace="n", id="w")
+    pipe.search("wombat", "n")  # the index is loaded: updates go through apply
+    pipe.update("w", content="a koala in the garden")
+    pipe.update("w", content="a wombat in the garden")
+    assert pipe.search("wombat", "n", k=1, preset="bm25")[0].memory_id == "w"
+    assert pipe.index("n").labels_of("w")
 
 
 def test_vector_search_returns_best_chunk_per_memory_and_respects_ef(pipe):

@@ -18,7 +18,7 @@ from lab.store.records import chunk_id, chunk_index_hash, episode_expr, episode_
 
 episode_values = st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.text(max_size=8)
 other_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.floats(allow_nan=False),
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=6,
 )
@@ -118,3 +118,13 @@ def test_bootstrap_columns_equal_one_column_at_a_time_and_large_draws_stream():
     assert big[1] < big[0] < big[2]
     with pytest.raises(ValidationError, match="two-dimensional"):
         bootstrap_cis(np.zeros(3))
+
+
+def test_metadata_with_non_finite_numbers_is_refused():
+    from datetime import datetime, timezone
+
+    from lab.store.records import normalize_memory
+
+    with pytest.raises(ValidationError, match="metadata' is not JSON-serialisable"):
+        normalize_memory({"content": "x", "namespace": "n", "metadata": {"score": float("inf")}},
+                         now=datetime(2026, 1, 1, tzinfo=timezone.utc))

@@ -107,7 +107,7 @@ class IndexManager:
             idx = self._indexes.get(namespace)
             if idx is not None:
                 idx.store_version = str(version)
-                self._changed.add(namespace)
+            self._changed.add(namespace)
 
     def mark_written(self, namespace: str) -> None:
         """A write landed in a namespace whose index is not loaded: bring it up to date at save time."""
@@ -123,7 +123,8 @@ class IndexManager:
     def save_changed(self) -> list[str]:
         """Persist every index a write or build changed (a read's in-memory syncs are not saved)."""
         if self.store.read_only:
-            raise ConflictError("the store is opened read-only (pinned): indexes cannot be saved")
+            raise ConflictError(f"store {self.store.root} is opened read-only"
+                                + (f" (pinned at {self.store.pin})" if self.store.pin else "") + ": indexes cannot be saved")
         saved = []
         with self._lock:
             for ns in sorted(self._changed):
@@ -131,6 +132,8 @@ class IndexManager:
                     continue  # deleted since
                 idx = self.get(ns)
                 idx.wait_for_merge()
+                if idx.needs_merge():
+                    idx.merge()  # a bulk write caught up here would otherwise save a delta of thousands
                 if self._saved.get(ns) != idx.store_version or not self.directory(ns).is_dir():
                     idx.save(self.directory(ns))
                     self._saved[ns] = idx.store_version

@@ -129,7 +129,12 @@ class NamespaceIndex:
         """Fold a store change in: new chunks into the vector index and lexical delta, removals masked."""
         with self._lock:
             if added is not None and self.label_of:
-                added = added.filter(~pl.col("chunk_id").is_in(list(self.label_of)))
+                live = [c for c in added["chunk_id"].to_list() if c in self.label_of and self.live[self.label_of[c]]]
+                # a chunk id masked earlier and visible again (content reverted) needs a new label
+                for cid in added["chunk_id"].to_list():
+                    if cid in self.label_of and not self.live[self.label_of[cid]]:
+                        del self.label_of[cid]
+                added = added.filter(~pl.col("chunk_id").is_in(live))
             if added is not None and added.height:
                 self.delta_labels.extend(self._append(added.sort("chunk_id")))
             dead = [self.label_of[c] for c in removed if c in self.label_of and self.live[self.label_of[c]]]

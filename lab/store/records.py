@@ -187,7 +187,7 @@ def normalize_memory(
                 f"{where}field 'metadata.{key}' must be a string or an integer, got {type(value).__name__} {value!r}"
             )
     try:
-        metadata_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
+        metadata_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{where}field 'metadata' is not JSON-serialisable: {exc}") from None
     title = _str(raw, "title", "", where)

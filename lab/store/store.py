@@ -75,13 +75,15 @@ class Store:
         self.pin = pin
         tables = root / "tables"
         make = create_tables and pin is None
-        self._memories = DeltaFrame(tables / "memories", MEMORIES, version=pin and pin.memories, create=make)
+        self._read_only = pin is not None or not create_tables
+        self._memories = DeltaFrame(tables / "memories", MEMORIES, version=pin and pin.memories, create=make, read_only=not create_tables)
         self._chunks = DeltaFrame(
-            tables / "chunks", chunks_schema(info.dim), version=pin and pin.chunks, create=make
+            tables / "chunks", chunks_schema(info.dim), version=pin and pin.chunks, create=make,
+            read_only=not create_tables,
         )
-        self._edges = DeltaFrame(tables / "edges", EDGES, version=pin and pin.edges, create=make)
-        self._access = DeltaFrame(tables / "access_log", ACCESS_LOG, version=pin and pin.access, create=make)
-        self._namespaces = DeltaFrame(tables / "namespaces", NAMESPACES, create=make)
+        self._edges = DeltaFrame(tables / "edges", EDGES, version=pin and pin.edges, create=make, read_only=not create_tables)
+        self._access = DeltaFrame(tables / "access_log", ACCESS_LOG, version=pin and pin.access, create=make, read_only=not create_tables)
+        self._namespaces = DeltaFrame(tables / "namespaces", NAMESPACES, create=make, read_only=not create_tables)
         # id set and (namespace, content_hash) -> id, for duplicate checks on every save; kept
         # up to date incrementally across our own inserts, rebuilt after anyone else's write
         self._ids: set[str] = set()
@@ -131,6 +133,18 @@ class Store:
             pin = StoreVersion.parse(pin)
         return cls(root, info, pin, create_tables=not read_only)
 
+    def record_index_config(self, index: dict[str, Any]) -> None:
+        """Record new index parameters (a writer changed them), so readers load the snapshots built
+        with them instead of rebuilding. Written to a temporary file, then swapped in."""
+        if self.read_only:
+            raise ConflictError(f"store {self.root} is opened read-only: its index configuration cannot change")
+        data = dict(self.info.__dict__)
+        data["save_config"] = {**self.info.save_config, "index": index}
+        tmp = self.root / (INFO_FILE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+        tmp.replace(self.root / INFO_FILE)
+        self.info = StoreInfo(**data)
+
     def recorded_config(self) -> SaveConfig:
         """The save configuration the store was created with (chunking, embedding, indexes)."""
         recorded = dict(self.info.save_config)
@@ -140,7 +154,8 @@ class Store:
 
     @property
     def read_only(self) -> bool:
-        return self.pin is not None
+        """Pinned at a version, or opened for reading: every write is refused."""
+        return self._read_only
 
     def version(self) -> StoreVersion:
         return StoreVersion(

@@ -19,10 +19,12 @@ class DeltaFrame:
     always see one consistent version.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None, create: bool = True) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None, create: bool = True,
+                 read_only: bool = False) -> None:
         self.path = path
         self.schema = schema
         self.pinned = version is not None
+        self.read_only = read_only or self.pinned
         if not DeltaTable.is_deltatable(str(path)):
             if self.pinned or not create:
                 raise StoreError(f"no Delta table at {path}")
@@ -59,6 +61,8 @@ class DeltaFrame:
     def _check_writable(self) -> None:
         if self.pinned:
             raise ConflictError(f"{self.path.name} is pinned at version {self._dt.version()}: read-only")
+        if self.read_only:
+            raise ConflictError(f"{self.path} is opened read-only: writes go through a writer (Pipeline)")
 
     def _commit_props(self, metadata: dict[str, Any] | None) -> CommitProperties | None:
         if not metadata:

@@ -72,10 +72,10 @@ class Writer:
     def flush(self) -> list[str]:
         """Make what was written durable beyond the store: the embedding cache and the indexes
         writes changed (saved as snapshots, so the next reader loads instead of rebuilding)."""
+        if self.store.read_only:
+            return []  # a pinned store takes no writes, not even to its embedding cache
         if self.cache is not None:
             self.cache.flush()
-        if self.store.read_only:
-            return []
         return self.indexes.save_changed()
 
     # ------------------------------------------------------------------ embedding
