@@ -31,6 +31,7 @@ def test_help_does_not_import_heavy_modules():
     assert out.strip() == "[]"
 
 
+@pytest.mark.slow  # several CLI subprocesses, each paying the imports
 def test_init_ingest_stats_search_compact(tmp_path: Path):
     store = str(tmp_path / "s")
     run("init", "--store", store, "--model", "fake-hash-256")
@@ -51,6 +52,7 @@ def test_init_ingest_stats_search_compact(tmp_path: Path):
     assert "files" in run("store", "compact", "--store", store).stdout
 
 
+@pytest.mark.slow  # several CLI subprocesses, each paying the imports
 def test_errors_are_clear_and_exit_non_zero(tmp_path: Path):
     store = str(tmp_path / "s")
     proc = run("stats", "--store", store, check=False)
@@ -68,6 +70,7 @@ def test_errors_are_clear_and_exit_non_zero(tmp_path: Path):
     assert proc.returncode == 2 and "unknown embedding model 'gpt-9'" in proc.stderr
 
 
+@pytest.mark.slow  # several CLI subprocesses, each paying the imports
 def test_context_command_renders_zones_within_the_budget(tmp_path: Path):
     store = str(tmp_path / "s")
     run("init", "--store", store, "--model", "fake-hash-256")
