@@ -14,6 +14,8 @@ from lab.errors import ValidationError
 T = TypeVar("T")
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# the cutoffs every evaluation reports unless told otherwise (CLI, runner and metrics share them)
+DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
 FAKE_MODEL = "fake-hash-256"
 
 

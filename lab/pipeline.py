@@ -6,11 +6,10 @@ It holds no logic of its own: every method hands over to one of the two.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
-
-import os
 
 import numpy as np
 import polars as pl
@@ -19,7 +18,7 @@ from lab.assemble import Context
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder, make_embedder
 from lab.embed.cache import EmbeddingCache
-from lab.errors import ConflictError, NotFoundError, ValidationError
+from lab.errors import ConflictError, NotFoundError
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
 from lab.retriever import Retriever
@@ -200,14 +199,8 @@ class Pipeline:
                 config: SearchConfig | None = None, assemble: AssembleConfig | None = None,
                 candidates: int = 50, record_access: bool = False) -> Context:
         """Search, then assemble the results into a zoned context within ``budget`` tokens."""
-        if not record_access:
-            return self.retriever.context(query, namespace, budget, config=config, preset=preset,
-                                          assemble_config=assemble, candidates=candidates)
-        if candidates < 1:
-            raise ValidationError(f"candidates must be >= 1, got {candidates}")
-        scfg = self.retriever.resolve_config(config, preset)
-        hits = self.retriever.search(query, namespace, candidates, config=scfg)
-        if hits:
+        ctx, hits = self.retriever.search_and_assemble(query, namespace, budget, config=config, preset=preset,
+                                                       assemble_config=assemble, candidates=candidates)
+        if record_access and hits:
             self.writer.record_access([h.memory_id for h in hits], context="search")  # every result offered
-        acfg = assemble or self.retriever.assemble_config
-        return self.retriever.assemble(hits, namespace, replace(acfg, budget=budget) if budget is not None else acfg, scfg)
+        return ctx

@@ -193,13 +193,22 @@ class Retriever:
         The reference time for "recent" is the assemble config's, else the search's, else the
         namespace's latest memory; the exact counter uses the embedding model's tokenizer.
         """
+        return self.search_and_assemble(query, namespace, budget, config=config, preset=preset,
+                                        assemble_config=assemble_config, candidates=candidates)[0]
+
+    def search_and_assemble(self, query: str, namespace: str, budget: int | None = None, *,
+                            config: SearchConfig | None = None, preset: str | None = None,
+                            assemble_config: AssembleConfig | None = None,
+                            candidates: int = 50) -> tuple[Context, list[Result]]:
+        """``context``, also returning the search results offered to assembly (a writer logs them)."""
         if candidates < 1:
             raise ValidationError(f"candidates must be >= 1, got {candidates}")
         acfg = assemble_config or self.assemble_config
         if budget is not None:
             acfg = replace(acfg, budget=budget)
         scfg = self.resolve_config(config, preset)
-        return self.assemble(self.search(query, namespace, k=candidates, config=scfg), namespace, acfg, scfg)
+        results = self.search(query, namespace, k=candidates, config=scfg)
+        return self.assemble(results, namespace, acfg, scfg), results
 
     def assemble(self, results: Sequence[Result], namespace: str, assemble_config: AssembleConfig | None = None,
                  config: SearchConfig | None = None) -> Context:

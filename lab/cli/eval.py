@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from lab.cli.common import print_json
 
-DEFAULT_KS = [1, 5, 10, 20, 50, 100]  # printed in --help; the same as lab.eval.metrics.DEFAULT_KS (a test holds them equal)
+from lab.config import DEFAULT_KS
 
 
 def _options(args: argparse.Namespace):
@@ -72,7 +72,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="train", help="BEIR qrels split")
     p.add_argument("--preset", nargs="+", help="one or more preset names")
     p.add_argument("--config", help="a .yaml/.json SearchConfig instead of a preset")
-    p.add_argument("--k", type=int, nargs="+", default=DEFAULT_KS, help="cutoffs")
+    p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cutoffs")
     p.add_argument("--respect-top-k", action="store_true", help="cut at each preset's own top_k, as served")
     p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
     p.add_argument("--summaries", action="store_true", help="LoCoMo: add session summaries as memories")

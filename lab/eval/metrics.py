@@ -7,11 +7,10 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
+from lab.config import DEFAULT_KS  # declared once, at the bottom layer; re-exported here
 from lab.errors import ValidationError
 
 METRICS: tuple[str, ...] = ("recall", "hit", "precision", "mrr", "ndcg")
-# the cutoffs every evaluation reports unless told otherwise (CLI, runner and metrics share them)
-DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
 # Resampling draws this many values per chunk at most, so 10,000 questions x 10,000
 # resamples stays within ~64 MB instead of materialising a 800 MB index matrix.
 _CHUNK_CELLS = 8_000_000

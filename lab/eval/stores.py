@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import ChunkConfig, SaveConfig, to_dict
+from lab.embed import make_embedder
 from lab.embed.cache import EmbeddingCache
 from lab.eval.dataset import EvalDataset
 from lab.pipeline import Pipeline
@@ -80,6 +81,6 @@ def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, ro
     """A read-only retriever over the dataset's evaluation store (built first when needed)."""
     root = root or eval_root()
     path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress)
-    retriever = Retriever.open(path, embedder=embedder)
-    retriever.cache = EmbeddingCache(embeddings_dir(root), retriever.embedder.model_id, retriever.embedder.dim)
-    return retriever
+    embedder = embedder or make_embedder(SaveConfig().embed if config is None else config.embed)
+    cache = EmbeddingCache(embeddings_dir(root), embedder.model_id, embedder.dim)
+    return Retriever.open(path, embedder=embedder, cache=cache)

@@ -127,8 +127,9 @@ class IndexManager:
                                 + (f" (pinned at {self.store.pin})" if self.store.pin else "") + ": indexes cannot be saved")
         saved = []
         with self._lock:
+            present = set(self.store.namespaces())
             for ns in sorted(self._changed):
-                if ns not in self.store.namespaces():
+                if ns not in present:
                     continue  # deleted since
                 idx = self.get(ns)
                 idx.wait_for_merge()
