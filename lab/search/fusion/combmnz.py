@@ -8,9 +8,9 @@ from lab.search.fusion.minmax import minmax_normalise
 from lab.search.fusion.registry import Fuser, RankedLists, register
 
 
-def combmnz(rows: RankedLists, w: np.ndarray, config: FusionConfig) -> np.ndarray:
-    """Per row: w * its min-max normalised score (the hits factor is applied per memory by `fuse`)."""
-    return w * minmax_normalise(rows)
+def combmnz(rows: RankedLists, config: FusionConfig) -> np.ndarray:
+    """Per row: its min-max normalised score (the hits factor is applied per memory by `fuse`). (the row contributes w times it)."""
+    return minmax_normalise(rows)
 
 
 register(Fuser("combmnz", combmnz, multiply_by_hits=True, description="(sum of w * minmax) x hits"))

@@ -24,9 +24,9 @@ def dbsf_normalise(rows: RankedLists) -> np.ndarray:
     return rows.cached("dbsf", compute)
 
 
-def dbsf(rows: RankedLists, w: np.ndarray, config: FusionConfig) -> np.ndarray:
-    """Per row: w * its distribution-normalised score."""
-    return w * dbsf_normalise(rows)
+def dbsf(rows: RankedLists, config: FusionConfig) -> np.ndarray:
+    """Per row: its distribution-normalised score. (the row contributes w times it)."""
+    return dbsf_normalise(rows)
 
 
 register(Fuser("dbsf", dbsf, description="w * clip((s - (mu - 3 sigma)) / 6 sigma, 0, 1)"))

@@ -32,8 +32,8 @@ def _fused_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.nd
     """(per-pair fused score, per-pair alive mask, per-row contribution)."""
     fuser = get_fuser(config.method)
     w = _row_weights(prep, config)
-    contribution = np.asarray(fuser.fn(prep.rows, w, config), dtype=np.float64)
-    contribution = np.where(w != 0, contribution, 0.0)
+    base = fuser.base(prep.rows, config)
+    contribution = np.where(w != 0, w * base, 0.0)
     # rows are ordered by (pair, signal), so the sums are bit-identical whatever the input order
     score = np.bincount(prep.rows.pair, contribution, minlength=prep.n_pairs)
     hits = np.bincount(prep.rows.pair, weights=(w != 0), minlength=prep.n_pairs)

@@ -25,9 +25,9 @@ def minmax_normalise(rows: RankedLists) -> np.ndarray:
     return rows.cached("minmax", compute)
 
 
-def weighted_sum(rows: RankedLists, w: np.ndarray, config: FusionConfig) -> np.ndarray:
-    """Per row: w * its min-max normalised score."""
-    return w * minmax_normalise(rows)
+def weighted_sum(rows: RankedLists, config: FusionConfig) -> np.ndarray:
+    """Per row: its min-max normalised score. (the row contributes w times it)."""
+    return minmax_normalise(rows)
 
 
 register(Fuser("weighted_sum", weighted_sum, description="sum of w * min-max normalised score"))

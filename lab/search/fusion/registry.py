@@ -32,17 +32,23 @@ class RankedLists:
         return self._cache[name]
 
 
-# A fuser maps the ranked-list rows and their weights to each row's contribution; contributions
-# are summed per (query, memory).
-FuserFn = Callable[[RankedLists, np.ndarray, FusionConfig], np.ndarray]
+# A fuser maps the ranked-list rows to each row's base value (>= 0, never depending on the weights);
+# a row contributes ``weight * base`` and contributions are summed per (query, memory). Keeping the
+# weights out of the fusers is what lets a sweep evaluate many weightings in one pass over the same
+# base values (lab.tune.batch), bit-identical to `fuse`.
+FuserFn = Callable[[RankedLists, FusionConfig], np.ndarray]
 
 
 @dataclass(frozen=True)
 class Fuser:
     name: str
-    fn: FuserFn
+    base: FuserFn
     multiply_by_hits: bool = False  # CombMNZ: times the number of lists that hold the memory
     description: str = ""
+    # base values depend on config.k (and nothing else of the config); the others depend on the rows only
+    uses_k: bool = False
+    # base values depend on the row's rank (and config.k) only: a sweep tabulates them per rank
+    rank_only: bool = False
 
 
 FUSERS: dict[str, Fuser] = {}

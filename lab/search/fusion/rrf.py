@@ -7,9 +7,9 @@ from lab.config import FusionConfig
 from lab.search.fusion.registry import Fuser, RankedLists, register
 
 
-def rrf(rows: RankedLists, w: np.ndarray, config: FusionConfig) -> np.ndarray:
-    """Per row: w / (config.k + rank)."""
-    return w / (config.k + rows.rank)
+def rrf(rows: RankedLists, config: FusionConfig) -> np.ndarray:
+    """Per row: 1 / (config.k + rank); the row contributes w times it."""
+    return 1.0 / (config.k + rows.rank)
 
 
-register(Fuser("rrf", rrf, description="weighted RRF: w / (k + rank)"))
+register(Fuser("rrf", rrf, description="weighted RRF: w / (k + rank)", uses_k=True, rank_only=True))

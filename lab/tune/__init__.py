@@ -1,0 +1,1 @@
+"""Sweeps: many query-time configurations over cached candidates, strategies, the overfitting guard, outputs."""

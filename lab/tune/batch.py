@@ -1,0 +1,302 @@
+"""Many fusion configurations per vectorised pass over one prepared candidate table.
+
+A sweep scores thousands of query-time configurations (k, weights, coverage bonus, recency boost,
+superseded handling) on the same cached candidates. Metrics at cutoffs up to K only need the rank
+of each gold memory, and that rank only needs the pairs that can ever be ahead of it. Two exact
+reductions make a configuration cost a fraction of a millisecond:
+
+* **Dominance pruning.** Pair p' is always ranked ahead of pair p (for every non-negative weighting
+  and k, for every fuser whose per-row base value is monotone in the row) when p' is at least as
+  good as p on every signal and on every post-processing feature in play, and its memory id sorts
+  first (so a tie on score also goes its way). A pair with K or more such pairs ahead of it can
+  never reach the top K, so it is dropped before any configuration is scored.
+* **Gold ranks by counting.** A gold pair's rank is one plus the number of live pairs of its query
+  that score higher, or equal with a smaller memory id: the same order `fuse` sorts by.
+
+Scores are computed with the very operations `fuse` uses (``w * base`` per row, summed in signal
+order, then the same post-processing), so ranks are bit-identical to it; a hypothesis test holds
+`BatchScorer` equal to `fuse` + `retrieval_metrics`. Configurations outside that domain (rerank,
+negative weights) are scored one by one through `fuse` by `BatchScorer.evaluate`, so callers never
+need to know which path ran.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+
+from lab.config import FusionConfig
+from lab.errors import ValidationError
+from lab.search.analysis import INTENT_WEIGHT_SCALES, INTENTS
+from lab.search.fusion import FEATURE_DEFAULTS, PreparedCandidates, RankedLists, fuse_arrays, get_fuser
+
+BATCH_METRICS: tuple[str, ...] = ("recall", "ndcg", "hit", "mrr")
+
+
+def metric_names(ks: Sequence[int]) -> list[str]:
+    """Column names `BatchScorer` reports for cutoffs ``ks`` (mrr is cut at the largest)."""
+    return [f"{m}@{k}" for m in ("recall", "ndcg", "hit") for k in ks] + [f"mrr@{max(ks)}"]
+
+
+def batchable(config: FusionConfig) -> bool:
+    """Whether ``config`` is inside the vectorised domain (else it is scored through `fuse`)."""
+    return (config.rerank_depth == 0 and all(w >= 0 for w in config.weights.values())
+            and config.demote_factor >= 0 and config.recent_boost >= 0)
+
+
+@dataclass
+class _Comparisons:
+    """Per gold pair: the pairs always ahead of it, and those to compare under each configuration."""
+
+    need: np.ndarray  # pairs to score (golds and compared pairs), prepared pair indices
+    gold_local: np.ndarray  # each gold's position in ``need``
+    gold_rel: np.ndarray
+    gold_q: np.ndarray  # each gold's prepared query code
+    always: np.ndarray  # pairs always ahead of each gold
+    comp_start: np.ndarray  # offsets into comp_local, one more than golds
+    comp_local: np.ndarray  # compared pairs, as positions in ``need``
+    need_q_start: np.ndarray  # offsets of each prepared query's pairs in ``need``
+    gold_q_start: np.ndarray  # offsets of each prepared query's golds
+    mem: np.ndarray  # memory code of each pair in ``need`` (ties go to the smaller)
+    features: dict[str, np.ndarray]  # post-processing features of each pair in ``need``
+
+
+class BatchScorer:
+    """Scores fusion configurations on one prepared candidate table against gold, many at a time.
+
+    ``questions``: every question id of the evaluation (the means run over all of them; a question
+    without candidates or gold scores 0, as in `lab.eval.runner.evaluate`).
+    """
+
+    def __init__(self, prepared: PreparedCandidates, qrels: pl.DataFrame, questions: Sequence[str],
+                 ks: Sequence[int] = (5, 10)) -> None:
+        if not ks or any(int(k) < 1 for k in ks):
+            raise ValidationError(f"cutoffs must be integers >= 1, got {list(ks)}")
+        self.prep = prepared
+        self.ks = tuple(sorted({int(k) for k in ks}))
+        self.depth = max(self.ks)
+        self.metrics = metric_names(self.ks)
+        self.questions = sorted(set(questions))
+        q_index = {q: i for i, q in enumerate(self.questions)}
+        rel = qrels.filter(pl.col("relevance") >= 1).select(pl.col("qid").cast(pl.String),
+                                                             pl.col("memory_id").cast(pl.String), "relevance")
+        rel = rel.filter(pl.col("qid").is_in(self.questions))
+        n_q = len(self.questions)
+        self.n_rel = np.zeros(n_q)
+        self.idcg = np.zeros((len(self.ks), n_q))
+        for qid, gains in rel.group_by("qid").agg(pl.col("relevance").sort(descending=True)).iter_rows():
+            i = q_index[qid]
+            g = np.asarray(gains, dtype=np.float64)
+            self.n_rel[i] = len(g)
+            for j, k in enumerate(self.ks):
+                top = g[:k]
+                self.idcg[j, i] = float(np.sum(top / np.log2(np.arange(2, len(top) + 2))))
+        # prepared query code -> evaluation question index (-1: a query not evaluated)
+        self.q_eval = np.asarray([q_index.get(q, -1) for q in prepared.qids.to_list()], dtype=np.int64)
+        # gold relevance of each prepared pair (0: not gold)
+        mem_code = {m: i for i, m in enumerate(prepared.memory_ids.to_list())}
+        qcode = {q: i for i, q in enumerate(prepared.qids.to_list())}
+        n_m = max(len(prepared.memory_ids), 1)
+        pair_key = prepared.pair_q * n_m + prepared.pair_m
+        self.pair_rel = np.zeros(prepared.n_pairs)
+        keys, gains = [], []
+        for qid, mid, r in rel.iter_rows():
+            if qid in qcode and mid in mem_code:
+                keys.append(qcode[qid] * n_m + mem_code[mid])
+                gains.append(float(r))
+        if keys:
+            at = np.searchsorted(pair_key, np.asarray(keys))
+            at_c = np.minimum(at, len(pair_key) - 1)
+            ok = pair_key[at_c] == np.asarray(keys)
+            self.pair_rel[at_c[ok]] = np.asarray(gains)[ok]
+        self._pruned: dict[tuple, _Comparisons] = {}
+        self._rows: tuple[np.ndarray, ...] | None = None
+        self._base_cache: dict[tuple[str, float], np.ndarray] = {}
+        self._intent_scale = np.ones((len(INTENTS) + 1, len(prepared.signals)))
+        for i, name in enumerate(INTENTS):
+            for j, s in enumerate(prepared.signals):
+                self._intent_scale[i, j] = INTENT_WEIGHT_SCALES[name].get(s, 1.0)
+
+    # ------------------------------------------------------------------ public
+    def evaluate(self, configs: Sequence[FusionConfig]) -> dict[str, np.ndarray]:
+        """Per-question metrics for every configuration: {metric: (configs, questions) array}."""
+        out = {m: np.zeros((len(configs), len(self.questions))) for m in self.metrics}
+        groups: dict[tuple, list[int]] = {}
+        for i, c in enumerate(configs):
+            get_fuser(c.method)  # unknown methods fail here, naming the known ones
+            key = ("batch", c.method, *self._dims_key([c])) if batchable(c) else ("single",)
+            groups.setdefault(key, []).append(i)
+        for key, idx in groups.items():
+            if key[0] == "single":
+                for i in idx:
+                    got = self._evaluate_single(configs[i])
+                    for m in self.metrics:
+                        out[m][i] = got[m]
+                continue
+            pruned = self._prune(configs[idx[0]].method, key[2:])
+            step = 4096  # configurations per compiled pass: bounds the (configs x gold) rank table
+            for start in range(0, len(idx), step):
+                part = idx[start:start + step]
+                got = self._evaluate_batch([configs[i] for i in part], pruned)
+                for m in self.metrics:
+                    out[m][part] = got[m]
+        return out
+
+    def reference(self, config: FusionConfig) -> dict[str, np.ndarray]:
+        """One configuration through `fuse` and plain counting: the yardstick the batch path is held to."""
+        return self._evaluate_single(config)
+
+    # ------------------------------------------------------------------ pruning
+    def _dims_key(self, configs: Sequence[FusionConfig]) -> tuple:
+        """Which post-processing features can reorder pairs under these configurations, and how."""
+        coverage = any(c.coverage_bonus for c in configs) and "_coverage" in self.prep.features
+        boosts = {c.recent_boost > 1 for c in configs if c.recent_boost != 1.0}
+        superseded = any(c.superseded == "hide" or (c.superseded == "demote" and c.demote_factor != 1.0)
+                         for c in configs) and "_superseded" in self.prep.features
+        demote_up = any(c.superseded == "demote" and c.demote_factor > 1.0 for c in configs)
+        return (bool(coverage), tuple(sorted(boosts)), bool(superseded), demote_up)
+
+    def _prune(self, method: str, dims: tuple) -> _Comparisons:
+        from lab.tune.kernels import dominance
+
+        fuser = get_fuser(method)
+        key = (method if not fuser.uses_k else "rank-based", *dims)
+        if key in self._pruned:
+            return self._pruned[key]
+        prep, rows = self.prep, self.prep.rows
+        n_sig = max(len(prep.signals), 1)
+        row_of = np.full((prep.n_pairs, n_sig), -1, dtype=np.int64)
+        row_of[rows.pair, rows.signal] = np.arange(len(rows.pair))
+        # per pair and dimension, "goodness": higher is never worse under any configuration here;
+        # an absent signal is worse than any rank (it adds nothing and does not make the pair live)
+        if fuser.uses_k:
+            good_rows = -rows.rank  # 1 / (k + rank) falls with rank for every k >= 0
+        else:
+            good_rows = fuser.base(rows, FusionConfig(method=method))
+        dims_list = [np.where(row_of[:, s] >= 0, good_rows[np.maximum(row_of[:, s], 0)], -np.inf)
+                     for s in range(n_sig)]
+        coverage, boosts, superseded, demote_up = dims
+        if coverage:
+            dims_list.append(prep.features["_coverage"])
+        if boosts and "_age_hours" in prep.features:
+            age = prep.features["_age_hours"]
+            for up in boosts:  # a boost > 1 favours the young, one < 1 the old; both: ages must match
+                dims_list.append(-age if up else age)
+        if superseded:
+            sup = prep.features["_superseded"]
+            dims_list.append(sup if demote_up else -sup)
+            if demote_up:
+                dims_list.append(-sup)
+        good = np.ascontiguousarray(np.stack(dims_list, axis=1), dtype=np.float64)
+        gold = np.flatnonzero(self.pair_rel > 0)
+        q_start = np.searchsorted(prep.pair_q, np.arange(len(prep.qids) + 1)).astype(np.int64)
+        always, comp_start, comp = dominance(q_start, prep.pair_q.astype(np.int64), good,
+                                             prep.pair_m.astype(np.int64), gold.astype(np.int64), self.depth)
+        # golds with depth or more pairs always ahead can never count: drop them and their lists
+        live = always < self.depth
+        keep_comp = np.repeat(live, np.diff(comp_start))
+        comp = comp[keep_comp]
+        comp_start = np.r_[0, np.cumsum(np.diff(comp_start)[live])].astype(np.int64)
+        gold, always = gold[live], always[live]
+        need, inverse = np.unique(np.r_[gold, comp], return_inverse=True)
+        n_q = len(prep.qids)
+        i64 = np.int64
+        got = _Comparisons(
+            need.astype(i64), inverse[:len(gold)].astype(i64), self.pair_rel[gold], prep.pair_q[gold], always.astype(i64),
+            comp_start.astype(i64), inverse[len(gold):].astype(i64),
+            np.searchsorted(prep.pair_q[need], np.arange(n_q + 1)).astype(i64),
+            np.searchsorted(prep.pair_q[gold], np.arange(n_q + 1)).astype(i64), prep.pair_m[need].astype(i64),
+            {name: np.ascontiguousarray(prep.features[name][need]) if name in prep.features
+             else np.full(len(need), default) for name, default in FEATURE_DEFAULTS.items()})
+        self._pruned[key] = got
+        return got
+
+    # ------------------------------------------------------------------ scoring
+    def _row_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(row offsets per pair, row signal, row rank, intent row per pair) as the kernel takes them."""
+        if self._rows is None:
+            prep, rows = self.prep, self.prep.rows
+            intent = prep.intent[prep.pair_q]
+            self._rows = (np.searchsorted(rows.pair, np.arange(prep.n_pairs + 1)).astype(np.int64),
+                          rows.signal.astype(np.int64), rows.rank.astype(np.int64),
+                          np.where(intent < 0, len(INTENTS), intent).astype(np.int64))
+        return self._rows
+
+    def _base(self, config: FusionConfig) -> np.ndarray:
+        fuser = get_fuser(config.method)
+        key = (config.method, config.k if fuser.uses_k else 0.0)
+        if key not in self._base_cache:
+            self._base_cache[key] = np.asarray(fuser.base(self.prep.rows, config), dtype=np.float64)
+        return self._base_cache[key]
+
+    def _evaluate_batch(self, configs: Sequence[FusionConfig], cmp: _Comparisons) -> dict[str, np.ndarray]:
+        from lab.tune.kernels import gold_ranks
+
+        prep = self.prep
+        fuser = get_fuser(configs[0].method)
+        rows = prep.rows
+        if fuser.rank_only:  # base values from the rank alone: one small table per k
+            ks = sorted({c.k for c in configs})
+            n_rank = int(rows.rank.max()) + 1 if len(rows.rank) else 1
+            table_rows = RankedLists(pair=np.zeros(n_rank, np.int64), signal=np.zeros(n_rank, np.int64),
+                                     rank=np.arange(n_rank, dtype=np.float64).clip(1), score=np.zeros(n_rank),
+                                     list_id=np.zeros(n_rank, np.int64), n_lists=1)
+            rank_tab = np.stack([np.asarray(fuser.base(table_rows, replace(configs[0], k=k)), dtype=np.float64)
+                                 for k in ks])
+            k_id = np.asarray([ks.index(c.k) for c in configs], dtype=np.int64)
+            row_val = np.zeros(1)
+        else:
+            rank_tab = np.zeros((1, 1))
+            k_id = np.zeros(len(configs), dtype=np.int64)
+            row_val = self._base(configs[0])
+        row_start, row_signal, row_rank, pair_intent = self._row_arrays()
+        feats = cmp.features
+        weights = np.asarray([[float(c.weights.get(s, 1.0)) for s in prep.signals] or [1.0] for c in configs])
+        modes = {"keep": 0, "demote": 1, "hide": 2}
+        ranks = gold_ranks(
+            cmp.need, row_start, row_signal, row_rank,
+            row_val, bool(fuser.rank_only), rank_tab, pair_intent, self._intent_scale,
+            feats["_coverage"], feats["_age_hours"], feats["_superseded"], cmp.mem,
+            weights, k_id, np.asarray([c.intent_gating for c in configs]),
+            np.asarray([c.coverage_bonus for c in configs], dtype=np.float64),
+            np.asarray([c.recent_boost for c in configs], dtype=np.float64),
+            np.asarray([c.recent_hours for c in configs], dtype=np.float64),
+            np.asarray([modes[c.superseded] for c in configs], dtype=np.int64),
+            np.asarray([c.demote_factor for c in configs], dtype=np.float64),
+            bool(fuser.multiply_by_hits), bool(fuser.multiply_by_hits or not fuser.rank_only), cmp.gold_local,
+            cmp.always, cmp.comp_start, cmp.comp_local, cmp.need_q_start, cmp.gold_q_start)
+        return self._metrics_from_ranks(ranks, self.q_eval[cmp.gold_q], cmp.gold_rel)
+
+    def _metrics_from_ranks(self, rank: np.ndarray, g_eval: np.ndarray, rel: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-question metrics from each gold pair's rank ((configs, gold); huge = not retrieved)."""
+        n_c, n_q = rank.shape[0], len(self.questions)
+        order = np.argsort(g_eval, kind="stable")
+        order = order[g_eval[order] >= 0]
+        rank, g_eval, rel = rank[:, order], g_eval[order], rel[order]
+        out = {m: np.zeros((n_c, n_q)) for m in self.metrics}
+        if len(g_eval) == 0:
+            return out
+        starts = np.flatnonzero(np.r_[True, g_eval[1:] != g_eval[:-1]])
+        qs = g_eval[starts]
+        gain = rel[None, :] / np.log2(np.minimum(rank, 1 << 62).astype(np.float64) + 1.0)
+        for j, k in enumerate(self.ks):
+            inside = rank <= k
+            n_hit = np.add.reduceat(inside.astype(np.float64), starts, axis=1)
+            out[f"recall@{k}"][:, qs] = n_hit / self.n_rel[qs]
+            dcg = np.add.reduceat(np.where(inside, gain, 0.0), starts, axis=1)
+            out[f"ndcg@{k}"][:, qs] = dcg / self.idcg[j, qs]
+            out[f"hit@{k}"][:, qs] = (n_hit > 0).astype(np.float64)
+        first = np.minimum.reduceat(rank, starts, axis=1)
+        out[f"mrr@{self.depth}"][:, qs] = np.where(first <= self.depth, 1.0 / np.maximum(first, 1), 0.0)
+        return out
+
+    def _evaluate_single(self, config: FusionConfig) -> dict[str, np.ndarray]:
+        prep = self.prep
+        idx, rank, _, _ = fuse_arrays(prep, replace(config, top_k=self.depth), self.depth)
+        gold = self.pair_rel[idx] > 0
+        g_idx = idx[gold]
+        ranks = rank[gold].astype(np.int64)[None, :]
+        return {m: v[0] for m, v in self._metrics_from_ranks(ranks, self.q_eval[prep.pair_q[g_idx]],
+                                                             self.pair_rel[g_idx]).items()}

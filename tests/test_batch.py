@@ -1,0 +1,99 @@
+"""The sweep's batch scorer is held equal to `fuse` + `retrieval_metrics`, configuration by configuration."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from lab.config import FusionConfig
+from lab.eval.metrics import retrieval_metrics
+from lab.search.fusion import fuse, prepare
+from lab.tune.batch import BatchScorer, batchable
+
+SIGNALS = ("lexical", "recency", "vector")
+
+
+@st.composite
+def tables(draw):
+    n_q = draw(st.integers(1, 3))
+    n_m = draw(st.integers(1, 9))
+    rows, feats, qrels = [], [], []
+    for q in range(n_q):
+        qid = f"q{q}"
+        seen = set()
+        for s in SIGNALS:
+            members = draw(st.lists(st.integers(0, n_m - 1), unique=True, max_size=n_m))
+            # few distinct scores: ties inside lists and across signals are the interesting cases
+            scores = sorted((draw(st.sampled_from([0.1, 0.5, 0.5, 0.9])) for _ in members), reverse=True)
+            for rank, (m, sc) in enumerate(zip(members, scores), start=1):
+                rows.append((qid, f"m{m}", s, rank, sc))
+                seen.add(m)
+        for m in sorted(seen):
+            feats.append((qid, f"m{m}", "_coverage", 0, draw(st.sampled_from([0.0, 0.5, 1.0]))))
+            feats.append((qid, f"m{m}", "_superseded", 0, draw(st.sampled_from([0.0, 0.0, 1.0]))))
+            feats.append((qid, f"m{m}", "_age_hours", 0, draw(st.sampled_from([1.0, 30.0, 500.0]))))
+        feats.append((qid, "", "_intent", 0, float(draw(st.integers(-1, 4)))))
+        gold = draw(st.lists(st.integers(0, n_m + 1), unique=True, min_size=1, max_size=3))
+        qrels += [(qid, f"m{g}", draw(st.integers(1, 2))) for g in gold]
+    schema = {"qid": pl.String, "memory_id": pl.String, "signal": pl.String, "rank": pl.Int32, "score": pl.Float64}
+    table = pl.DataFrame(rows + feats, schema=schema, orient="row")
+    table = table.filter(~((pl.col("signal") == "_intent") & (pl.col("score") < 0)))
+    qrels_df = pl.DataFrame(qrels, schema={"qid": pl.String, "memory_id": pl.String, "relevance": pl.Int64}, orient="row")
+    return table, qrels_df, [f"q{q}" for q in range(n_q + 1)]  # one question without candidates
+
+
+configs = st.builds(
+    lambda method, k, w, bonus, boost, sup, factor, gating: FusionConfig(
+        method=method, k=k, weights=dict(zip(SIGNALS, w)), coverage_bonus=bonus, recent_boost=boost,
+        superseded=sup, demote_factor=factor, intent_gating=gating),
+    st.sampled_from(["rrf", "rrf", "weighted_sum", "dbsf", "combmnz"]),
+    st.sampled_from([0.0, 1.0, 2.5, 60.0]),
+    st.tuples(*[st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0])] * 3),
+    st.sampled_from([0.0, 0.3]),
+    st.sampled_from([1.0, 1.5, 0.5]),
+    st.sampled_from(["demote", "hide", "keep"]),
+    st.sampled_from([0.5, 2.0]),
+    st.booleans(),
+)
+
+
+def plain_metrics(table, qrels, questions, config, ks):
+    run = fuse(table, FusionConfig(**{**config.__dict__, "top_k": max(ks)}))
+    per_q = retrieval_metrics(run, qrels, ks=ks, metrics=("recall", "ndcg", "hit"))
+    full = pl.DataFrame({"qid": sorted(questions)}).join(per_q, on="qid", how="left").fill_null(0.0)
+    out = {c: full[c].to_numpy() for c in full.columns if c != "qid"}
+    first = run.join(qrels.filter(pl.col("relevance") >= 1), on=["qid", "memory_id"]).group_by("qid").agg(pl.col("rank").min())
+    first = pl.DataFrame({"qid": sorted(questions)}).join(first, on="qid", how="left")
+    out[f"mrr@{max(ks)}"] = np.asarray([1.0 / r if r is not None else 0.0 for r in first["rank"].to_list()])
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables(), st.lists(configs, min_size=1, max_size=6), st.sampled_from([(1, 3), (2, 5), (10,)]))
+def test_batch_equals_fuse_and_metrics(data, cfgs, ks):
+    table, qrels, questions = data
+    scorer = BatchScorer(prepare(table), qrels, questions, ks=ks)
+    got = scorer.evaluate(cfgs)
+    for i, config in enumerate(cfgs):
+        want = plain_metrics(table, qrels, questions, config, ks)
+        for name in scorer.metrics:
+            np.testing.assert_allclose(got[name][i], want[name], rtol=0, atol=1e-12, err_msg=f"{name} {config}")
+
+
+def test_rerank_and_negative_weights_take_the_single_path_with_the_same_answer():
+    table = pl.DataFrame({"qid": ["q"] * 4, "memory_id": ["a", "b", "a", "c"], "signal": ["vector", "vector", "lexical", "lexical"],
+                          "rank": [1, 2, 1, 2], "score": [0.9, 0.8, 3.0, 2.0]})
+    qrels = pl.DataFrame({"qid": ["q"], "memory_id": ["c"], "relevance": [1]})
+    odd = FusionConfig(weights={"vector": -1.0, "lexical": 1.0})
+    assert not batchable(odd) and batchable(FusionConfig())
+    scorer = BatchScorer(prepare(table), qrels, ["q"], ks=(1, 2))
+    got = scorer.evaluate([odd, FusionConfig()])
+    assert got["recall@1"][0, 0] == 1.0  # with the vector list counted against, c (lexical 2 only) wins
+    assert got["recall@1"][1, 0] == 0.0 and got["recall@2"][1, 0] == 0.0  # plain RRF: a, then b (ties on id)
+
+
+def test_bad_cutoffs_are_named():
+    table = pl.DataFrame({"qid": ["q"], "memory_id": ["a"], "signal": ["vector"], "rank": [1], "score": [1.0]})
+    with pytest.raises(Exception, match="cutoffs"):
+        BatchScorer(prepare(table), pl.DataFrame({"qid": ["q"], "memory_id": ["a"], "relevance": [1]}), ["q"], ks=(0,))
