@@ -1,4 +1,4 @@
-"""The `lab` command: one module per command group (store, search, eval), parsing and printing only.
+"""The `lab` command: one module per command group (store, search, eval, tune), parsing and printing only.
 
 Heavy imports (torch, polars, deltalake) happen inside each command, so `lab --help` is instant.
 """
@@ -11,6 +11,7 @@ from typing import Sequence
 from lab.cli import eval as eval_commands
 from lab.cli import search as search_commands
 from lab.cli import store as store_commands
+from lab.cli import tune as tune_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     store_commands.add_parsers(sub)
     search_commands.add_parsers(sub)
     eval_commands.add_parsers(sub)
+    tune_commands.add_parsers(sub)
+    tune_commands.add_gate_parser(sub)
     return parser
 
 

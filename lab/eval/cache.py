@@ -57,7 +57,7 @@ def candidate_table(retriever: Retriever, dataset: EvalDataset, config: SearchCo
         config = replace(config, reference_time=dataset.reference_time)
     cconf = candidate_config(config, depth)
     questions = dataset.questions.sort("qid")
-    key = digest(str(retriever.version), str(Path(retriever.store.root).resolve()), cconf,
+    key = digest(str(retriever.version), str(Path(retriever.store.root).resolve()), cconf, to_dict(retriever.indexes.config),
                  questions.select("qid", "namespace", "question").rows(), retriever.embedder.model_id, search_code())
     path = root / "candidates" / f"{dataset.name}-{key}.parquet"
     info: dict[str, Any] = {"cache": str(path), "hit": path.is_file()}

@@ -1,0 +1,170 @@
+"""The GO/NO-GO gate: per suite, minimum metrics on the CI lower bound, non-regression against the
+champion (paired test), signal health, and the save-then-search cycle. Every check reports its value,
+threshold and verdict; the candidate is GO only when every check passes.
+
+``goldens/gate.yaml``::
+
+    model: lab-memory            # registered model whose @champion the candidate is held against
+    alpha: 0.05                  # significance of a drop against the champion
+    suites:
+      demo:
+        dataset: demo
+        min: {recall@10: 0.80}   # judged on the lower bound of the 95% CI
+        non_regression: [recall@10, ndcg@10]
+        signal_health: {vector: 0.95, lexical: 0.80}   # share of questions with candidates
+        save_then_search: {recall@10: 0.5}             # questions whose memory was just saved
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lab.config import SearchConfig
+from lab.errors import ValidationError
+
+_SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_search", "observations"}
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    dataset: str
+    minimums: dict[str, float] = field(default_factory=dict)
+    non_regression: tuple[str, ...] = ()
+    signal_health: dict[str, float] = field(default_factory=dict)
+    save_then_search: dict[str, float] = field(default_factory=dict)
+    observations: bool = False
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    model: str
+    suites: tuple[Suite, ...]
+    alpha: float = 0.05
+    seed: int = 0
+    path: str = ""
+
+
+@dataclass
+class Check:
+    suite: str
+    name: str
+    value: float | None
+    threshold: str
+    passed: bool
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"suite": self.suite, "check": self.name, "value": self.value, "threshold": self.threshold,
+                "verdict": "PASS" if self.passed else "FAIL", "note": self.note}
+
+
+def _thresholds(raw: Any, where: str) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValidationError(f"{where}: expected a mapping of name -> number, got {raw!r}")
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise ValidationError(f"{where}.{k}: expected a number, got {v!r}")
+        out[str(k)] = float(v)
+    return out
+
+
+def load_gate(path: str | Path) -> GateConfig:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"gate config not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{p}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("suites"), dict) or not data["suites"]:
+        raise ValidationError(f"{p}: expected a mapping with a non-empty 'suites' mapping")
+    unknown = sorted(set(data) - {"model", "suites", "alpha", "seed"})
+    if unknown:
+        raise ValidationError(f"{p}: unknown key(s) {unknown}; allowed: alpha, model, seed, suites")
+    suites = []
+    for name, raw in data["suites"].items():
+        where = f"{p}: suites.{name}"
+        if not isinstance(raw, dict) or "dataset" not in raw:
+            raise ValidationError(f"{where}: expected a mapping with a 'dataset'")
+        bad = sorted(set(raw) - _SUITE_KEYS)
+        if bad:
+            raise ValidationError(f"{where}: unknown key(s) {bad}; allowed: {sorted(_SUITE_KEYS)}")
+        nr = raw.get("non_regression") or []
+        if not isinstance(nr, list):
+            raise ValidationError(f"{where}.non_regression: expected a list of metrics, got {nr!r}")
+        suites.append(Suite(str(name), str(raw["dataset"]), _thresholds(raw.get("min"), f"{where}.min"),
+                            tuple(str(m) for m in nr), _thresholds(raw.get("signal_health"), f"{where}.signal_health"),
+                            _thresholds(raw.get("save_then_search"), f"{where}.save_then_search"),
+                            bool(raw.get("observations", False))))
+    alpha = float(data.get("alpha", 0.05))
+    if not 0 < alpha < 1:
+        raise ValidationError(f"{p}: alpha must be in (0, 1), got {alpha}")
+    return GateConfig(str(data.get("model", "lab-memory")), tuple(suites), alpha, int(data.get("seed", 0)), str(p))
+
+
+def suite_checks(suite: Suite, result: Any, dataset: Any, champion: Any | None, alpha: float, seed: int) -> list[Check]:
+    """The checks of one suite, from the candidate's evaluation (and the champion's, when there is one)."""
+    from lab.eval.metrics import compare_runs
+
+    checks: list[Check] = []
+    metrics, ci = result.metrics["metrics"], result.metrics["ci95"]
+    for name, minimum in sorted(suite.minimums.items()):
+        if name not in ci:
+            raise ValidationError(f"gate suite {suite.name}: unknown metric {name!r}; known: {sorted(ci)}")
+        low = float(ci[name][0])
+        checks.append(Check(suite.name, f"min {name} (95% CI low)", low, f">= {minimum:g}", low >= minimum,
+                            f"mean {metrics[name]:.4f}"))
+    if suite.non_regression:
+        if champion is None:
+            checks.append(Check(suite.name, "non-regression vs champion", None, f"no significant drop (p < {alpha:g})",
+                                True, "no champion registered yet: nothing to regress against"))
+        else:
+            table = compare_runs(champion.per_query, result.per_query, list(suite.non_regression), seed=seed)
+            for r in table.iter_rows(named=True):
+                dropped = r["delta"] < 0 and r["p_value"] < alpha
+                checks.append(Check(suite.name, f"non-regression {r['metric']}", round(r["delta"], 6),
+                                    f"no significant drop (p < {alpha:g})", not dropped,
+                                    f"champion {r['mean_a']:.4f} -> candidate {r['mean_b']:.4f}, p {r['p_value']:.4f}"))
+    health = result.metrics.get("signal_health", {}).get("signals", {})
+    enabled = set(result.config.signals)
+    for signal, share in sorted(suite.signal_health.items()):
+        if signal not in enabled:
+            continue  # the candidate does not use it: nothing to be healthy
+        got = float(health.get(signal, {}).get("returned_any", 0.0))
+        checks.append(Check(suite.name, f"signal {signal} returns candidates", got, f">= {share:g} of questions",
+                            got >= share))
+    if suite.save_then_search:
+        saved = sorted(dataset.saves)
+        if not saved:
+            raise ValidationError(f"gate suite {suite.name}: save_then_search needs a dataset with saves "
+                                  f"(goldens with 'save'), {dataset.name} has none")
+        pq = result.per_query.filter(pl.col("qid").is_in(saved))
+        for name, minimum in sorted(suite.save_then_search.items()):
+            if name not in pq.columns:
+                raise ValidationError(f"gate suite {suite.name}: unknown metric {name!r} for save_then_search")
+            got = float(pq[name].mean())
+            checks.append(Check(suite.name, f"save-then-search {name}", got, f">= {minimum:g}", got >= minimum,
+                                f"{pq.height} questions asked right after their memory was saved"))
+    return checks
+
+
+def verdict(checks: list[Check]) -> str:
+    return "GO" if checks and all(c.passed for c in checks) else "NO-GO"
+
+
+def candidate_config(candidate: str | None) -> SearchConfig:
+    """A preset name, or a SearchConfig file (e.g. a sweep's best.yaml)."""
+    from lab.eval.report import config_from
+
+    if candidate and Path(candidate).suffix in (".yaml", ".yml", ".json"):
+        return config_from(None, candidate)
+    return config_from(candidate or "lab", None)

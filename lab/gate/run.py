@@ -1,0 +1,148 @@
+"""`run_gate`: evaluate a candidate on every suite, decide GO / NO-GO, log it, and export only on GO.
+
+Deterministic: evaluations read cached candidates, the bootstrap and the paired test are seeded, so
+the same candidate, data and seed give the same verdict and the same numbers, bit for bit.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lab.config import AssembleConfig, SearchConfig, from_dict, to_dict, to_json
+from lab.errors import ValidationError
+from lab.gate.checks import Check, GateConfig, candidate_config, suite_checks, verdict
+
+
+@dataclass
+class GateReport:
+    verdict: str
+    candidate: str
+    checks: list[Check]
+    suites: dict[str, dict[str, Any]]  # per suite: headline metrics, dataset fingerprint, store
+    champion: dict[str, Any] | None
+    folder: Path
+    run_id: str | None = None
+    export: dict[str, Any] | None = None
+    refused: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "candidate": self.candidate, "checks": [c.as_dict() for c in self.checks],
+                "suites": self.suites, "champion": {k: v for k, v in (self.champion or {}).items() if k != "config"}
+                or None, "run_id": self.run_id, "export": self.export, "export_refused": self.refused or None}
+
+
+@dataclass
+class _Champion:
+    per_query: Any
+
+
+def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | None = None,
+             out_root: str | Path = "runs/gate", track: bool = True, uri: str | None = None, export: bool = False,
+             store: str | Path | None = None, progress: bool = False, embedder=None, root: Path | None = None) -> GateReport:
+    """Judge ``candidate`` (a preset name or a SearchConfig file) against ``gate``."""
+    from lab import track as tracking
+    from lab.eval.goldens import load_dataset
+    from lab.eval.report import write_run
+    from lab.eval.runner import EvalOptions, evaluate
+    from lab.eval.stores import eval_retriever
+
+    config = candidate_config(candidate)
+    champ = tracking.champion(gate.model, uri) if track else None
+    champ_config = from_dict(SearchConfig, champ["config"]) if champ and champ.get("config") else None
+    name = Path(candidate).stem if candidate and Path(candidate).suffix else (candidate or "lab")
+    folder = Path(out_root) / f"{gate.model}-{name}"
+    checks: list[Check] = []
+    suites: dict[str, dict[str, Any]] = {}
+    first_retriever = None
+    for suite in gate.suites:
+        dataset = load_dataset(suite.dataset, datasets, observations=suite.observations)
+        retriever = eval_retriever(dataset, root=root, embedder=embedder, progress=progress)
+        first_retriever = first_retriever or retriever
+        result = evaluate(retriever, dataset, config, EvalOptions())
+        write_run(result, dataset.qrels, folder / suite.name)
+        champion_result = None
+        if champ_config is not None and suite.non_regression:
+            champion_result = _Champion(evaluate(retriever, dataset, champ_config, EvalOptions()).per_query)
+        checks += suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
+        m = result.metrics["metrics"]
+        suites[suite.name] = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(),
+                              "questions": result.metrics["questions"], "store": str(retriever.store.root),
+                              "store_version": str(retriever.version),
+                              "metrics": {k: m[k] for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m},
+                              "ci95": {k: result.metrics["ci95"][k] for k in ("recall@10", "ndcg@10")
+                                       if k in result.metrics["ci95"]}}
+    report = GateReport(verdict(checks), name, checks, suites, champ, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if track:
+        tags = {"verdict": report.verdict, "preset": config.name, "candidate": name,
+                "dataset": ",".join(s["dataset"] for s in suites.values()),
+                "dataset_fingerprint": ",".join(s["dataset_fingerprint"] for s in suites.values()),
+                "store_version": ",".join(s["store_version"] for s in suites.values())}
+        with tracking.run(f"gate {name}: {report.verdict}", "gate", params=tracking.flatten(to_dict(config)),
+                          tags=tags, uri=uri) as (_, c, run_id):
+            report.run_id = run_id
+            metrics: dict[str, float] = {}
+            for sname, s in suites.items():
+                metrics.update({f"{sname}.{k}": v for k, v in s["metrics"].items()})
+                for k, (lo, hi) in s["ci95"].items():
+                    metrics[f"{sname}.{k}.ci95_low"], metrics[f"{sname}.{k}.ci95_high"] = lo, hi
+            metrics["checks_failed"] = float(sum(not ch.passed for ch in checks))
+            tracking.log_metrics(c, run_id, metrics)
+            _write_report(report, folder)
+            c.log_artifacts(run_id, str(folder), "gate")
+    if export:
+        if report.verdict != "GO":
+            report.refused = [f"{ch.suite}: {ch.name} = {ch.value} (needs {ch.threshold})"
+                              for ch in checks if not ch.passed]
+        elif not track:
+            raise ValidationError("export needs tracking (the model is registered in MLflow): drop --no-track")
+        else:
+            report.export = _export(report, config, gate, store or first_retriever.store.root, uri)
+    _write_report(report, folder)
+    return report
+
+
+def _write_report(report: GateReport, folder: Path) -> None:
+    (folder / "gate.json").write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    (folder / "gate.md").write_text(report_table(report) + "\n", encoding="utf-8")
+
+
+def report_table(report: GateReport) -> str:
+    """The checks as a fixed-width table, then the verdict."""
+    lines = [f"{'suite':<10} {'check':<42} {'value':>10}  {'threshold':<28} verdict"]
+    for c in report.checks:
+        value = "-" if c.value is None else f"{c.value:.4f}"
+        lines.append(f"{c.suite:<10} {c.name:<42} {value:>10}  {c.threshold:<28} {'PASS' if c.passed else 'FAIL'}"
+                     + (f"  ({c.note})" if c.note else ""))
+    lines.append(f"verdict: {report.verdict}")
+    return "\n".join(lines)
+
+
+def _export(report: GateReport, config: SearchConfig, gate: GateConfig, store: str | Path, uri: str | None) -> dict[str, Any]:
+    """The bundle folder, then the pyfunc model registered as the new champion."""
+    from lab import track as tracking
+    from lab.retriever import Retriever
+    from lab.version import __version__
+
+    with Retriever.open(store) as retriever:
+        version = str(retriever.version)
+    bundle = report.folder / "bundle"
+    bundle.mkdir(parents=True, exist_ok=True)
+    assemble = AssembleConfig()
+    (bundle / "config.json").write_text(to_json(config) + "\n", encoding="utf-8")
+    (bundle / "assemble.json").write_text(to_json(assemble) + "\n", encoding="utf-8")
+    manifest = {
+        "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
+        "store": {"path": str(Path(store).resolve()), "version": version},
+        "metrics": report.suites, "gate": [c.as_dict() for c in report.checks], "gate_config": gate.path,
+        "dataset_fingerprints": {k: v["dataset_fingerprint"] for k, v in report.suites.items()},
+        "lab_version": __version__, "git_commit": tracking.git_commit(), "run_id": report.run_id,
+        "exported_at": datetime.now(timezone.utc).isoformat(),
+    }
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    got = tracking.export_model(report.run_id, bundle, gate.model, config_json=to_json(config),
+                                assemble_json=to_json(assemble), verdict=report.verdict, uri=uri)
+    return {**got, "bundle": str(bundle.resolve())}

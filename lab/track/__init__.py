@@ -1,0 +1,230 @@
+"""Tracking: every `lab eval`, `lab sweep` and `lab gate` is an MLflow run. The only importer of mlflow.
+
+The tracking store is local SQLite under ``.lab/mlflow`` unless ``--tracking-uri`` or
+``MLFLOW_TRACKING_URI`` names another; artifacts sit beside it. No server is started. First use
+of a new SQLite store is serialised with a file lock: MLflow creates its tables without one, and
+two processes creating them at once break the store for good.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+EXPERIMENT = "lab"
+DEFAULT_DIR = Path(".lab/mlflow")
+_configured: dict[str, str] = {}
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """The tracking URI: the argument, else $MLFLOW_TRACKING_URI, else SQLite under .lab/mlflow."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(DEFAULT_DIR / 'mlflow.db').resolve()}"
+
+
+def ui_command(uri: str | None = None) -> str:
+    """The command that shows these runs in MLflow's UI."""
+    return f"mlflow ui --backend-store-uri {tracking_uri(uri)}"
+
+
+def _quiet() -> None:
+    for key, value in {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+                       "MLFLOW_LOGGING_LEVEL": "WARNING", "GIT_PYTHON_REFRESH": "quiet"}.items():
+        os.environ.setdefault(key, value)
+    for pattern in (r".*An input example was not provided", r".*Add type hints to the `predict` method",
+                    r".*Hint: Inferred schema contains integer column", r".*``noload`` loader strategy"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+class _DropKnownNoise(logging.Filter):
+    """MLflow's advice that does not apply here: the model class is importable from the installed
+    package (so pickling it by reference is what we want), and its output has no fixed schema."""
+
+    NOISE = ("Passing a Python object as `python_model`", "Failed to infer model signature")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(n in record.getMessage() for n in self.NOISE)
+
+
+def client(uri: str | None = None):
+    """(mlflow module, MlflowClient, experiment id), the store created on first use."""
+    _quiet()
+    import fcntl
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    pyfunc_log = logging.getLogger("mlflow.pyfunc")
+    if not any(isinstance(f, _DropKnownNoise) for f in pyfunc_log.filters):
+        pyfunc_log.addFilter(_DropKnownNoise())
+    resolved = tracking_uri(uri)
+    mlflow.set_tracking_uri(resolved)
+    if resolved not in _configured:
+        root = Path(resolved[len("sqlite:///"):]).parent if resolved.startswith("sqlite:///") else DEFAULT_DIR
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / "mlflow.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            c = MlflowClient(resolved)
+            exp = c.get_experiment_by_name(EXPERIMENT)
+            exp_id = exp.experiment_id if exp else c.create_experiment(
+                EXPERIMENT, artifact_location=(root / "artifacts").resolve().as_uri())
+        _configured[resolved] = exp_id
+    return mlflow, MlflowClient(resolved), _configured[resolved]
+
+
+def git_commit() -> str | None:
+    """The commit of the working tree lab runs from (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config dicts as dotted MLflow params (``fusion.weights.vector``)."""
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return out
+
+
+def base_tags(kind: str, **tags: Any) -> dict[str, str]:
+    from lab.version import __version__
+
+    out = {"lab.kind": kind, "lab.version": __version__, "lab.git_commit": git_commit() or "unknown"}
+    out.update({f"lab.{k}": str(v) for k, v in tags.items() if v is not None})
+    return out
+
+
+@contextlib.contextmanager
+def run(name: str, kind: str, *, params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None,
+        uri: str | None = None, parent: str | None = None) -> Iterator[Any]:
+    """An MLflow run (a child of ``parent`` when given); yields (mlflow, client, run id)."""
+    mlflow, c, exp_id = client(uri)
+    all_tags = base_tags(kind, **(tags or {}))
+    if parent:
+        all_tags["mlflow.parentRunId"] = parent
+    created = c.create_run(exp_id, run_name=name, tags=all_tags)
+    run_id = created.info.run_id
+    status = "FINISHED"
+    try:
+        if params:
+            log_params(c, run_id, params)
+        yield mlflow, c, run_id
+    except BaseException:
+        status = "KILLED"
+        raise
+    finally:
+        c.set_terminated(run_id, status=status)
+
+
+def log_params(c, run_id: str, params: dict[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
+    for i in range(0, len(items), 100):
+        c.log_batch(run_id, params=items[i:i + 100])
+
+
+def log_metrics(c, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+    import math
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [Metric(k.replace("@", "_at_"), float(v), now, step) for k, v in sorted(metrics.items())
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))]
+    for i in range(0, len(items), 500):
+        c.log_batch(run_id, metrics=items[i:i + 500])
+
+
+def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri: str | None = None,
+             parent: str | None = None, kind: str = "eval") -> str:
+    """One evaluation as a run: the flattened config, metrics with CI bounds, tags, the run folder."""
+    from lab.config import to_dict
+
+    m = result.metrics
+    metrics = dict(m["metrics"])
+    for name, (lo, hi) in m.get("ci95", {}).items():
+        metrics[f"{name}.ci95_low"], metrics[f"{name}.ci95_high"] = lo, hi
+    for name, value in (m.get("context") or {}).items():
+        metrics[name] = value
+    tags = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(), "store_version": store_version,
+            "preset": result.config.name, "run_folder": str(Path(folder).resolve())}
+    with run(f"{kind} {dataset.name} {result.config.name}", kind, params=flatten(to_dict(result.config)),
+             tags=tags, uri=uri, parent=parent) as (_, c, run_id):
+        log_metrics(c, run_id, metrics)
+        c.log_artifacts(run_id, str(folder), "run")
+    return run_id
+
+
+def recent_runs(n: int = 20, uri: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+    """The latest runs, newest first: id, name, kind, status, start, headline metrics, verdict."""
+    _, c, exp_id = client(uri)
+    flt = f"tags.`lab.kind` = '{kind}'" if kind else ""
+    out = []
+    for r in c.search_runs([exp_id], filter_string=flt, order_by=["attributes.start_time DESC"], max_results=n):
+        tags = r.data.tags
+        out.append({"run_id": r.info.run_id, "name": r.info.run_name, "kind": tags.get("lab.kind"),
+                    "status": r.info.status, "start_time": r.info.start_time,
+                    "parent": tags.get("mlflow.parentRunId"), "verdict": tags.get("lab.verdict"),
+                    "dataset": tags.get("lab.dataset"), "metrics": dict(r.data.metrics)})
+    return out
+
+
+# --------------------------------------------------------------------------- registry
+CHAMPION = "champion"
+
+
+def champion(model: str, uri: str | None = None) -> dict[str, Any] | None:
+    """The registered champion of ``model``: version, config (dict), run id, bundle; None when there is none."""
+    from mlflow.exceptions import MlflowException
+
+    _, c, _ = client(uri)
+    try:
+        mv = c.get_model_version_by_alias(model, CHAMPION)
+    except MlflowException:
+        return None
+    return {"version": mv.version, "run_id": mv.run_id, "config": json.loads(mv.tags.get("lab.config", "{}")),
+            "assemble": json.loads(mv.tags.get("lab.assemble", "{}")), "bundle": mv.tags.get("lab.bundle"),
+            "source": mv.source}
+
+
+def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, assemble_json: str,
+                 verdict: str, uri: str | None = None) -> dict[str, Any]:
+    """Log the bundle as a pyfunc model in ``run_id``, register a new version, and move @champion to it."""
+    from mlflow.exceptions import MlflowException
+
+    from lab.track.model import LabModel
+    from lab.version import __version__
+
+    mlflow, c, _ = client(uri)
+    with mlflow.start_run(run_id=run_id):
+        info = mlflow.pyfunc.log_model(name="model", python_model=LabModel(), artifacts={"bundle": str(bundle)},
+                                       pip_requirements=[f"lab=={__version__}", "mlflow", "pandas"])
+    try:
+        c.create_registered_model(model, tags={"lab.kind": "memory-retrieval"},
+                                  description="lab's gated retrieval configuration over a pinned store")
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    tags = {"lab.config": config_json, "lab.assemble": assemble_json, "lab.bundle": str(Path(bundle).resolve()),
+            "lab.verdict": verdict}
+    mv = c.create_model_version(model, source=info.model_uri, run_id=run_id, model_id=info.model_id, tags=tags)
+    c.set_registered_model_alias(model, CHAMPION, mv.version)
+    return {"model": model, "version": mv.version, "uri": f"models:/{model}@{CHAMPION}", "model_uri": info.model_uri}

@@ -1,0 +1,47 @@
+"""The exported serving module as an MLflow pyfunc model: a bundle folder (config + pinned store) in,
+ranked memory ids and assembled contexts out."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import pandas as pd
+
+
+class LabModel(mlflow.pyfunc.PythonModel):
+    """Answers search and context requests with the gated configuration over the pinned store.
+
+    Input frame: ``query``, ``namespace``, optional ``k`` and ``budget``. Output frame, one row per
+    query: ``memory_ids`` and ``scores`` (ranked), ``context`` (the assembled text), ``tokens``."""
+
+    def load_context(self, context: Any) -> None:
+        from lab.config import AssembleConfig, SearchConfig, from_dict
+        from lab.retriever import Retriever
+
+        bundle = Path(context.artifacts["bundle"])
+        manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
+        self.manifest = manifest
+        config = from_dict(SearchConfig, json.loads((bundle / "config.json").read_text(encoding="utf-8")))
+        assemble = from_dict(AssembleConfig, json.loads((bundle / "assemble.json").read_text(encoding="utf-8")))
+        self.retriever = Retriever.open(manifest["store"]["path"], pin=manifest["store"]["version"], search=config,
+                                        assemble=assemble)
+        self.assemble = assemble
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        from lab.errors import ValidationError
+
+        missing = {"query", "namespace"} - set(model_input.columns)
+        if missing:
+            raise ValidationError(f"model input lacks column(s) {sorted(missing)}; needs query and namespace")
+        rows = []
+        for rec in model_input.to_dict("records"):
+            k = int(rec["k"]) if rec.get("k") == rec.get("k") and rec.get("k") is not None else None
+            budget = int(rec["budget"]) if rec.get("budget") == rec.get("budget") and rec.get("budget") is not None else None
+            ctx, results = self.retriever.search_and_assemble(str(rec["query"]), str(rec["namespace"]), budget)
+            top = results[:k] if k else results[: self.retriever.search_config.fusion.top_k]
+            rows.append({"query": rec["query"], "namespace": rec["namespace"],
+                         "memory_ids": [r.memory_id for r in top], "scores": [float(r.score) for r in top],
+                         "context": ctx.render(), "tokens": int(ctx.used)})
+        return pd.DataFrame(rows)

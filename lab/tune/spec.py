@@ -1,0 +1,216 @@
+"""The sweep file: dataset(s), search space, strategy, trial budget, objective and constraints.
+
+```yaml
+name: demo-small
+dataset: demo                 # locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder
+base: lab                     # the preset (or a .yaml/.json SearchConfig) the space varies
+strategy: grid                # grid | random | tpe
+trials: 200                   # random / tpe: how many configurations; grid: a cap (all when absent)
+seed: 0
+objective: recall@10          # maximised, on the tune part
+constraints: ["context_tokens <= 2000"]
+ks: [5, 10]
+validation: 0.3               # share of questions (by conversation where there are several) held out
+space:
+  fusion.k: [0, 1, 2, 5, 10, 20, 60, 100, 200]         # a list: these values
+  fusion.weights.vector: {low: 0.0, high: 1.0, step: 0.25}  # a range (step: grid points)
+  index.context_turns: [0, 2]                           # index time: eval store + candidates per value
+  assemble.budget: [1000, 2000]                         # assembly: scored for the best configurations
+```
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.config import SIGNALS
+from lab.errors import ValidationError
+
+# every parameter a sweep can vary, with its kind; the kind decides what a change costs
+FUSION_PARAMS = {"fusion.k": float, "fusion.method": str, "fusion.coverage_bonus": float,
+                 "fusion.recent_boost": float, "fusion.recent_hours": float, "fusion.superseded": str,
+                 "fusion.demote_factor": float, "fusion.rerank_depth": int, "fusion.intent_gating": bool,
+                 **{f"fusion.weights.{s}": float for s in SIGNALS}}
+INDEX_PARAMS = {"index.context_turns": int, "index.time_in_text": bool, "index.chunk_size": int,
+                "index.chunk_overlap": int, "index.ef_search": int, "index.depth": int}
+ASSEMBLE_PARAMS = {"assemble.budget": int, "assemble.critical_ratio": float, "assemble.recency_ratio": float,
+                   "assemble.critical_threshold": float, "assemble.recency_threshold": float,
+                   "assemble.recent_hours": float}
+PARAMS = {**FUSION_PARAMS, **INDEX_PARAMS, **ASSEMBLE_PARAMS}
+CONTEXT_METRICS = ("context_recall", "context_gold_critical", "context_tokens")
+_CONSTRAINT = re.compile(r"^\s*([A-Za-z_@0-9.]+)\s*(<=|>=|<|>|==)\s*(-?[0-9.eE+-]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Dimension:
+    name: str
+    values: tuple[Any, ...] = ()  # the choices (a list, or a range with a step)
+    low: float | None = None  # a continuous range (random / tpe draw from it; grid needs a step)
+    high: float | None = None
+    kind: type = float
+
+    @property
+    def stage(self) -> str:
+        return self.name.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    metric: str
+    op: str
+    value: float
+
+    def ok(self, measured: float) -> bool:
+        return {"<=": measured <= self.value, ">=": measured >= self.value, "<": measured < self.value,
+                ">": measured > self.value, "==": measured == self.value}[self.op]
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    dataset: str
+    space: tuple[Dimension, ...]
+    base: str = "lab"
+    strategy: str = "grid"
+    trials: int | None = None
+    seed: int = 0
+    objective: str = "recall@10"
+    constraints: tuple[Constraint, ...] = ()
+    ks: tuple[int, ...] = (5, 10)
+    validation: float = 0.3
+    top_n: int = 5  # best configurations logged as child runs and scored for assembly
+    observations: bool = False
+    source: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def dims(self, stage: str) -> tuple[Dimension, ...]:
+        return tuple(d for d in self.space if d.stage == stage)
+
+
+_KEYS = {"name", "dataset", "space", "base", "strategy", "trials", "seed", "objective", "constraints", "ks",
+         "validation", "top_n", "observations"}
+
+
+def _dimension(name: str, raw: Any) -> Dimension:
+    if name not in PARAMS:
+        raise ValidationError(f"space: unknown parameter {name!r}; known: {sorted(PARAMS)}")
+    kind = PARAMS[name]
+    if isinstance(raw, list):
+        if not raw:
+            raise ValidationError(f"space.{name}: an empty list of values")
+        return Dimension(name, tuple(_value(name, kind, v) for v in raw), kind=kind)
+    if isinstance(raw, dict):
+        unknown = sorted(set(raw) - {"low", "high", "step"})
+        if unknown or "low" not in raw or "high" not in raw:
+            raise ValidationError(f"space.{name}: a range needs low and high (and may have step), got {raw!r}")
+        if kind not in (int, float):
+            raise ValidationError(f"space.{name}: a range needs a numeric parameter; give a list of values")
+        low, high = _value(name, float, raw["low"]), _value(name, float, raw["high"])
+        if high < low:
+            raise ValidationError(f"space.{name}: high {high} is below low {low}")
+        if "step" in raw:
+            step = _value(name, float, raw["step"])
+            if step <= 0:
+                raise ValidationError(f"space.{name}: step must be > 0, got {step}")
+            n = int(math.floor((high - low) / step + 1e-9)) + 1
+            values = tuple(kind(round(low + i * step, 10)) for i in range(n))
+            return Dimension(name, values, low, high, kind)
+        return Dimension(name, (), low, high, kind)
+    return Dimension(name, (_value(name, kind, raw),), kind=kind)
+
+
+def _value(name: str, kind: type, v: Any) -> Any:
+    if kind is bool:
+        if not isinstance(v, bool):
+            raise ValidationError(f"space.{name}: expected true or false, got {v!r}")
+        return v
+    if kind is str:
+        if not isinstance(v, str):
+            raise ValidationError(f"space.{name}: expected a string, got {v!r}")
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValidationError(f"space.{name}: expected a finite number, got {v!r}")
+    if kind is int and float(v) != int(v):
+        raise ValidationError(f"space.{name}: expected an integer, got {v!r}")
+    if (name.startswith("fusion.weights.") or name in ("fusion.k", "assemble.budget")) and v < 0:
+        raise ValidationError(f"space.{name}: must be >= 0, got {v!r}")
+    return kind(v)
+
+
+def parse_spec(data: dict[str, Any], where: str = "sweep") -> SweepSpec:
+    """A SweepSpec from a parsed YAML mapping; every problem names its key."""
+    if not isinstance(data, dict):
+        raise ValidationError(f"{where}: expected a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise ValidationError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+    for key in ("dataset", "space"):
+        if key not in data:
+            raise ValidationError(f"{where}: missing {key!r}")
+    space = data["space"]
+    if not isinstance(space, dict) or not space:
+        raise ValidationError(f"{where}.space: expected a non-empty mapping of parameter -> values")
+    dims = tuple(_dimension(str(k), v) for k, v in space.items())
+    strategy = str(data.get("strategy", "grid"))
+    from lab.tune.strategies import STRATEGIES
+
+    if strategy not in STRATEGIES:
+        raise ValidationError(f"{where}.strategy: unknown {strategy!r}; known: {sorted(STRATEGIES)}")
+    trials = data.get("trials")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise ValidationError(f"{where}.trials: expected an integer >= 1, got {trials!r}")
+    if strategy != "grid" and trials is None:
+        raise ValidationError(f"{where}.trials: strategy {strategy!r} needs a trial budget")
+    if strategy == "grid":
+        open_ = [d.name for d in dims if not d.values]
+        if open_:
+            raise ValidationError(f"{where}.space: grid needs values or a step for {open_}")
+    ks = tuple(int(k) for k in data.get("ks", (5, 10)))
+    if not ks or any(k < 1 for k in ks):
+        raise ValidationError(f"{where}.ks: expected cutoffs >= 1, got {list(ks)}")
+    objective = str(data.get("objective", "recall@10"))
+    _check_metric(objective, ks, f"{where}.objective")
+    constraints = []
+    for raw in data.get("constraints") or []:
+        m = _CONSTRAINT.match(str(raw))
+        if not m:
+            raise ValidationError(f"{where}.constraints: cannot read {raw!r}; write e.g. 'context_tokens <= 2000'")
+        _check_metric(m.group(1), ks, f"{where}.constraints")
+        constraints.append(Constraint(m.group(1), m.group(2), float(m.group(3))))
+    validation = data.get("validation", 0.3)
+    if isinstance(validation, bool) or not isinstance(validation, (int, float)) or not 0 <= validation < 1:
+        raise ValidationError(f"{where}.validation: expected a share in [0, 1), got {validation!r}")
+    top_n = data.get("top_n", 5)
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+        raise ValidationError(f"{where}.top_n: expected an integer >= 1, got {top_n!r}")
+    return SweepSpec(
+        name=str(data.get("name") or "sweep"), dataset=str(data["dataset"]), space=dims,
+        base=str(data.get("base", "lab")), strategy=strategy, trials=trials, seed=int(data.get("seed", 0)),
+        objective=objective, constraints=tuple(constraints), ks=ks, validation=float(validation), top_n=top_n,
+        observations=bool(data.get("observations", False)), source=data)
+
+
+def _check_metric(name: str, ks: tuple[int, ...], where: str) -> None:
+    from lab.tune.batch import metric_names
+
+    known = [*metric_names(ks), *CONTEXT_METRICS]
+    if name not in known:
+        raise ValidationError(f"{where}: unknown metric {name!r}; known with ks {list(ks)}: {known}")
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"sweep file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{p}: invalid YAML: {exc}") from exc
+    return parse_spec(data, where=str(p))

@@ -1,0 +1,339 @@
+"""`run_sweep`: a sweep file's configurations scored on cached candidates, the best chosen on tune.
+
+Index-time points (context turns, time in text, chunking, HNSW ef, candidate depth) each get an
+evaluation store and a candidate table keyed by a fingerprint of their configuration, so a repeated
+sweep rebuilds nothing and re-embeds nothing. Query-time fusion points are scored many at a time by
+`BatchScorer`. Assembly (budget, zone ratios, thresholds) is scored for the best ``top_n`` fusion
+configurations through the real assembler. Ctrl-C stops the sweep and keeps what was scored.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+
+from lab.config import DEFAULT_KS, AssembleConfig, ChunkConfig, IndexConfig, SaveConfig, SearchConfig, to_dict, to_yaml
+from lab.errors import LabError, ValidationError
+from lab.eval.dataset import EvalDataset
+from lab.tune.batch import BatchScorer
+from lab.tune.spec import CONTEXT_METRICS, SweepSpec
+from lab.tune.split import split_questions
+from lab.tune.strategies import make_strategy
+
+PARTS = ("tune", "validation", "all")
+
+
+@dataclass
+class SweepResult:
+    spec: SweepSpec
+    table: pl.DataFrame  # one row per fusion configuration: params, then metrics per part
+    assembly: pl.DataFrame  # best fusion configurations x assembly points, with context metrics
+    best: dict[str, Any]  # the chosen row (params and metrics)
+    best_config: SearchConfig
+    best_save: SaveConfig
+    best_assemble: AssembleConfig
+    pareto: pl.DataFrame
+    folder: Path
+    split: pl.DataFrame
+    interrupted: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _fusion_config(base: SearchConfig, point: dict[str, Any]) -> SearchConfig:
+    fusion = base.fusion
+    weights = dict(fusion.weights)
+    changes: dict[str, Any] = {}
+    for name, value in point.items():
+        if name.startswith("fusion.weights."):
+            weights[name.rsplit(".", 1)[1]] = float(value)
+        elif name.startswith("fusion."):
+            changes[name.split(".", 1)[1]] = value
+    fusion = replace(fusion, weights=weights, **changes)
+    depth = point.get("index.depth")
+    return replace(base, fusion=fusion, **({"depth": int(depth)} if depth is not None else {}))
+
+
+def _save_config(point: dict[str, Any]) -> SaveConfig:
+    default = ChunkConfig()
+    chunk = ChunkConfig(size=int(point.get("index.chunk_size", default.size)),
+                        overlap=int(point.get("index.chunk_overlap", default.overlap)),
+                        context_turns=int(point.get("index.context_turns", default.context_turns)),
+                        time_in_text=bool(point.get("index.time_in_text", default.time_in_text)))
+    index = IndexConfig()
+    if "index.ef_search" in point:
+        index = replace(index, vector=replace(index.vector, ef_search=int(point["index.ef_search"])))
+    return SaveConfig(chunk=chunk, index=index)
+
+
+def _assemble_config(base: AssembleConfig, point: dict[str, Any]) -> AssembleConfig:
+    changes = {name.split(".", 1)[1]: value for name, value in point.items() if name.startswith("assemble.")}
+    if "critical_ratio" in changes or "recency_ratio" in changes:
+        crit = changes.get("critical_ratio", base.critical_ratio)
+        rec = changes.get("recency_ratio", base.recency_ratio)
+        changes["middle_ratio"] = round(1.0 - crit - rec, 10)  # middle takes what the others leave
+    return replace(base, **changes)
+
+
+@dataclass
+class _Group:
+    """One index-time point: its retriever, candidate table and scorer."""
+
+    retriever: Any
+    cands: pl.DataFrame
+    scorer: BatchScorer
+    config: SearchConfig
+    info: dict[str, Any]
+
+
+def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: str | Path = "sweeps",
+              progress: bool = True, embedder=None, root: Path | None = None, track: bool = True,
+              tracking_uri: str | None = None, on_stage: Callable[[str], None] | None = None) -> SweepResult:
+    """Run ``spec``; write its folder under ``out_root``; log it to MLflow when ``track``."""
+    from lab.eval.cache import candidate_table, prepared_for
+    from lab.eval.goldens import load_dataset
+    from lab.eval.report import config_from
+    from lab.eval.stores import eval_retriever
+
+    say = on_stage or (lambda _msg: None)
+    started = time.perf_counter()
+    dataset = load_dataset(spec.dataset, datasets, observations=spec.observations)
+    base_path = Path(spec.base)
+    base = config_from(None, base_path) if base_path.suffix in (".yaml", ".yml", ".json") else config_from(spec.base, None)
+    split = split_questions(dataset.questions, spec.validation, spec.seed)
+    qids = split["qid"].to_list()
+    parts = {"tune": (split["part"] == "tune").to_numpy(), "validation": (split["part"] == "validation").to_numpy(),
+             "all": np.ones(split.height, dtype=bool)}
+    ks = tuple(sorted(set(spec.ks) | {int(m.split("@")[1]) for m in [spec.objective] if "@" in m}))
+    groups: dict[str, _Group] = {}
+
+    def group_for(point: dict[str, Any]) -> _Group:
+        save = _save_config(point)
+        config = _fusion_config(base, point)
+        key = json.dumps([to_dict(save), config.depth], sort_keys=True)
+        if key not in groups:
+            say(f"index point {len(groups) + 1}: {json.dumps({k: v for k, v in point.items() if k.startswith('index.')})}")
+            retriever = eval_retriever(dataset, save, root=root, embedder=embedder, progress=progress)
+            if "index.ef_search" in point:
+                from lab.retriever import Retriever
+
+                retriever = Retriever.open(retriever.store.root, embedder=retriever.embedder, index=save.index,
+                                           cache=retriever.cache)
+            # the depth `lab eval` uses, so a sweep and an evaluation share one cached table
+            cands, info = candidate_table(retriever, dataset, config, depth=max(DEFAULT_KS), root=root)
+            groups[key] = _Group(retriever, cands, BatchScorer(prepared_for(cands), dataset.qrels, qids, ks=ks),
+                                 config, info)
+        return groups[key]
+
+    strategy = make_strategy(spec.strategy, [d for d in spec.space if d.stage != "assemble"], spec.trials, spec.seed)
+    total = strategy.total()
+    chunk = 16 if spec.strategy == "tpe" else 2048
+    rows: list[dict[str, Any]] = []
+    interrupted = False
+    bar = _progress(total, progress, f"sweep {spec.name}")
+    fusion_seconds = 0.0
+    try:
+        while True:
+            points = strategy.ask(chunk)
+            if not points:
+                break
+            scores: list[float | None] = [None] * len(points)
+            by_group: dict[int, list[int]] = {}
+            for i, point in enumerate(points):
+                by_group.setdefault(id(group_for(point)), []).append(i)
+            for members in by_group.values():
+                group = group_for(points[members[0]])
+                configs, ok = [], []
+                for i in members:
+                    try:
+                        configs.append(_fusion_config(base, points[i]).fusion)
+                        ok.append(i)
+                    except (LabError, ValueError) as exc:
+                        rows.append({"trial": len(rows), **points[i], "feasible": False, "error": str(exc)})
+                t0 = time.perf_counter()
+                per_q = group.scorer.evaluate(configs) if configs else {}
+                fusion_seconds += time.perf_counter() - t0
+                for j, i in enumerate(ok):
+                    row = {"trial": len(rows), **points[i]}
+                    for part, mask in parts.items():
+                        for m, arr in per_q.items():
+                            row[f"{part}/{m}"] = float(arr[j][mask].mean()) if mask.any() else float("nan")
+                    row["feasible"] = all(c.ok(row[f"tune/{c.metric}"]) for c in spec.constraints
+                                          if c.metric not in CONTEXT_METRICS)
+                    row["error"] = None
+                    rows.append(row)
+                    if row["feasible"] and spec.objective not in CONTEXT_METRICS:
+                        scores[i] = row[f"tune/{spec.objective}"]
+            strategy.tell(points, scores)
+            bar.update(len(points))
+    except KeyboardInterrupt:
+        interrupted = True  # keep everything scored so far
+    finally:
+        bar.close()
+    if not rows:
+        raise ValidationError("the sweep scored no configuration" + (" (interrupted)" if interrupted else ""))
+    table = pl.DataFrame(rows, infer_schema_length=None)
+    n_scored = int(table.filter(pl.col("error").is_null()).height)
+    info: dict[str, Any] = {"configs": table.height, "scored": n_scored, "fusion_seconds": round(fusion_seconds, 3),
+                            "configs_per_second": round(n_scored / fusion_seconds, 1) if fusion_seconds else None,
+                            "index_points": len(groups), "questions": split.height,
+                            "validation_questions": int(parts["validation"].sum()),
+                            "split_by": "conversation" if split["group"].n_unique() < split.height else "question"}
+    fusion_objective = spec.objective if spec.objective not in CONTEXT_METRICS else "recall@10"
+    if f"tune/{fusion_objective}" not in table.columns:
+        fusion_objective = f"recall@{max(ks)}"
+    ranked = (table.filter(pl.col("feasible") & pl.col("error").is_null())
+              .sort([f"tune/{fusion_objective}", "trial"], descending=[True, False]))
+    assembly = pl.DataFrame()
+    if not interrupted and ranked.height:
+        try:
+            assembly = _assembly_stage(spec, ranked.head(spec.top_n), base, dataset, group_for, parts, qids, ks,
+                                       progress, say)
+        except KeyboardInterrupt:
+            interrupted = True
+    best_row, best_asm = _choose(spec, ranked, assembly)
+    point = {d.name: best_row[d.name] for d in spec.space if d.stage != "assemble" and d.name in best_row}
+    best_config = replace(_fusion_config(base, point), name=f"{spec.name}-best",
+                          description=f"best of sweep {spec.name} on {dataset.name} ({spec.objective} on tune)")
+    best_save = _save_config(point)
+    best_assemble = _assemble_config(AssembleConfig(), best_asm or {})
+    pareto = _pareto(assembly)
+    info["seconds"] = round(time.perf_counter() - started, 2)
+    folder = Path(out_root) / spec.name
+    result = SweepResult(spec, table, assembly, {**best_row, **(best_asm or {})}, best_config, best_save,
+                         best_assemble, pareto, folder, split, interrupted, info)
+    from lab.tune.output import write_sweep
+
+    write_sweep(result, dataset)
+    if track:
+        from lab.tune.output import log_sweep
+
+        result.info["mlflow_run_id"] = log_sweep(result, dataset, groups, tracking_uri)
+        (folder / "summary.json").write_text(json.dumps(_summary(result), indent=2, default=str) + "\n", encoding="utf-8")
+    return result
+
+
+def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, dataset: EvalDataset, group_for,
+                    parts: dict[str, np.ndarray], qids: list[str], ks: tuple[int, ...], progress: bool,
+                    say) -> pl.DataFrame:
+    """The best fusion configurations x every assembly point, scored through the real assembler."""
+    import itertools
+
+    from lab.eval.context import context_metrics
+    from lab.eval.runner import EvalOptions, fused_run
+
+    dims = spec.dims("assemble")
+    points = [dict(zip([d.name for d in dims], combo)) for combo in itertools.product(*[d.values for d in dims])] or [{}]
+    say(f"assembly: {top.height} configurations x {len(points)} assembly points")
+    rows = []
+    bar = _progress(top.height * len(points), progress, "assembly")
+    order = pl.DataFrame({"qid": qids})
+    try:
+        for fusion_row in top.iter_rows(named=True):
+            point = {d.name: fusion_row[d.name] for d in spec.space if d.stage != "assemble" and d.name in fusion_row}
+            group = group_for(point)
+            config = _fusion_config(base, point)
+            # the same run `lab eval` assembles: the top max(DEFAULT_KS) results
+            run = fused_run(group.scorer.prep, config, EvalOptions(), dataset)
+            for apoint in points:
+                try:
+                    acfg = _assemble_config(AssembleConfig(), apoint)
+                except (LabError, ValueError) as exc:
+                    rows.append({"trial": fusion_row["trial"], **apoint, "error": str(exc)})
+                    bar.update(1)
+                    continue
+                ctx = order.join(context_metrics(group.retriever, dataset, run, config, acfg), on="qid", how="left")
+                row: dict[str, Any] = {"trial": fusion_row["trial"], **apoint, "error": None}
+                for part, mask in parts.items():
+                    for m in CONTEXT_METRICS:
+                        vals = ctx[m].fill_null(0).to_numpy()[mask]
+                        row[f"{part}/{m}"] = float(vals.mean()) if len(vals) else float("nan")
+                    for m in (f"recall@{max(ks)}", spec.objective):
+                        if f"{part}/{m}" in fusion_row:
+                            row[f"{part}/{m}"] = fusion_row[f"{part}/{m}"]
+                rows.append(row)
+                bar.update(1)
+    finally:
+        bar.close()
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _choose(spec: SweepSpec, ranked: pl.DataFrame, assembly: pl.DataFrame) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The best feasible row on tune (ties: the earlier trial), and its assembly point."""
+    if ranked.height == 0:
+        raise ValidationError(f"no configuration satisfies the constraints {[str(c) for c in spec.constraints]}")
+    asm_dims = [d.name for d in spec.dims("assemble")]
+    context_constraints = [c for c in spec.constraints if c.metric in CONTEXT_METRICS]
+    if assembly.height and (spec.objective in CONTEXT_METRICS or context_constraints or asm_dims):
+        ok = assembly.filter(pl.col("error").is_null())
+        ok = ok.filter(pl.Series([all(c.ok(r[f"tune/{c.metric}"]) for c in context_constraints)
+                                  for r in ok.iter_rows(named=True)], dtype=pl.Boolean)) if ok.height else ok
+        if ok.height:
+            key = f"tune/{spec.objective}" if f"tune/{spec.objective}" in ok.columns else "tune/context_recall"
+            best = ok.sort([key, "tune/context_tokens", "trial"], descending=[True, False, False]).row(0, named=True)
+            fusion = ranked.filter(pl.col("trial") == best["trial"]).row(0, named=True)
+            return fusion, {k: best[k] for k in asm_dims} | {f"{p}/{m}": best[f"{p}/{m}"] for p in PARTS
+                                                             for m in CONTEXT_METRICS}
+        if context_constraints:
+            raise ValidationError(f"no configuration satisfies the constraints {[str(c) for c in spec.constraints]}")
+    return ranked.row(0, named=True), None
+
+
+def _pareto(assembly: pl.DataFrame) -> pl.DataFrame:
+    """Rows not beaten on both context recall (higher) and tokens (lower), on all questions."""
+    if assembly.height == 0 or "all/context_recall" not in assembly.columns:
+        return pl.DataFrame()
+    a = assembly.filter(pl.col("error").is_null()).sort(["all/context_tokens", "all/context_recall"],
+                                                        descending=[False, True])
+    keep, best = [], -1.0
+    for r in a.iter_rows(named=True):
+        if r["all/context_recall"] > best:
+            keep.append(r)
+            best = r["all/context_recall"]
+    return pl.DataFrame(keep, infer_schema_length=None)
+
+
+def _summary(result: SweepResult) -> dict[str, Any]:
+    spec = result.spec
+    obj = spec.objective
+    best = result.best
+    tune, val = best.get(f"tune/{obj}"), best.get(f"validation/{obj}")
+    return {
+        "sweep": spec.name, "dataset": spec.dataset, "strategy": spec.strategy, "objective": obj,
+        "constraints": [str(c) for c in spec.constraints], "interrupted": result.interrupted,
+        "best": {k: v for k, v in best.items() if k != "error"},
+        "tune": tune, "validation": val,
+        "gap": (tune - val) if tune is not None and val is not None and val == val else None,
+        "best_config": to_dict(result.best_config), "best_save": to_dict(result.best_save),
+        "best_assemble": to_dict(result.best_assemble), **result.info,
+    }
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int | None, enabled: bool, desc: str):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="cfg", leave=False, mininterval=0.5)
+
+
+def best_preset_yaml(result: SweepResult) -> str:
+    """The best configuration as a preset file (a SearchConfig), with what it needs as comments."""
+    head = [f"# best of sweep {result.spec.name} on {result.spec.dataset}: {result.spec.objective} "
+            f"{result.best.get('tune/' + result.spec.objective, float('nan')):.4f} on tune, "
+            f"{result.best.get('validation/' + result.spec.objective, float('nan')):.4f} on validation",
+            f"# index time: {json.dumps(to_dict(result.best_save.chunk), sort_keys=True)}",
+            f"# assembly: {json.dumps(to_dict(result.best_assemble), sort_keys=True)}"]
+    return "\n".join(head) + "\n" + to_yaml(result.best_config)
