@@ -43,3 +43,17 @@ def real_embedder():
     from lab.embed.st import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tracking_store(tmp_path_factory):
+    """Every MLflow run the tests make goes to a throwaway SQLite store, never the project's .lab/mlflow
+    (subprocesses inherit the variable)."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
+    yield
+    if old is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = old

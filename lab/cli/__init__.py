@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from lab.cli import demo as demo_commands
 from lab.cli import eval as eval_commands
 from lab.cli import search as search_commands
 from lab.cli import store as store_commands
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lab", description="Evaluate and tune memory retrieval for AI agents.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo_commands.add_parsers(sub)
     store_commands.add_parsers(sub)
     search_commands.add_parsers(sub)
     eval_commands.add_parsers(sub)

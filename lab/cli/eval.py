@@ -43,8 +43,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for config in configs:
         result, out = evaluate_to_folder(retriever, dataset, config, _options(args), args.out, loaded)
         m = result.metrics["metrics"]
+        run_id = None
+        if not args.no_track:
+            from lab.track import log_eval
+
+            run_id = log_eval(result, out, dataset=dataset, store_version=str(retriever.version), uri=args.tracking_uri)
         if args.json:
-            print_json({"run": str(out), **result.metrics})
+            print_json({"run": str(out), "mlflow_run_id": run_id, **result.metrics})
             continue
         head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
         print(f"{dataset.name:<10} {config.name:<12} {result.metrics['questions']:>5} q  {head}  -> {out}")
@@ -85,6 +90,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ragas", action="store_true", help="also report ragas's LLM-free context metrics")
     p.add_argument("--check", metavar="REGRESSIONS_YAML", help="run every condition; OK / OKISH / FAIL, exit 1 on FAIL")
     p.add_argument("--out", default="runs", help="folder for run folders (default runs/)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: env, else .lab/mlflow)")
+    p.add_argument("--no-track", action="store_true", help="do not log the evaluation to MLflow")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)

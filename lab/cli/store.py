@@ -80,40 +80,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job on the embedded default: store, ingest the demo set, stats, a sample search."""
-    from lab.pipeline import Pipeline
-    from lab.retriever import Retriever
-
-    store = Path(args.store)
-    fresh = not (store / "lab-store.json").exists()
-    print(f"{'creating' if fresh else 'reusing'} store at {store}")
-    with Pipeline.open(store, create=True) as pipe:
-        report = pipe.ingest(args.data, progress=True)
-        data = report.to_dict()
-        print(
-            f"ingested {args.data}: {data['created']} new, {data['duplicates']} already stored, "
-            f"{data['edges']} new edges, {data['embedded']} texts embedded in {data['seconds']} s\n"
-        )
-        print_stats(pipe.stats())
-        embedder = pipe.embedder
-    # searches go through the read side, as the server and notebooks will
-    with Retriever.open(store, embedder=embedder) as retriever:
-        for namespace, query in DEMO_QUERIES:
-            if namespace not in retriever.namespaces():
-                continue
-            print(f"\nsearch [{namespace}] {query!r}")
-            print_hits(retriever.search(query, namespace, k=args.k))
-    return 0
-
-
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="create a store, ingest the demo memories, print stats and sample searches")
-    p.add_argument("--store", default=os.environ.get("LAB_STORE", ".lab/demo"), help="store folder (default .lab/demo)")
-    p.add_argument("--data", default=str(DEMO_DATA), help="memories file or folder (default: datasets/demo)")
-    p.add_argument("--k", type=int, default=5)
-    p.set_defaults(func=cmd_demo)
-
     p = sub.add_parser("init", help="create an empty store")
     store_arg(p)
     p.add_argument("--model", default="all-MiniLM-L6-v2", help="embedding model (all-MiniLM-L6-v2 or fake-hash-256)")
