@@ -1,0 +1,73 @@
+"""Sweep throughput on LoCoMo dev (997 questions): query-time fusion configurations per second
+(recall@10 and nDCG@10 per configuration, through BatchScorer) and zone/budget configurations per
+second (each assembles 997 contexts through the real assembler).
+
+    .venv/bin/python benchmarks/sweep.py            # targets: >= 1000 fusion, >= 20 zone/budget configs/s
+
+The JIT compile of the first call is timed apart; results land in benchmarks/results/sweep.json.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+
+from _common import DATASETS, Timer, report
+from lab.config import AssembleConfig
+from lab.eval.cache import candidate_table, prepared_for
+from lab.eval.context import context_metrics
+from lab.eval.goldens import load_dataset
+from lab.eval.runner import EvalOptions, fused_run
+from lab.eval.stores import eval_retriever
+from lab.search.presets import preset
+from lab.tune.batch import BatchScorer
+
+
+def main() -> None:
+    dataset = load_dataset("locomo", DATASETS)
+    retriever = eval_retriever(dataset, progress=True)
+    base = preset("lab")
+    cands, _ = candidate_table(retriever, dataset, base, depth=100)
+    prepared = prepared_for(cands)
+    qids = dataset.questions["qid"].to_list()
+    # the issue's grid: RRF k (0..200, small values included) by vector, lexical and temporal weights
+    ks = [0, 1, 2, 3, 5, 8, 10, 15, 20, 30, 60, 100, 200]
+    wv = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
+    wl = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
+    wt = [0.0, 0.25, 0.5, 1.0]
+    configs = [replace(base.fusion, k=float(k), weights={**base.fusion.weights, "vector": v, "lexical": lx, "temporal": t})
+               for k, v, lx, t in itertools.product(ks, wv, wl, wt)]
+    scorer = BatchScorer(prepared, dataset.qrels, qids, ks=(10,))
+    with Timer() as cold:
+        scorer.evaluate(configs[:64])  # compile (or load the compiled cache) and prune
+    runs = []
+    for _ in range(3):
+        with Timer() as t:
+            got = scorer.evaluate(configs)
+        runs.append(t.seconds)
+    best_s = min(runs)
+    r10 = got["recall@10"].mean(axis=1)
+    best = int(np.argmax(r10))
+    check = scorer.reference(configs[best])
+    # zone/budget: one fused run, many assembly configurations, each over all 997 questions
+    run = fused_run(prepared, base, EvalOptions(), dataset)
+    zones = [AssembleConfig(budget=b, critical_ratio=c, middle_ratio=round(1 - c - r, 10), recency_ratio=r)
+             for b, c, r in itertools.product([500, 1000, 2000], [0.1, 0.15, 0.25], [0.1, 0.2])][:6]
+    with Timer() as zt:
+        for z in zones:
+            context_metrics(retriever, dataset, run, base, z)
+    report("sweep", {
+        "dataset": "locomo dev", "questions": len(qids), "candidate_pairs": prepared.n_pairs,
+        "fusion_configs": len(configs), "fusion_seconds_best_of_3": round(best_s, 3),
+        "fusion_configs_per_second": round(len(configs) / best_s, 1), "fusion_target": 1000,
+        "first_call_seconds_incl_compile_and_pruning": round(cold.seconds, 2),
+        "best_recall@10": round(float(r10[best]), 4),
+        "best_matches_fuse_reference": bool(abs(float(check["recall@10"].mean()) - float(r10[best])) < 1e-12),
+        "zone_budget_configs": len(zones), "zone_budget_seconds": round(zt.seconds, 2),
+        "zone_budget_configs_per_second": round(len(zones) / zt.seconds, 2), "zone_budget_target": 20,
+    })
+
+
+if __name__ == "__main__":
+    main()
