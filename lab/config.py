@@ -206,6 +206,19 @@ def from_yaml(cls: type[T], text: str) -> T:
     return from_dict(cls, data)
 
 
+def read_yaml(path: str | Path, what: str) -> Any:
+    """A YAML file's parsed content; a missing file or invalid YAML is a ValidationError naming ``what``."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"{what} not found: {p}")
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{p}: invalid YAML: {exc}") from None
+
+
 def load_config(cls: type[T], path: str | Path) -> T:
     """Read a config from a .json, .yaml or .yml file."""
     p = Path(path)

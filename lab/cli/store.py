@@ -1,11 +1,10 @@
-"""`lab init | ingest | stats | store compact | demo`: creating, filling and inspecting a store."""
+"""`lab init | ingest | stats | store compact`: creating, filling and inspecting a store."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from lab.cli.common import print_hits, print_json, print_stats, store_arg
+from lab.cli.common import print_json, print_stats, store_arg
 
 DEMO_DATA = Path(__file__).resolve().parent.parent.parent / "datasets" / "demo"
 DEMO_QUERIES = (

@@ -14,15 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset:
     """A golden YAML and the memories it is about (``data``, else its ``dataset`` key: demo)."""
-    import yaml
+    from lab.config import read_yaml
 
     path = Path(path)
-    if not path.is_file():
-        raise ValidationError(f"golden file not found: {path}")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"{path}: invalid YAML: {exc}") from None
+    doc = read_yaml(path, "golden file")
     if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
         raise ValidationError(f"{path}: expected a mapping with a 'questions' list")
     data_dir = Path(data) if data else ROOT / "datasets" / str(doc.get("dataset", "demo"))

@@ -76,15 +76,10 @@ def _thresholds(raw: Any, where: str) -> dict[str, float]:
 
 
 def load_gate(path: str | Path) -> GateConfig:
-    import yaml
+    from lab.config import read_yaml
 
     p = Path(path)
-    if not p.is_file():
-        raise ValidationError(f"gate config not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"{p}: invalid YAML: {exc}") from exc
+    data = read_yaml(p, "gate config")
     if not isinstance(data, dict) or not isinstance(data.get("suites"), dict) or not data["suites"]:
         raise ValidationError(f"{p}: expected a mapping with a non-empty 'suites' mapping")
     unknown = sorted(set(data) - {"model", "suites", "alpha", "seed"})

@@ -10,6 +10,11 @@ import mlflow.pyfunc
 import pandas as pd
 
 
+def _optional_int(value: Any) -> int | None:
+    """A frame cell that may be absent, None or NaN (a column only some rows fill)."""
+    return None if value is None or pd.isna(value) else int(value)
+
+
 class LabModel(mlflow.pyfunc.PythonModel):
     """Answers search and context requests with the gated configuration over the pinned store.
 
@@ -37,8 +42,7 @@ class LabModel(mlflow.pyfunc.PythonModel):
             raise ValidationError(f"model input lacks column(s) {sorted(missing)}; needs query and namespace")
         rows = []
         for rec in model_input.to_dict("records"):
-            k = int(rec["k"]) if rec.get("k") == rec.get("k") and rec.get("k") is not None else None
-            budget = int(rec["budget"]) if rec.get("budget") == rec.get("budget") and rec.get("budget") is not None else None
+            k, budget = _optional_int(rec.get("k")), _optional_int(rec.get("budget"))
             ctx, results = self.retriever.search_and_assemble(str(rec["query"]), str(rec["namespace"]), budget)
             top = results[:k] if k else results[: self.retriever.search_config.fusion.top_k]
             rows.append({"query": rec["query"], "namespace": rec["namespace"],

@@ -97,7 +97,6 @@ def gold_ranks(need: np.ndarray, row_start: np.ndarray, row_signal: np.ndarray, 
     n_c, n_sig = weights.shape
     n_int = scale.shape[0]
     n_g = len(gold_local)
-    n_u = len(need)
     n_rank = rank_tab.shape[1]
     ranks = np.empty((n_c, n_g), dtype=np.int64)
     n_blocks = (n_c + _BLOCK - 1) // _BLOCK

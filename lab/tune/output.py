@@ -13,7 +13,7 @@ from lab.eval.dataset import EvalDataset
 
 def write_sweep(result: Any, dataset: EvalDataset) -> Path:
     """results.parquet/.csv, assembly.parquet, pareto.parquet, best.yaml, split.parquet, summary.json, plots."""
-    from lab.tune.sweep import _summary, best_preset_yaml
+    from lab.tune.sweep import best_preset_yaml, summary
 
     out = result.folder
     out.mkdir(parents=True, exist_ok=True)
@@ -26,7 +26,7 @@ def write_sweep(result: Any, dataset: EvalDataset) -> Path:
     result.split.write_parquet(out / "split.parquet")
     (out / "best.yaml").write_text(best_preset_yaml(result), encoding="utf-8")
     (out / "spec.json").write_text(json.dumps(result.spec.source, indent=2, default=str) + "\n", encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps(_summary(result), indent=2, default=str) + "\n", encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(summary(result), indent=2, default=str) + "\n", encoding="utf-8")
     plots(result, out)
     return out
 

@@ -204,13 +204,6 @@ def _check_metric(name: str, ks: tuple[int, ...], where: str) -> None:
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    import yaml
+    from lab.config import read_yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise ValidationError(f"sweep file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"{p}: invalid YAML: {exc}") from exc
-    return parse_spec(data, where=str(p))
+    return parse_spec(read_yaml(path, "sweep file"), where=str(Path(path)))

@@ -81,13 +81,10 @@ def _assemble_config(base: AssembleConfig, point: dict[str, Any]) -> AssembleCon
 
 @dataclass
 class _Group:
-    """One index-time point: its retriever, candidate table and scorer."""
+    """One index-time point: its retriever and the scorer over its candidate table."""
 
     retriever: Any
-    cands: pl.DataFrame
     scorer: BatchScorer
-    config: SearchConfig
-    info: dict[str, Any]
 
 
 def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: str | Path = "sweeps",
@@ -124,9 +121,8 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
                 retriever = Retriever.open(retriever.store.root, embedder=retriever.embedder, index=save.index,
                                            cache=retriever.cache)
             # the depth `lab eval` uses, so a sweep and an evaluation share one cached table
-            cands, info = candidate_table(retriever, dataset, config, depth=max(DEFAULT_KS), root=root)
-            groups[key] = _Group(retriever, cands, BatchScorer(prepared_for(cands), dataset.qrels, qids, ks=ks),
-                                 config, info)
+            cands, _ = candidate_table(retriever, dataset, config, depth=max(DEFAULT_KS), root=root)
+            groups[key] = _Group(retriever, BatchScorer(prepared_for(cands), dataset.qrels, qids, ks=ks))
         return groups[key]
 
     strategy = make_strategy(spec.strategy, [d for d in spec.space if d.stage != "assemble"], spec.trials, spec.seed)
@@ -142,11 +138,11 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
             if not points:
                 break
             scores: list[float | None] = [None] * len(points)
-            by_group: dict[int, list[int]] = {}
+            by_group: dict[int, tuple[_Group, list[int]]] = {}
             for i, point in enumerate(points):
-                by_group.setdefault(id(group_for(point)), []).append(i)
-            for members in by_group.values():
-                group = group_for(points[members[0]])
+                group = group_for(point)
+                by_group.setdefault(id(group), (group, []))[1].append(i)
+            for group, members in by_group.values():
                 configs, ok = [], []
                 for i in members:
                     try:
@@ -213,7 +209,7 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
         from lab.tune.output import log_sweep
 
         result.info["mlflow_run_id"] = log_sweep(result, dataset, groups, tracking_uri)
-        (folder / "summary.json").write_text(json.dumps(_summary(result), indent=2, default=str) + "\n", encoding="utf-8")
+        (folder / "summary.json").write_text(json.dumps(summary(result), indent=2, default=str) + "\n", encoding="utf-8")
     return result
 
 
@@ -297,7 +293,8 @@ def _pareto(assembly: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(keep, infer_schema_length=None)
 
 
-def _summary(result: SweepResult) -> dict[str, Any]:
+def summary(result: SweepResult) -> dict[str, Any]:
+    """What summary.json holds: the spec in brief, the best row, tune and validation scores and the gap."""
     spec = result.spec
     obj = spec.objective
     best = result.best
