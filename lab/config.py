@@ -382,3 +382,51 @@ class AssembleConfig:
             raise ValidationError(f"assemble.min_truncated_tokens must be >= 1, got {self.min_truncated_tokens}")
         if self.neighbours < 0:
             raise ValidationError(f"assemble.neighbours must be >= 0, got {self.neighbours}")
+
+
+# --------------------------------------------------------------------------- candidates
+@dataclass(frozen=True)
+class Candidate:
+    """What a sweep picks and the gate judges: a search configuration, plus the index-time (``save``)
+    and assembly settings it was chosen with; None means the defaults."""
+
+    search: SearchConfig
+    save: SaveConfig | None = None
+    assemble: AssembleConfig | None = None
+
+    def to_yaml(self, header: str = "") -> str:
+        """A candidate file: the SearchConfig's keys at the top level (so it is also a preset file),
+        then ``save:`` and ``assemble:`` sections."""
+        import yaml
+
+        data = to_dict(self.search)
+        for name in ("save", "assemble"):
+            if getattr(self, name) is not None:
+                data[name] = to_dict(getattr(self, name))
+        return header + yaml.safe_dump(data, sort_keys=True)
+
+
+def load_candidate(path: str | Path) -> Candidate:
+    """A candidate file (.yaml/.yml/.json): a SearchConfig, optionally with ``save:`` (index-time)
+    and ``assemble:`` sections, e.g. a sweep's best.yaml."""
+    p = Path(path)
+    if p.suffix == ".json":
+        if not p.is_file():
+            raise ValidationError(f"config file not found: {p}")
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"{p}: invalid JSON: {exc}") from None
+    else:
+        data = read_yaml(p, "config file")
+    if not isinstance(data, dict):
+        raise ValidationError(f"{p}: expected a mapping of config keys, got {type(data).__name__}")
+    data = dict(data)
+    save = data.pop("save", None)
+    assemble = data.pop("assemble", None)
+    try:
+        return Candidate(from_dict(SearchConfig, data),
+                         None if save is None else from_dict(SaveConfig, save, where="save"),
+                         None if assemble is None else from_dict(AssembleConfig, assemble, where="assemble"))
+    except ValidationError as exc:
+        raise ValidationError(f"{p}: {exc}") from None

@@ -103,8 +103,9 @@ def test_eval_check_prints_a_status_per_condition_and_fails_on_fail(tmp_path: Pa
         "  - {name: impossible, dataset: demo, preset: bm25, ks: [10], expected: {recall@10: 1.01}}\n"
         "  - {name: plain, dataset: demo, preset: bm25, context_turns: 0, ks: [10], expected: {recall@10: 0.05}}\n",
         encoding="utf-8")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run([*LAB, "eval", "--check", str(conditions), "--out", str(tmp_path / "runs"), "--quiet",
-                           "--budget", "0"], capture_output=True, text=True, timeout=600,
+                           "--budget", "0", "--tracking-uri", uri], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "LAB_EVAL_ROOT": str(env_root)})
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stderr
@@ -117,3 +118,11 @@ def test_eval_check_prints_a_status_per_condition_and_fails_on_fail(tmp_path: Pa
 
     chunk = json.loads((tmp_path / "runs" / "demo+ctx0-bm25" / "metrics.json").read_text())["info"]["chunk"]
     assert chunk["context_turns"] == 0
+    # every condition is an MLflow run, tagged with its condition and status
+    from lab.track import client
+
+    _, c, exp = client(uri)
+    runs = c.search_runs([exp])
+    assert sorted((r.data.tags["lab.regression"], r.data.tags["lab.regression_status"]) for r in runs) == [
+        ("easy", "OK"), ("impossible", "FAIL"), ("plain", "OK")]
+    assert all("recall_at_10" in r.data.metrics for r in runs)

@@ -2,8 +2,6 @@
 the signal registry, the cutoffs, and the one bootstrap (its interval covers at the stated rate)."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import polars as pl
 import pytest

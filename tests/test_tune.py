@@ -193,3 +193,34 @@ def test_gate_cli_exit_codes(workspace, tmp_path):
     got = subprocess.run(cmd[:5] + [str(tmp_path / "none.yaml")] + cmd[6:], capture_output=True, text=True, env=env,
                          timeout=120)
     assert got.returncode == 2 and "not found" in got.stderr
+
+
+def test_a_candidate_file_carries_its_index_and_assembly_settings_through_gate_and_export(workspace, tmp_path):
+    from lab import track
+    from lab.config import load_candidate
+
+    best = _sweep(workspace, "e", space={"fusion.k": [10, 60], "index.context_turns": [0, 2],
+                                         "assemble.budget": [500, 1000]})
+    chosen = load_candidate(best.folder / "best.yaml")  # a candidate file, and still a preset file
+    assert chosen.search.fusion.k == best.best["fusion.k"]
+    assert chosen.save.chunk.context_turns == best.best["index.context_turns"]
+    assert chosen.assemble.budget == best.best["assemble.budget"]
+
+    candidate = tmp_path / "cand.yaml"
+    candidate.write_text(yaml.safe_dump({"name": "ctx0", "save": {"chunk": {"context_turns": 0}},
+                                         "assemble": {"budget": 777}}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    gate = _gate_file(tmp_path, min={"recall@10": 0.1})
+    default = _gate(gate, "lab", workspace, uri)
+    got = _gate(gate, str(candidate), workspace, uri, export=True)
+    assert got.verdict == "GO"
+    assert got.suites["demo"]["store"] != default.suites["demo"]["store"]  # judged on its own index
+    bundle = Path(got.export["bundle"])
+    assert json.loads((bundle / "save.json").read_text())["chunk"]["context_turns"] == 0
+    assert json.loads((bundle / "assemble.json").read_text())["budget"] == 777
+    assert track.champion("lab-test", uri)["save"]["chunk"]["context_turns"] == 0
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"save": {"chunk": {"turns": 0}}}))
+    with pytest.raises(ValidationError, match=r"bad.yaml: save.chunk: unknown key\(s\) \['turns'\]"):
+        load_candidate(bad)

@@ -8,21 +8,23 @@ from lab.cli.common import print_json
 
 from lab.config import DEFAULT_KS
 
+DEFAULT_BUDGET = 2000
+
 
 def _options(args: argparse.Namespace):
     from lab.config import AssembleConfig
     from lab.eval.runner import EvalOptions
 
+    budget = (DEFAULT_BUDGET if args.budget is None else args.budget) or None
     return EvalOptions(ks=tuple(args.k), respect_top_k=args.respect_top_k, credit_derived=args.credit_derived,
-                       budget=args.budget or None, assemble=replace(AssembleConfig(), counter=args.counter),
-                       ragas=args.ragas)
+                       budget=budget, assemble=replace(AssembleConfig(), counter=args.counter), ragas=args.ragas)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from lab.errors import ValidationError
     from lab.eval.goldens import load_dataset
     from lab.eval.regressions import run_regressions
-    from lab.eval.report import config_from
+    from lab.eval.report import candidate_from, config_from
     from lab.eval.runs import DatasetOptions, evaluate_to_folder
     from lab.eval.stores import eval_retriever, save_config
 
@@ -31,17 +33,38 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for outcome in run_regressions(args.check, base=_options(args), datasets=args.datasets, out_root=args.out,
                                        progress=not args.quiet):
             failed += outcome.status == "FAIL"
-            print(f"{outcome.status:<6} {outcome.name}: " + "; ".join(outcome.notes), flush=True)
+            tracked = ""
+            if not args.no_track:
+                from lab.track import log_eval
+
+                run_id = log_eval(outcome.result, outcome.run, dataset=outcome.dataset, store_version=outcome.store_version,
+                                  uri=args.tracking_uri, extra_tags={"regression": outcome.name,
+                                                                     "regression_status": outcome.status})
+                tracked = f"  (mlflow run {run_id})"
+            print(f"{outcome.status:<6} {outcome.name}: " + "; ".join(outcome.notes) + tracked, flush=True)
         return 1 if failed else 0
     if not args.dataset:
         raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
     loaded = DatasetOptions(args.observations, args.summaries)
     dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
                            summaries=args.summaries)
-    retriever = eval_retriever(dataset, save_config(args.context_turns, args.time_in_text), progress=not args.quiet)
-    configs = [config_from(p, None) for p in args.preset] if args.preset else [config_from(None, args.config)]
+    options = _options(args)
+    save = save_config(args.context_turns, args.time_in_text)
+    if args.preset:
+        configs = [config_from(p, None) for p in args.preset]
+    else:
+        # a candidate file (a sweep's best.yaml) brings the index-time and assembly settings it was
+        # chosen with; --context-turns / --time-in-text still override its index-time ones
+        candidate = candidate_from(None, args.config)
+        configs = [candidate.search]
+        if candidate.save is not None and args.context_turns is None and not args.time_in_text:
+            save = candidate.save
+        if candidate.assemble is not None:
+            options = replace(options, assemble=replace(candidate.assemble, counter=args.counter),
+                              budget=(candidate.assemble.budget if args.budget is None else args.budget) or None)
+    retriever = eval_retriever(dataset, save, progress=not args.quiet)
     for config in configs:
-        result, out = evaluate_to_folder(retriever, dataset, config, _options(args), args.out, loaded)
+        result, out = evaluate_to_folder(retriever, dataset, config, options, args.out, loaded)
         m = result.metrics["metrics"]
         run_id = None
         if not args.no_track:
@@ -85,7 +108,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context-turns", type=int, default=None,
                    help="index time: index each memory with up to N earlier turns of its episode (default 2; 0: off)")
     p.add_argument("--time-in-text", action="store_true", help="index time: index each memory with its date")
-    p.add_argument("--budget", type=int, default=2000, help="context metrics at this token budget (0: off)")
+    p.add_argument("--budget", type=int, default=None,
+                   help=f"context metrics at this token budget (0: off; default {DEFAULT_BUDGET}, or a candidate file's own)")
     p.add_argument("--counter", choices=["estimate", "exact"], default="estimate")
     p.add_argument("--ragas", action="store_true", help="also report ragas's LLM-free context metrics")
     p.add_argument("--check", metavar="REGRESSIONS_YAML", help="run every condition; OK / OKISH / FAIL, exit 1 on FAIL")

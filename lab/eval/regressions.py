@@ -27,6 +27,9 @@ class Outcome:
     notes: list[str]
     run: Path
     measured: dict[str, float]  # every metric the condition's evaluation produced
+    result: Any = None  # the EvalResult, for tracking
+    dataset: Any = None
+    store_version: str | None = None
 
 
 def load_regressions(path: str | Path) -> list[dict[str, Any]]:
@@ -87,4 +90,5 @@ def run_regressions(path: str | Path, *, base: EvalOptions = EvalOptions(), data
                                          out_root, loaded)
         status, notes = check(result.metrics["metrics"], c["expected"], float(c.get("tolerance", 0.005)),
                               float(c.get("okish", 0.02)))
-        yield Outcome(str(c["name"]), status, notes, out, dict(result.metrics["metrics"]))
+        yield Outcome(str(c["name"]), status, notes, out, dict(result.metrics["metrics"]), result, dataset,
+                      str(retriever.version))

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from lab.config import SearchConfig, to_yaml
+from lab.config import Candidate, SearchConfig, to_yaml
 from lab.errors import NotFoundError, ValidationError
 from lab.eval.runner import EvalResult
 
@@ -138,11 +138,17 @@ def compare(run_a: str | Path, run_b: str | Path, metrics: list[str] | None = No
     return compare_runs(a, b, wanted)
 
 
-def config_from(preset: str | None, config_file: str | Path | None) -> SearchConfig:
-    from lab.config import load_config
+def candidate_from(preset: str | None, config_file: str | Path | None) -> Candidate:
+    """A preset by name, or a candidate file (a SearchConfig, optionally with save and assemble sections)."""
+    from lab.config import load_candidate
     from lab.search.presets import resolve
 
     if config_file:
-        return load_config(SearchConfig, config_file)
-    return resolve(preset)
+        return load_candidate(config_file)
+    return Candidate(resolve(preset))
+
+
+def config_from(preset: str | None, config_file: str | Path | None) -> SearchConfig:
+    """The search configuration of `candidate_from`."""
+    return candidate_from(preset, config_file).search
 

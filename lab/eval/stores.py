@@ -83,4 +83,5 @@ def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, ro
     path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress)
     embedder = embedder or make_embedder(SaveConfig().embed if config is None else config.embed)
     cache = EmbeddingCache(embeddings_dir(root), embedder.model_id, embedder.dim)
-    return Retriever.open(path, embedder=embedder, cache=cache)
+    # the given index config, not only the recorded one: query-time settings (HNSW ef) take effect
+    return Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index)

@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from lab.config import SearchConfig
+from lab.config import Candidate
 from lab.errors import ValidationError
 
 _SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_search", "observations"}
@@ -156,10 +156,10 @@ def verdict(checks: list[Check]) -> str:
     return "GO" if checks and all(c.passed for c in checks) else "NO-GO"
 
 
-def candidate_config(candidate: str | None) -> SearchConfig:
-    """A preset name, or a SearchConfig file (e.g. a sweep's best.yaml)."""
-    from lab.eval.report import config_from
+def candidate_config(candidate: str | None) -> Candidate:
+    """A preset name, or a candidate file (e.g. a sweep's best.yaml, with its save and assemble settings)."""
+    from lab.eval.report import candidate_from
 
     if candidate and Path(candidate).suffix in (".yaml", ".yml", ".json"):
-        return config_from(None, candidate)
-    return config_from(candidate or "lab", None)
+        return candidate_from(None, candidate)
+    return candidate_from(candidate or "lab", None)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lab.config import AssembleConfig, SearchConfig, from_dict, to_dict, to_json
+from lab.config import AssembleConfig, Candidate, SaveConfig, SearchConfig, from_dict, to_dict, to_json
 from lab.errors import ValidationError
 from lab.gate.checks import Check, GateConfig, candidate_config, suite_checks, verdict
 
@@ -42,16 +42,19 @@ class _Champion:
 def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | None = None,
              out_root: str | Path = "runs/gate", track: bool = True, uri: str | None = None, export: bool = False,
              store: str | Path | None = None, progress: bool = False, embedder=None, root: Path | None = None) -> GateReport:
-    """Judge ``candidate`` (a preset name or a SearchConfig file) against ``gate``."""
+    """Judge ``candidate`` (a preset name or a candidate file) against ``gate``: its search config on
+    stores built with its index-time (save) settings; on export, its assembly settings go with it."""
     from lab import track as tracking
     from lab.eval.goldens import load_dataset
     from lab.eval.report import write_run
     from lab.eval.runner import EvalOptions, evaluate
     from lab.eval.stores import eval_retriever
 
-    config = candidate_config(candidate)
+    chosen = candidate_config(candidate)
+    config = chosen.search
     champ = tracking.champion(gate.model, uri) if track else None
     champ_config = from_dict(SearchConfig, champ["config"]) if champ and champ.get("config") else None
+    champ_save = from_dict(SaveConfig, champ["save"], where="champion save") if champ and champ.get("save") else None
     name = Path(candidate).stem if candidate and Path(candidate).suffix else (candidate or "lab")
     folder = Path(out_root) / f"{gate.model}-{name}"
     checks: list[Check] = []
@@ -59,13 +62,16 @@ def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | 
     first_retriever = None
     for suite in gate.suites:
         dataset = load_dataset(suite.dataset, datasets, observations=suite.observations)
-        retriever = eval_retriever(dataset, root=root, embedder=embedder, progress=progress)
+        retriever = eval_retriever(dataset, chosen.save, root=root, embedder=embedder, progress=progress)
         first_retriever = first_retriever or retriever
         result = evaluate(retriever, dataset, config, EvalOptions())
         write_run(result, dataset.qrels, folder / suite.name)
         champion_result = None
         if champ_config is not None and suite.non_regression:
-            champion_result = _Champion(evaluate(retriever, dataset, champ_config, EvalOptions()).per_query)
+            # the champion on its own index-time settings (the same store when they are the same)
+            champ_retriever = (retriever if champ_save == chosen.save else
+                               eval_retriever(dataset, champ_save, root=root, embedder=embedder, progress=progress))
+            champion_result = _Champion(evaluate(champ_retriever, dataset, champ_config, EvalOptions()).per_query)
         checks += suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
         m = result.metrics["metrics"]
         suites[suite.name] = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(),
@@ -81,7 +87,11 @@ def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | 
                 "dataset": ",".join(s["dataset"] for s in suites.values()),
                 "dataset_fingerprint": ",".join(s["dataset_fingerprint"] for s in suites.values()),
                 "store_version": ",".join(s["store_version"] for s in suites.values())}
-        with tracking.run(f"gate {name}: {report.verdict}", "gate", params=tracking.flatten(to_dict(config)),
+        params = tracking.flatten(to_dict(config))
+        for section in ("save", "assemble"):  # what the candidate sets besides search
+            if getattr(chosen, section) is not None:
+                params.update(tracking.flatten(to_dict(getattr(chosen, section)), f"{section}."))
+        with tracking.run(f"gate {name}: {report.verdict}", "gate", params=params,
                           tags=tags, uri=uri) as (_, c, run_id):
             report.run_id = run_id
             metrics: dict[str, float] = {}
@@ -100,7 +110,7 @@ def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | 
         elif not track:
             raise ValidationError("export needs tracking (the model is registered in MLflow): drop --no-track")
         else:
-            report.export = _export(report, config, gate, store or first_retriever.store.root, uri)
+            report.export = _export(report, chosen, gate, store or first_retriever.store.root, uri)
     _write_report(report, folder)
     return report
 
@@ -121,8 +131,9 @@ def report_table(report: GateReport) -> str:
     return "\n".join(lines)
 
 
-def _export(report: GateReport, config: SearchConfig, gate: GateConfig, store: str | Path, uri: str | None) -> dict[str, Any]:
-    """The bundle folder, then the pyfunc model registered as the new champion."""
+def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str | Path, uri: str | None) -> dict[str, Any]:
+    """The bundle folder (search, save and assembly configs, manifest), then the pyfunc model
+    registered as the new champion."""
     from lab import track as tracking
     from lab.retriever import Retriever
     from lab.version import __version__
@@ -131,9 +142,11 @@ def _export(report: GateReport, config: SearchConfig, gate: GateConfig, store: s
         version = str(retriever.version)
     bundle = report.folder / "bundle"
     bundle.mkdir(parents=True, exist_ok=True)
-    assemble = AssembleConfig()
+    config, assemble = chosen.search, chosen.assemble or AssembleConfig()
     (bundle / "config.json").write_text(to_json(config) + "\n", encoding="utf-8")
     (bundle / "assemble.json").write_text(to_json(assemble) + "\n", encoding="utf-8")
+    if chosen.save is not None:
+        (bundle / "save.json").write_text(to_json(chosen.save) + "\n", encoding="utf-8")
     manifest = {
         "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
         "store": {"path": str(Path(store).resolve()), "version": version},
@@ -144,5 +157,6 @@ def _export(report: GateReport, config: SearchConfig, gate: GateConfig, store: s
     }
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
     got = tracking.export_model(report.run_id, bundle, gate.model, config_json=to_json(config),
-                                assemble_json=to_json(assemble), verdict=report.verdict, uri=uri)
+                                assemble_json=to_json(assemble), verdict=report.verdict, uri=uri,
+                                save_json=None if chosen.save is None else to_json(chosen.save))
     return {**got, "bundle": str(bundle.resolve())}

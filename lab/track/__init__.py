@@ -154,7 +154,7 @@ def log_metrics(c, run_id: str, metrics: dict[str, float], step: int = 0) -> Non
 
 
 def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri: str | None = None,
-             parent: str | None = None, kind: str = "eval") -> str:
+             parent: str | None = None, kind: str = "eval", extra_tags: dict[str, str] | None = None) -> str:
     """One evaluation as a run: the flattened config, metrics with CI bounds, tags, the run folder."""
     from lab.config import to_dict
 
@@ -165,7 +165,7 @@ def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri
     for name, value in (m.get("context") or {}).items():
         metrics[name] = value
     tags = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(), "store_version": store_version,
-            "preset": result.config.name, "run_folder": str(Path(folder).resolve())}
+            "preset": result.config.name, "run_folder": str(Path(folder).resolve()), **(extra_tags or {})}
     with run(f"{kind} {dataset.name} {result.config.name}", kind, params=flatten(to_dict(result.config)),
              tags=tags, uri=uri, parent=parent) as (_, c, run_id):
         log_metrics(c, run_id, metrics)
@@ -192,7 +192,8 @@ CHAMPION = "champion"
 
 
 def champion(model: str, uri: str | None = None) -> dict[str, Any] | None:
-    """The registered champion of ``model``: version, config (dict), run id, bundle; None when there is none."""
+    """The registered champion of ``model``: version, config, assemble and save (dicts; save None when
+    it used the default index settings), run id, bundle; None when there is none."""
     from mlflow.exceptions import MlflowException
 
     _, c, _ = client(uri)
@@ -202,11 +203,12 @@ def champion(model: str, uri: str | None = None) -> dict[str, Any] | None:
         return None
     return {"version": mv.version, "run_id": mv.run_id, "config": json.loads(mv.tags.get("lab.config", "{}")),
             "assemble": json.loads(mv.tags.get("lab.assemble", "{}")), "bundle": mv.tags.get("lab.bundle"),
+            "save": json.loads(mv.tags["lab.save"]) if "lab.save" in mv.tags else None,
             "source": mv.source}
 
 
 def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, assemble_json: str,
-                 verdict: str, uri: str | None = None) -> dict[str, Any]:
+                 verdict: str, uri: str | None = None, save_json: str | None = None) -> dict[str, Any]:
     """Log the bundle as a pyfunc model in ``run_id``, register a new version, and move @champion to it."""
     from mlflow.exceptions import MlflowException
 
@@ -224,7 +226,7 @@ def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, ass
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     tags = {"lab.config": config_json, "lab.assemble": assemble_json, "lab.bundle": str(Path(bundle).resolve()),
-            "lab.verdict": verdict}
+            "lab.verdict": verdict, **({"lab.save": save_json} if save_json else {})}
     mv = c.create_model_version(model, source=info.model_uri, run_id=run_id, model_id=info.model_id, tags=tags)
     c.set_registered_model_alias(model, CHAMPION, mv.version)
     return {"model": model, "version": mv.version, "uri": f"models:/{model}@{CHAMPION}", "model_uri": info.model_uri}

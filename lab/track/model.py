@@ -22,7 +22,7 @@ class LabModel(mlflow.pyfunc.PythonModel):
     query: ``memory_ids`` and ``scores`` (ranked), ``context`` (the assembled text), ``tokens``."""
 
     def load_context(self, context: Any) -> None:
-        from lab.config import AssembleConfig, SearchConfig, from_dict
+        from lab.config import AssembleConfig, SaveConfig, SearchConfig, from_dict
         from lab.retriever import Retriever
 
         bundle = Path(context.artifacts["bundle"])
@@ -30,8 +30,11 @@ class LabModel(mlflow.pyfunc.PythonModel):
         self.manifest = manifest
         config = from_dict(SearchConfig, json.loads((bundle / "config.json").read_text(encoding="utf-8")))
         assemble = from_dict(AssembleConfig, json.loads((bundle / "assemble.json").read_text(encoding="utf-8")))
+        save_file = bundle / "save.json"  # index-time settings, when the candidate had its own
+        index = (from_dict(SaveConfig, json.loads(save_file.read_text(encoding="utf-8"))).index
+                 if save_file.is_file() else None)
         self.retriever = Retriever.open(manifest["store"]["path"], pin=manifest["store"]["version"], search=config,
-                                        assemble=assemble)
+                                        assemble=assemble, index=index)
         self.assemble = assemble
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:

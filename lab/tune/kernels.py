@@ -198,3 +198,116 @@ def gold_ranks(need: np.ndarray, row_start: np.ndarray, row_signal: np.ndarray, 
                 for j in range(nb):
                     ranks[c0 + j, i] = NOT_FOUND if sg[j] == -np.inf else count[j] + 1
     return ranks
+
+
+NEVER_RECENT = np.iinfo(np.int64).max  # age of an item without a time (or with no reference): never recent
+
+
+@njit(parallel=True, cache=True)
+def fill_zones(q_start: np.ndarray, tok: np.ndarray, norm: np.ndarray, ages: np.ndarray, ref_of: np.ndarray,
+               working: np.ndarray, pinned: np.ndarray, gold: np.ndarray, srank: np.ndarray, trank: np.ndarray,
+               dup_start: np.ndarray, dup_local: np.ndarray, n_gold: np.ndarray, caps: np.ndarray,
+               critical_threshold: np.ndarray, recency_threshold: np.ndarray, window: np.ndarray,
+               skip: np.ndarray):
+    """`assemble`'s routing and greedy zone fill for every (configuration, question), reduced to the
+    context metrics. Items are laid out per question in greedy order (score descending, then id).
+
+    Per configuration c: ``caps[c]`` the zone capacities, the two thresholds, ``window[c]`` the
+    recent window in microseconds, ``ages[ref_of[c]]`` each item's age against that configuration's
+    reference time. ``dup_local[dup_start[k]:dup_start[k + 1]]`` are item k's near-duplicates (by
+    position within its question). Pairs with ``skip`` set are left for the caller.
+
+    Returns (context recall, gold share in critical, first gold position (0: none), tokens used),
+    each (configurations, questions)."""
+    n_conf = caps.shape[0]
+    n_q = len(q_start) - 1
+    widest = 0
+    for q in range(n_q):
+        widest = max(widest, q_start[q + 1] - q_start[q])
+    recall = np.zeros((n_conf, n_q))
+    critical = np.zeros((n_conf, n_q))
+    first = np.zeros((n_conf, n_q), dtype=np.int64)
+    used = np.zeros((n_conf, n_q), dtype=np.int64)
+    for c in prange(n_conf):
+        zone = np.empty(widest, dtype=np.int64)
+        placed = np.empty(widest, dtype=np.int64)  # zone placed in; -1 not taken; -2 dropped as a duplicate
+        age = ages[ref_of[c]]
+        for q in range(n_q):
+            if skip[c, q]:
+                continue
+            lo, hi = q_start[q], q_start[q + 1]
+            n = hi - lo
+            for i in range(n):  # routing, weakest rule first (as `lab.assemble.routing._zones`)
+                k = lo + i
+                z = 1
+                if age[k] != NEVER_RECENT and age[k] <= window[c] and norm[k] >= recency_threshold[c]:
+                    z = 2
+                if norm[k] >= critical_threshold[c]:
+                    z = 0
+                if pinned[k]:
+                    z = 0
+                if working[k]:
+                    z = 2
+                zone[i] = z
+                placed[i] = -1
+            space = 0
+            for zz in range(3):  # critical, middle (with critical's overflow), recency; unused space carries
+                space += caps[c, zz]
+                for i in range(n):
+                    if placed[i] != -1:
+                        continue
+                    if zz == 1:
+                        if zone[i] > 1:
+                            continue
+                    elif zone[i] != zz:
+                        continue
+                    k = lo + i
+                    if tok[k] > space:
+                        continue
+                    duplicate = False
+                    for j in range(dup_start[k], dup_start[k + 1]):
+                        if placed[dup_local[j]] >= 0:
+                            duplicate = True
+                            break
+                    if duplicate:
+                        placed[i] = -2
+                        continue
+                    placed[i] = zz
+                    space -= tok[k]
+            # metrics: reading order is critical and middle by (score, time, id), recency by (time, id)
+            count = np.zeros(3, dtype=np.int64)
+            best_gold = np.full(3, NEVER_RECENT, dtype=np.int64)  # the gold's best order key per zone
+            n_found = 0
+            n_critical = 0
+            total = 0
+            for i in range(n):
+                z = placed[i]
+                if z < 0:
+                    continue
+                k = lo + i
+                count[z] += 1
+                total += tok[k]
+                if gold[k]:
+                    n_found += 1
+                    if z == 0:
+                        n_critical += 1
+                    key = trank[k] if z == 2 else srank[k]
+                    if key < best_gold[z]:
+                        best_gold[z] = key
+            used[c, q] = total
+            if n_gold[q] > 0:
+                recall[c, q] = n_found / n_gold[q]
+                critical[c, q] = n_critical / n_gold[q]
+            offset = 0
+            for z in range(3):
+                if best_gold[z] != NEVER_RECENT:
+                    ahead = 0
+                    for i in range(n):
+                        if placed[i] == z:
+                            key = trank[lo + i] if z == 2 else srank[lo + i]
+                            if key < best_gold[z]:
+                                ahead += 1
+                    first[c, q] = offset + ahead + 1
+                    break
+                offset += count[z]
+    return recall, critical, first, used

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from lab.config import DEFAULT_KS, AssembleConfig, ChunkConfig, IndexConfig, SaveConfig, SearchConfig, to_dict, to_yaml
+from lab.config import DEFAULT_KS, AssembleConfig, Candidate, ChunkConfig, IndexConfig, SaveConfig, SearchConfig, to_dict
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.tune.batch import BatchScorer
@@ -115,11 +115,6 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
         if key not in groups:
             say(f"index point {len(groups) + 1}: {json.dumps({k: v for k, v in point.items() if k.startswith('index.')})}")
             retriever = eval_retriever(dataset, save, root=root, embedder=embedder, progress=progress)
-            if "index.ef_search" in point:
-                from lab.retriever import Retriever
-
-                retriever = Retriever.open(retriever.store.root, embedder=retriever.embedder, index=save.index,
-                                           cache=retriever.cache)
             # the depth `lab eval` uses, so a sweep and an evaluation share one cached table
             cands, _ = candidate_table(retriever, dataset, config, depth=max(DEFAULT_KS), root=root)
             groups[key] = _Group(retriever, BatchScorer(prepared_for(cands), dataset.qrels, qids, ks=ks))
@@ -216,18 +211,26 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
 def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, dataset: EvalDataset, group_for,
                     parts: dict[str, np.ndarray], qids: list[str], ks: tuple[int, ...], progress: bool,
                     say) -> pl.DataFrame:
-    """The best fusion configurations x every assembly point, scored through the real assembler."""
+    """The best fusion configurations x every assembly point: each fusion configuration's run is
+    assembled under all points at once by `BatchAssembler` (equal to `context_metrics`)."""
     import itertools
 
-    from lab.eval.context import context_metrics
     from lab.eval.runner import EvalOptions, fused_run
+    from lab.tune.assembly import BatchAssembler
 
     dims = spec.dims("assemble")
     points = [dict(zip([d.name for d in dims], combo)) for combo in itertools.product(*[d.values for d in dims])] or [{}]
     say(f"assembly: {top.height} configurations x {len(points)} assembly points")
+    configs, errors = [], {}
+    for i, apoint in enumerate(points):
+        try:
+            configs.append(_assemble_config(AssembleConfig(), apoint))
+        except (LabError, ValueError) as exc:
+            errors[i] = str(exc)
+            configs.append(None)
+    valid = [c for c in configs if c is not None]
     rows = []
     bar = _progress(top.height * len(points), progress, "assembly")
-    order = pl.DataFrame({"qid": qids})
     try:
         for fusion_row in top.iter_rows(named=True):
             point = {d.name: fusion_row[d.name] for d in spec.space if d.stage != "assemble" and d.name in fusion_row}
@@ -235,24 +238,23 @@ def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, data
             config = _fusion_config(base, point)
             # the same run `lab eval` assembles: the top max(DEFAULT_KS) results
             run = fused_run(group.scorer.prep, config, EvalOptions(), dataset)
-            for apoint in points:
-                try:
-                    acfg = _assemble_config(AssembleConfig(), apoint)
-                except (LabError, ValueError) as exc:
-                    rows.append({"trial": fusion_row["trial"], **apoint, "error": str(exc)})
-                    bar.update(1)
+            metrics = BatchAssembler.for_run(group.retriever, dataset, run, config, qids).evaluate(valid) if valid else {}
+            at = 0
+            for i, apoint in enumerate(points):
+                if i in errors:
+                    rows.append({"trial": fusion_row["trial"], **apoint, "error": errors[i]})
                     continue
-                ctx = order.join(context_metrics(group.retriever, dataset, run, config, acfg), on="qid", how="left")
                 row: dict[str, Any] = {"trial": fusion_row["trial"], **apoint, "error": None}
                 for part, mask in parts.items():
                     for m in CONTEXT_METRICS:
-                        vals = ctx[m].fill_null(0).to_numpy()[mask]
+                        vals = metrics[m][at][mask]
                         row[f"{part}/{m}"] = float(vals.mean()) if len(vals) else float("nan")
                     for m in (f"recall@{max(ks)}", spec.objective):
                         if f"{part}/{m}" in fusion_row:
                             row[f"{part}/{m}"] = fusion_row[f"{part}/{m}"]
                 rows.append(row)
-                bar.update(1)
+                at += 1
+            bar.update(len(points))
     finally:
         bar.close()
     return pl.DataFrame(rows, infer_schema_length=None)
@@ -327,10 +329,10 @@ def _progress(total: int | None, enabled: bool, desc: str):
 
 
 def best_preset_yaml(result: SweepResult) -> str:
-    """The best configuration as a preset file (a SearchConfig), with what it needs as comments."""
-    head = [f"# best of sweep {result.spec.name} on {result.spec.dataset}: {result.spec.objective} "
+    """The best configuration as a candidate file: its SearchConfig (so it is also a preset file for
+    `lab eval --config`), with the index-time (``save:``) and ``assemble:`` settings it was chosen
+    with, which `lab eval` and `lab gate` apply."""
+    head = (f"# best of sweep {result.spec.name} on {result.spec.dataset}: {result.spec.objective} "
             f"{result.best.get('tune/' + result.spec.objective, float('nan')):.4f} on tune, "
-            f"{result.best.get('validation/' + result.spec.objective, float('nan')):.4f} on validation",
-            f"# index time: {json.dumps(to_dict(result.best_save.chunk), sort_keys=True)}",
-            f"# assembly: {json.dumps(to_dict(result.best_assemble), sort_keys=True)}"]
-    return "\n".join(head) + "\n" + to_yaml(result.best_config)
+            f"{result.best.get('validation/' + result.spec.objective, float('nan')):.4f} on validation\n")
+    return Candidate(result.best_config, result.best_save, result.best_assemble).to_yaml(head)
