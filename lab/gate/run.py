@@ -69,7 +69,7 @@ def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | 
         champion_result = None
         if champ_config is not None and suite.non_regression:
             # the champion on its own index-time settings (the same store when they are the same)
-            champ_retriever = (retriever if champ_save == chosen.save else
+            champ_retriever = (retriever if (champ_save or SaveConfig()) == (chosen.save or SaveConfig()) else
                                eval_retriever(dataset, champ_save, root=root, embedder=embedder, progress=progress))
             champion_result = _Champion(evaluate(champ_retriever, dataset, champ_config, EvalOptions()).per_query)
         checks += suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
