@@ -47,12 +47,11 @@ class IndexManager:
     def get(self, namespace: str) -> NamespaceIndex:
         """The namespace's index as of the store's current (or pinned) version; in memory only.
 
-        Chunks become visible or invisible only through a memories commit, so the memories
-        version alone tells whether an index is behind the store.
+        An index is behind when the memories or the chunks table moved past the version it is
+        stamped with (by anyone: another process's commits are folded in here).
         """
         with self._lock:
             idx = self._indexes.get(namespace)
-            current = self.store.memories_version
             if idx is None:
                 self.store.require_namespace(namespace)
                 chunks = self.store.chunks(namespace)
@@ -64,12 +63,28 @@ class IndexManager:
                     idx = self._build(namespace, chunks)
                 else:
                     self._saved[namespace] = idx.store_version
-                    if StoreVersion.parse(idx.store_version).memories != current:
+                    if self._behind(idx):
                         idx.sync(chunks, str(self.store.known_version()))
                 self._indexes[namespace] = idx
-            elif StoreVersion.parse(idx.store_version).memories != current:
+            elif self._behind(idx):
                 idx.sync(self.store.chunks(namespace), str(self.store.known_version()))  # another process wrote
             return idx
+
+    def _behind(self, idx: NamespaceIndex) -> bool:
+        stamp = StoreVersion.parse(idx.store_version)
+        return stamp.memories != self.store.memories_version or stamp.chunks != self.store.chunks_version
+
+    def catch_up(self) -> None:
+        """Sync every loaded index with the store (a writer calls it under the lock, before committing)."""
+        with self._lock:
+            present = None
+            for ns in list(self._indexes):
+                if self._behind(self._indexes[ns]):
+                    present = set(self.store.namespaces()) if present is None else present
+                    if ns in present:
+                        self.get(ns)
+                    else:
+                        self.forget(ns)  # deleted by another process
 
     def _build(self, namespace: str, chunks: pl.DataFrame | None = None) -> NamespaceIndex:
         if chunks is None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from datetime import datetime, timezone
@@ -295,9 +296,13 @@ class NamespaceIndex:
         }
 
     def save(self, directory: Path) -> None:
-        """Write to a temporary folder, then swap it in: a crash never leaves a half index."""
+        """Write to a temporary folder, then swap it in: a crash never leaves a half index.
+
+        The temporary and old folders start with a dot, which no namespace can, and carry the
+        process id: they never collide with another namespace's index or another process's save."""
         with self._lock:
-            tmp = directory.with_name(directory.name + ".tmp")
+            tag = f".{directory.name}.{os.getpid()}"
+            tmp = directory.with_name(tag + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             self.vector.save(tmp / "vectors.hnsw")
@@ -313,7 +318,7 @@ class NamespaceIndex:
             np.save(tmp / "lexical_labels.npy", self.lexical_labels)
             np.save(tmp / "delta_labels.npy", np.asarray(self.delta_labels, dtype=np.int64))
             (tmp / MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
-            old = directory.with_name(directory.name + ".old")
+            old = directory.with_name(tag + ".old")
             shutil.rmtree(old, ignore_errors=True)
             if directory.exists():
                 directory.rename(old)

@@ -20,6 +20,7 @@ from lab.store.table import DeltaFrame, in_list
 
 STORE_FORMAT = 1
 INFO_FILE = "lab-store.json"
+WRITE_LOCK = ".lab-write.lock"
 CHUNKS_VERSION_KEY = "lab.chunks_version"
 
 
@@ -57,6 +58,25 @@ class StoreInfo:
     save_config: dict[str, Any]
 
 
+class _Held:
+    """``with store.write_lock():`` acquires with a bounded wait, and says which store was busy."""
+
+    def __init__(self, lock: Any, timeout: float, root: Path) -> None:
+        self.lock, self.timeout, self.root = lock, timeout, root
+
+    def __enter__(self) -> None:
+        from filelock import Timeout
+
+        try:
+            self.lock.acquire(timeout=self.timeout)
+        except Timeout:
+            raise ConflictError(f"store {self.root} is busy: another writer held its lock for over "
+                                f"{self.timeout:g} s (set LAB_WRITE_LOCK_TIMEOUT to wait longer)") from None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.lock.release()
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -89,6 +109,7 @@ class Store:
         self._ids: set[str] = set()
         self._hash_index: dict[tuple[str, str], str] = {}
         self._lookup_version = -1
+        self._lock = None  # the writer lock, made on first write
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
@@ -152,6 +173,21 @@ class Store:
         recorded["chunk"] = {"context_turns": 0, **recorded.get("chunk", {})}
         return from_dict(SaveConfig, recorded, where=f"{self.root / INFO_FILE} save_config")
 
+    def write_lock(self, timeout: float | None = None):
+        """The store's writer lock: an OS file lock, so writers in different processes (a server,
+        a notebook, the CLI) take turns. Re-entrant in one thread; readers never take it.
+
+        ``timeout`` (seconds; default ``$LAB_WRITE_LOCK_TIMEOUT`` or 600) bounds the wait: a writer
+        stuck behind another for longer gets a ConflictError instead of hanging."""
+        import os
+
+        from filelock import FileLock
+
+        if self._lock is None:
+            self._lock = FileLock(str(self.root / WRITE_LOCK))
+        wait = float(os.environ.get("LAB_WRITE_LOCK_TIMEOUT", 600)) if timeout is None else timeout
+        return _Held(self._lock, wait, self.root)
+
     @property
     def read_only(self) -> bool:
         """Pinned at a version, or opened for reading: every write is refused."""
@@ -172,6 +208,10 @@ class Store:
     @property
     def memories_version(self) -> int:
         return self._memories.version
+
+    @property
+    def chunks_version(self) -> int:
+        return self._chunks.version
 
     @property
     def edges_version(self) -> int:
@@ -366,9 +406,13 @@ class Store:
 
     # ----------------------------------------------------------------- chunks
     def chunks(self, namespace: str | None = None) -> pl.DataFrame:
-        """Visible chunks: those whose (memory_id, index_hash) matches a current memory."""
-        chunks = self._chunks.frame()
+        """Visible chunks: those whose (memory_id, index_hash) matches a current memory.
+
+        Memories are read before chunks: a memory's chunks are committed before it, so every memory
+        read has its chunks in the chunks read after (the other order races with a writer and can
+        drop a just-saved memory's chunks while its version is counted as seen)."""
         mem = self._memories_raw().select(pl.col("id").alias("memory_id"), "index_hash", "namespace")
+        chunks = self._chunks.frame()
         if namespace is not None:
             chunks = chunks.filter(pl.col("namespace") == namespace)
             mem = mem.filter(pl.col("namespace") == namespace)

@@ -48,6 +48,23 @@ class IngestReport:
         }
 
 
+def _locked(method):
+    """Run a write under the store's writer lock, after catching the loaded indexes up with what
+    other processes committed: our own commit then lands on an index that already holds theirs,
+    and the de-duplication check and the commit are one step no other writer can come between."""
+    import functools
+
+    @functools.wraps(method)
+    def run(self: "Writer", *args: Any, **kwargs: Any) -> Any:
+        if self.store.read_only:
+            return method(self, *args, **kwargs)  # refused inside, with the read-only message
+        with self.store.write_lock():
+            self.indexes.catch_up()
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
     if not enabled:
         return iterable
@@ -69,6 +86,7 @@ class Writer:
         self.indexes = indexes
         self.cache = cache
 
+    @_locked
     def flush(self) -> list[str]:
         """Make what was written durable beyond the store: the embedding cache and the indexes
         writes changed (saved as snapshots, so the next reader loads instead of rebuilding)."""
@@ -103,6 +121,7 @@ class Writer:
             rows.append(normalize_memory(raw, now=now, namespace=namespace, where=where))
         return rows
 
+    @_locked
     def save_many(self, records: Records, namespace: str | None = None, *, batch_size: int = 512,
                   progress: bool = True) -> IngestReport:
         """Validate, de-duplicate, chunk, embed, commit and index a batch of memories.
@@ -147,6 +166,7 @@ class Writer:
         report.seconds = time.perf_counter() - started
         return report
 
+    @_locked
     def ingest(self, path: str | Path, namespace: str | None = None, *, progress: bool = True) -> IngestReport:
         """Load a memories file or folder (memories + edges) after validating all of it."""
         from lab.store.ingest import find_dataset_files, read_records
@@ -183,6 +203,7 @@ class Writer:
                 self.indexes.mark_written(ns)
 
     # ------------------------------------------------------------------ editing
+    @_locked
     def update(self, memory_id: str, **changes: Any) -> dict[str, Any]:
         """Change fields of a memory; a change of content, title or tags re-chunks and re-embeds it."""
         unknown = sorted(set(changes) - set(EDITABLE))
@@ -218,6 +239,7 @@ class Writer:
             self.indexes.touch(row["namespace"], version)
         return self.store.get(memory_id)
 
+    @_locked
     def delete(self, ids: Sequence[str] | str, *, hard: bool = False) -> int:
         """Soft delete (mark invalid, kept and hidden from valid-only search) or hard delete."""
         ids = [ids] if isinstance(ids, str) else list(ids)
@@ -246,22 +268,26 @@ class Writer:
             self.indexes.touch(ns, version)
         return len(rows)
 
+    @_locked
     def delete_namespace(self, namespace: str) -> dict[str, int]:
         """Delete a namespace, its memories, edges and indexes."""
         counts = self.store.delete_namespace(namespace)
         self.indexes.forget(namespace)
         return counts
 
+    @_locked
     def add_edges(self, edges: Iterable[Mapping[str, Any]], namespace: str | None = None) -> int:
         now = utcnow()
         rows = [normalize_edge(e, now=now, namespace=namespace, where=f"edge {i}: ") for i, e in enumerate(edges)]
         return self.store.add_edges(rows)
 
+    @_locked
     def record_access(self, ids: Sequence[str], *, context: str = "search") -> int:
         """Log that memories were served (frequency and last-access signals read the log)."""
         return self.store.record_access(ids, context=context)
 
     # ------------------------------------------------------------------ maintenance
+    @_locked
     def build(self, namespace: str | None = None) -> list[str]:
         """Rebuild the indexes of one namespace (or all) from the store and save them."""
         namespaces = [namespace] if namespace is not None else self.store.namespaces()
@@ -270,6 +296,7 @@ class Writer:
         self.indexes.save_changed()
         return namespaces
 
+    @_locked
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
         """Compact the store's tables and the embedding cache, and rebuild every index."""
         report = self.store.compact(vacuum_hours=vacuum_hours)
