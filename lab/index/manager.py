@@ -74,6 +74,15 @@ class IndexManager:
         stamp = StoreVersion.parse(idx.store_version)
         return stamp.memories != self.store.memories_version or stamp.chunks != self.store.chunks_version
 
+    def advance(self, before: StoreVersion, after: StoreVersion) -> None:
+        """Restamp loaded indexes that were current at ``before`` as current at ``after``: only for
+        a writer, under the lock, after a write that did not change their namespaces' chunks."""
+        with self._lock:
+            for idx in self._indexes.values():
+                stamp = StoreVersion.parse(idx.store_version)
+                if (stamp.memories, stamp.chunks) == (before.memories, before.chunks):
+                    idx.store_version = str(after)
+
     def catch_up(self) -> None:
         """Sync every loaded index with the store (a writer calls it under the lock, before committing)."""
         with self._lock:

@@ -68,7 +68,7 @@ class _Held:
         from filelock import Timeout
 
         try:
-            self.lock.acquire(timeout=self.timeout)
+            self.lock.acquire(timeout=self.timeout, poll_interval=0.002)  # short polls: waiters get their turn
         except Timeout:
             raise ConflictError(f"store {self.root} is busy: another writer held its lock for over "
                                 f"{self.timeout:g} s (set LAB_WRITE_LOCK_TIMEOUT to wait longer)") from None

@@ -14,9 +14,11 @@ from lab.errors import ConflictError, StoreError
 class DeltaFrame:
     """A Delta table plus a cached DataFrame of its rows at ``version``.
 
-    Every write is one Delta commit (atomic). Our own appends extend the cache in place; any
-    version we did not write ourselves (another process) triggers a full reload, so readers
-    always see one consistent version.
+    Every write is one Delta commit (atomic). The cache is kept per data file: a new version
+    (ours or another process's) reads only the files that version added and drops the ones it
+    removed, so a writer sharing the store with another does not reload whole tables on every
+    foreign commit. Files are read with pyarrow, so a missing or corrupt file is a StoreError
+    naming it (never a crash of the process).
     """
 
     def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None, create: bool = True,
@@ -35,6 +37,8 @@ class DeltaFrame:
             raise StoreError(f"cannot open Delta table {path} at version {version}: {exc}") from exc
         self._frame: pl.DataFrame | None = None
         self._frame_version = -1
+        self._parts: dict[str, pl.DataFrame] = {}  # data file -> its rows
+        self._files: list[str] = []  # the files of the cached frame, in table order
 
     @property
     def version(self) -> int:
@@ -51,12 +55,41 @@ class DeltaFrame:
     def frame(self) -> pl.DataFrame:
         version = self.version
         if self._frame is None or self._frame_version != version:
-            table = self._dt.to_pyarrow_table()
-            self._frame = pl.from_arrow(table.cast(self.schema)) if table.num_rows else pl.from_arrow(
-                self.schema.empty_table()
-            )
-            self._frame_version = version
+            self._reload(version)
         return self._frame
+
+    def _reload(self, version: int) -> None:
+        if self._dt.protocol().reader_features:  # e.g. deletion vectors: only deltalake reads those right
+            table = self._dt.to_pyarrow_table()
+            self._frame = pl.from_arrow(table.cast(self.schema)) if table.num_rows else self._empty()
+            self._parts, self._files, self._frame_version = {}, [], version
+            return
+        files = self._dt.file_uris()
+        parts = {f: self._parts[f] if f in self._parts else self._read_file(f) for f in files}
+        if self._frame is not None and files[:len(self._files)] == self._files:
+            # appends only: the cached frame stays, the new files' rows go after it
+            fresh = [parts[f] for f in files[len(self._files):]]
+            frame = pl.concat([self._frame, *fresh], how="vertical", rechunk=False) if fresh else self._frame
+        else:
+            frame = (pl.concat([parts[f] for f in files], how="vertical", rechunk=False) if files else self._empty())
+        self._frame, self._parts, self._files, self._frame_version = frame, parts, files, version
+
+    def _read_file(self, uri: str) -> pl.DataFrame:
+        import pyarrow.parquet as pq
+
+        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        try:
+            table = pq.read_table(path, schema=self.schema)
+        except FileNotFoundError:
+            raise StoreError(f"table {self.path.name}: data file {Path(path).name} is missing "
+                             f"(run `lab store check` and `lab store repair`)") from None
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise StoreError(f"table {self.path.name}: data file {Path(path).name} is unreadable: {exc} "
+                             f"(run `lab store check` and `lab store repair`)") from None
+        return pl.from_arrow(table) if table.num_rows else self._empty()
+
+    def _empty(self) -> pl.DataFrame:
+        return pl.from_arrow(self.schema.empty_table())
 
     def _check_writable(self) -> None:
         if self.pinned:
@@ -75,15 +108,10 @@ class DeltaFrame:
         if table.num_rows == 0:
             return self.version
         table = table.select(self.schema.names).cast(self.schema)
-        before = self._frame_version if self._frame is not None else None
-        # write_deltalake moves self._dt to the version it committed
+        # write_deltalake moves self._dt to the version it committed; the next frame() reads only
+        # the file it added (and those of anyone who committed in between)
         write_deltalake(self._dt, table, mode="append", commit_properties=self._commit_props(metadata))
-        new_version = self._dt.version()
-        if before is not None and new_version == before + 1:
-            # Only our commit happened since the cache was taken: extend it instead of re-reading.
-            self._frame = pl.concat([self._frame, pl.from_arrow(table)], how="vertical")
-            self._frame_version = new_version
-        return new_version
+        return self._dt.version()
 
     def upsert(self, table: pa.Table, key: str, metadata: dict[str, Any] | None = None) -> int:
         """Insert or replace rows by ``key`` in one MERGE commit."""

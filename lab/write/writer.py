@@ -60,7 +60,12 @@ def _locked(method):
             return method(self, *args, **kwargs)  # refused inside, with the read-only message
         with self.store.write_lock():
             self.indexes.catch_up()
-            return method(self, *args, **kwargs)
+            before = self.store.known_version()
+            result = method(self, *args, **kwargs)
+            # nobody else committed meanwhile (we hold the lock): loaded indexes this write did not
+            # touch are as current after it as they were before
+            self.indexes.advance(before, self.store.known_version())
+            return result
 
     return run
 
