@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,22 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # the cutoffs every evaluation reports unless told otherwise (CLI, runner and metrics share them)
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
 FAKE_MODEL = "fake-hash-256"
+
+
+def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 above: float | None = None) -> None:
+    """A finite number within bounds, or a ValidationError naming the field, the value and the range.
+
+    ``low``/``high`` are inclusive bounds, ``above`` an exclusive lower bound."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = ((low is None or value >= low) and (high is None or value <= high)
+              and (above is None or value > above))
+    if not ok:
+        lo = f"> {above:g}" if above is not None else (f">= {low:g}" if low is not None else "")
+        hi = f"<= {high:g}" if high is not None else ""
+        allowed = " and ".join(p for p in (lo, hi) if p) or "any finite number"
+        raise ValidationError(f"{name} must be a finite number {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,10 @@ class VectorIndexConfig:
     ef_search: int = 100
     seed: int = 100
 
+    def __post_init__(self) -> None:
+        for name in ("m", "ef_construction", "ef_search"):
+            check_number(f"index.vector.{name}", getattr(self, name), low=1)
+
 
 @dataclass(frozen=True)
 class LexicalIndexConfig:
@@ -83,6 +104,10 @@ class LexicalIndexConfig:
     method: str = "lucene"
     stopwords: str = "en"
     stemmer: str | None = "english"
+
+    def __post_init__(self) -> None:
+        check_number("index.lexical.k1", self.k1, low=0)
+        check_number("index.lexical.b", self.b, low=0, high=1)
 
 
 @dataclass(frozen=True)
@@ -216,7 +241,10 @@ def read_yaml(path: str | Path, what: str) -> Any:
     try:
         return yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ValidationError(f"{p}: invalid YAML: {exc}") from None
+        # the parser names its input "<unicode string>": name the file instead
+        raise ValidationError(f"{p}: invalid YAML: {str(exc).replace('<unicode string>', str(p))}") from None
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
 def load_config(cls: type[T], path: str | Path) -> T:
@@ -224,13 +252,17 @@ def load_config(cls: type[T], path: str | Path) -> T:
     p = Path(path)
     if not p.is_file():
         raise ValidationError(f"config file not found: {p}")
-    text = p.read_text(encoding="utf-8")
     if p.suffix == ".json":
         try:
-            return from_dict(cls, json.loads(text))
+            data = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValidationError(f"{p}: invalid JSON: {exc}") from exc
-    return from_yaml(cls, text)
+            raise ValidationError(f"{p}: invalid JSON: {exc}") from None
+    else:
+        data = read_yaml(p, "config file")
+    try:
+        return from_dict(cls, data)
+    except ValidationError as exc:
+        raise ValidationError(f"{p}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- search
@@ -266,6 +298,13 @@ class GraphConfig:
     decay: float = 0.5  # per hop
     edge_weights: dict[str, float] = field(default_factory=_default_edge_weights)
 
+    def __post_init__(self) -> None:
+        check_number("graph.seeds", self.seeds, low=0)
+        check_number("graph.max_depth", self.max_depth, low=0)
+        check_number("graph.decay", self.decay, low=0, high=1)
+        for relation, weight in self.edge_weights.items():
+            check_number(f"graph.edge_weights.{relation}", weight, low=0)
+
 
 @dataclass(frozen=True)
 class AnalysisConfig:
@@ -292,12 +331,16 @@ class FusionConfig:
     top_k: int = 10
 
     def __post_init__(self) -> None:
-        if self.k < 0:
-            raise ValidationError(f"fusion.k must be >= 0, got {self.k}")
+        check_number("fusion.k", self.k, low=0)
+        for signal, weight in self.weights.items():
+            check_number(f"fusion.weights.{signal}", weight, low=0)
+        check_number("fusion.coverage_bonus", self.coverage_bonus, low=0, high=1)
+        check_number("fusion.recent_boost", self.recent_boost, low=0)
+        check_number("fusion.recent_hours", self.recent_hours, low=0)
+        check_number("fusion.demote_factor", self.demote_factor, low=0, high=1)
+        check_number("fusion.rerank_depth", self.rerank_depth, low=0)
         if self.superseded not in ("demote", "hide", "keep"):
             raise ValidationError(f"fusion.superseded must be demote, hide or keep, got {self.superseded!r}")
-        if not 0 <= self.coverage_bonus <= 1:
-            raise ValidationError(f"fusion.coverage_bonus must be in [0, 1], got {self.coverage_bonus}")
         if self.top_k < 1:
             raise ValidationError(f"fusion.top_k must be >= 1, got {self.top_k}")
         bad = sorted(set(self.weights) - set(SIGNALS))
@@ -326,6 +369,10 @@ class SearchConfig:
             raise ValidationError(f"signals: unknown signal(s) {bad}; known: {list(SIGNALS)}")
         if self.depth < 1:
             raise ValidationError(f"depth must be >= 1, got {self.depth}")
+        check_number("half_life_hours", self.half_life_hours, above=0)
+        if self.signals and all(self.fusion.weights.get(s, 1.0) == 0 for s in self.signals):
+            raise ValidationError(f"fusion.weights: every enabled signal {list(self.signals)} has weight 0, "
+                                  "so nothing could rank; give at least one a weight > 0")
         if self.analysis.temporal not in ("off", "boost", "filter"):
             raise ValidationError(
                 f"analysis.temporal must be off, boost or filter, got {self.analysis.temporal!r}"
@@ -358,8 +405,9 @@ class AssembleConfig:
     neighbours: int = 0  # adjacent turns of the same episode added around placed items (0 = off)
 
     def __post_init__(self) -> None:
-        if self.budget < 0:
-            raise ValidationError(f"assemble.budget must be >= 0 tokens, got {self.budget}")
+        check_number("assemble.budget", self.budget, low=0)
+        for name in ("critical_ratio", "middle_ratio", "recency_ratio"):
+            check_number(f"assemble.{name}", getattr(self, name), low=0, high=1)
         ratios = (self.critical_ratio, self.middle_ratio, self.recency_ratio)
         if any(r < 0 for r in ratios) or abs(sum(ratios) - 1.0) > 1e-6:
             raise ValidationError(
@@ -372,8 +420,7 @@ class AssembleConfig:
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValidationError(f"assemble.{name} must be in [0, 1], got {value}")
-        if self.recent_hours < 0:
-            raise ValidationError(f"assemble.recent_hours must be >= 0, got {self.recent_hours}")
+        check_number("assemble.recent_hours", self.recent_hours, low=0)
         if self.counter not in ("estimate", "exact"):
             raise ValidationError(f"assemble.counter must be estimate or exact, got {self.counter!r}")
         if self.oversize not in ("truncate", "skip"):

@@ -66,7 +66,7 @@ class Pipeline:
         path = Path(path)
         exists = (path / "lab-store.json").is_file()
         if not exists and not create:
-            raise NotFoundError(f"no lab store at {path} (run `lab init {path}` first)")
+            raise NotFoundError(f"no lab store at {path} (create one with `lab init --store {path}`)")
         if exists:
             store = Store.open(path, pin=pin)
             stored = store.recorded_config()

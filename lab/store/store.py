@@ -143,7 +143,7 @@ class Store:
         root = Path(root)
         info_path = root / INFO_FILE
         if not info_path.is_file():
-            raise NotFoundError(f"no lab store at {root} (run `lab init {root}` first)")
+            raise NotFoundError(f"no lab store at {root} (create one with `lab init --store {root}`)")
         try:
             info = StoreInfo(**json.loads(info_path.read_text(encoding="utf-8")))
         except (ValueError, TypeError) as exc:

@@ -15,8 +15,8 @@ reductions make a configuration cost a fraction of a millisecond:
 
 Scores are computed with the very operations `fuse` uses (``w * base`` per row, summed in signal
 order, then the same post-processing), so ranks are bit-identical to it; a hypothesis test holds
-`BatchScorer` equal to `fuse` + `retrieval_metrics`. Configurations outside that domain (rerank,
-negative weights) are scored one by one through `fuse` by `BatchScorer.evaluate`, so callers never
+`BatchScorer` equal to `fuse` + `retrieval_metrics`. Configurations outside that domain (a rerank
+depth) are scored one by one through `fuse` by `BatchScorer.evaluate`, so callers never
 need to know which path ran.
 """
 from __future__ import annotations
@@ -42,8 +42,7 @@ def metric_names(ks: Sequence[int]) -> list[str]:
 
 def batchable(config: FusionConfig) -> bool:
     """Whether ``config`` is inside the vectorised domain (else it is scored through `fuse`)."""
-    return (config.rerank_depth == 0 and all(w >= 0 for w in config.weights.values())
-            and config.demote_factor >= 0 and config.recent_boost >= 0)
+    return config.rerank_depth == 0  # weights, demote factor and boost are >= 0 by FusionConfig's contract
 
 
 @dataclass
