@@ -93,3 +93,54 @@ def test_unsupported_and_missing_paths(pipe, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValidationError, match="holds no memories.jsonl"):
         pipe.ingest(tmp_path / "empty", progress=False)
+
+
+def test_a_failing_ingest_writes_nothing(tmp_path):
+    """Each of these used to fail after memories, chunks or a namespace were committed."""
+    from lab.embed.fake import FakeEmbedder
+    from lab.pipeline import Pipeline
+
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.save("already here", namespace="old", id="m-old")
+        before = pipe.store.version()
+        cases = {
+            "cross": ([{"id": "a", "namespace": "new", "content": "alpha"}],
+                      [{"src": "a", "dst": "m-old"}], "crosses namespaces"),
+            "overflow": ([{"id": "b", "namespace": "new", "content": "beta", "access_count": 2**70}], [],
+                         "access_count' must be an integer in 0..9223372036854775807"),
+            "surrogate": ([{"id": "c", "namespace": "new", "content": "gamma \ud800"}], [], "lone surrogate"),
+        }
+        for name, (memories, edges, message) in cases.items():
+            folder = tmp_path / name
+            folder.mkdir()
+            (folder / "memories.jsonl").write_text("".join(json.dumps(m) + "\n" for m in memories), encoding="utf-8")
+            if edges:
+                (folder / "edges.jsonl").write_text("".join(json.dumps(e) + "\n" for e in edges), encoding="utf-8")
+            with pytest.raises(ValidationError, match=message):
+                pipe.ingest(folder)
+            assert pipe.store.version() == before and pipe.store.namespaces() == ["old"], name
+
+
+def test_bad_bytes_and_duplicate_ids_name_their_lines(tmp_path):
+    from lab.embed.fake import FakeEmbedder
+    from lab.pipeline import Pipeline
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"namespace": "n", "content": "fine"}\n{"namespace": "n", "content": "caf\xe9"}\n')
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"id": "x", "namespace": "n", "content": "one"}\n{"id": "y", "namespace": "n", "content": "two"}\n'
+                   '{"id": "x", "namespace": "n", "content": "three"}\n', encoding="utf-8")
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder(), create=True) as pipe:
+        with pytest.raises(ValidationError, match=r"bad.jsonl line 2: not UTF-8 text: byte 35 of the line \(0xe9\)"):
+            pipe.ingest(bad)
+        with pytest.raises(ValidationError, match=r"id 'x' is used for different contents at dup.jsonl line 1, dup.jsonl line 3"):
+            pipe.ingest(dup)
+        assert pipe.store.memories().height == 0
+
+
+@pytest.mark.parametrize("name", ["CON", "nul.txt", "Lpt3", "abc.", "a..b"])
+def test_unsafe_namespace_names_are_refused(name):
+    from lab.store.records import validate_namespace
+
+    with pytest.raises(ValidationError, match="invalid namespace"):
+        validate_namespace(name)

@@ -243,3 +243,32 @@ def test_store_refuses_another_embedder_or_chunking(pipe):
 def test_open_missing_store_is_a_clear_error(tmp_path):
     with pytest.raises(NotFoundError, match="no lab store"):
         Pipeline.open(tmp_path / "none", embedder=FakeEmbedder())
+
+
+def test_a_store_creation_killed_half_way_is_started_over(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from lab.store.store import INFO_FILE, Store
+
+    root = tmp_path / "s"
+    # a creation killed after writing the info file's temporary copy, while making the tables
+    code = ("import sys, time; from lab.store import store as s\n"
+            "orig = s.Store.__init__\n"
+            "def slow(self, *a, **k):\n    orig(self, *a, **k); print('made', flush=True); time.sleep(60)\n"
+            "s.Store.__init__ = slow\n"
+            f"s.Store.create({str(root)!r}, embed_model='fake-hash-256', dim=256, save_config={{}})\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "made"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (root / (INFO_FILE + ".tmp")).is_file() and not (root / INFO_FILE).exists()
+    with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:  # refused before
+        pipe.save("after the crash", namespace="n")
+    assert Store.open(root).memories().height == 1
+    # a folder holding data is never taken for an interrupted creation
+    (root / INFO_FILE).rename(root / (INFO_FILE + ".tmp"))
+    with pytest.raises(ConflictError, match="not empty"):
+        Store.create(root, embed_model="fake-hash-256", dim=256, save_config={})

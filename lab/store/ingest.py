@@ -23,11 +23,16 @@ def read_records(path: str | Path) -> list[Located]:
 
 
 def _jsonl(path: Path) -> Iterator[Located]:
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:  # bytes: a line that is not UTF-8 is named, not a traceback
+        for n, raw in enumerate(fh, start=1):
+            where = f"{path.name} line {n}: "
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValidationError(f"{where}not UTF-8 text: byte {exc.start + 1} of the line "
+                                      f"(0x{raw[exc.start]:02x}) {exc.reason}") from None
             if not line.strip():
                 continue
-            where = f"{path.name} line {n}: "
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:

@@ -13,6 +13,10 @@ from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$")
 MAX_CONTENT_CHARS = 1_000_000
+MAX_INT64 = 2**63 - 1
+# names Windows reserves for devices, with or without an extension: unusable as folder names there
+RESERVED_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)),
+                            *(f"lpt{i}" for i in range(1, 10))})
 
 MEMORY_FIELDS = (
     "id", "namespace", "content", "title", "tags", "type", "source", "created_at", "updated_at",
@@ -25,11 +29,14 @@ def validate_namespace(name: Any) -> str:
     """A namespace is a short name usable as a folder: no separators, no '..', bounded length."""
     if not isinstance(name, str) or not name:
         raise ValidationError(f"namespace must be a non-empty string, got {name!r}")
-    if ".." in name or not NAMESPACE_RE.match(name):
+    if ".." in name or not NAMESPACE_RE.match(name) or name.endswith("."):
         raise ValidationError(
             f"invalid namespace {name!r}: use 1-64 characters from letters, digits, '_', '-', '.', "
-            "starting with a letter or digit, without '..' or path separators"
+            "starting with a letter or digit and not ending with '.', without '..' or path separators"
         )
+    if name.split(".")[0].lower() in RESERVED_NAMES:
+        raise ValidationError(f"invalid namespace {name!r}: {name.split('.')[0]!r} is a reserved device name "
+                              "on Windows, unusable as a folder there; choose another")
     return name
 
 
@@ -84,7 +91,17 @@ def _str(raw: Mapping[str, Any], key: str, default: str, where: str) -> str:
         return default
     if not isinstance(value, str):
         raise ValidationError(f"{where}field '{key}': expected a string, got {type(value).__name__}")
-    return value
+    return check_utf8(value, key, where)
+
+
+def check_utf8(text: str, key: str, where: str = "") -> str:
+    """``text``, if it can be stored as UTF-8 (a lone surrogate, e.g. from a JSON "\\ud800", cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{where}field '{key}': character {exc.start} ({text[exc.start]!r}) is a lone "
+                              "surrogate, not valid Unicode text") from None
+    return text
 
 
 def normalize_memory(
@@ -117,6 +134,7 @@ def normalize_memory(
         raise ValidationError(
             f"{where}field 'content' has {len(content)} characters; the limit is {MAX_CONTENT_CHARS}"
         )
+    check_utf8(content, "content", where)
     digest = content_hash(ns, content)
     mem_id = raw.get("id")
     try:
@@ -131,7 +149,7 @@ def normalize_memory(
         tags = []
     if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) and t.strip() for t in tags):
         raise ValidationError(f"{where}field 'tags' must be a list of non-empty strings, got {tags!r}")
-    tags = list(dict.fromkeys(t.strip() for t in tags))  # de-duplicated, order kept
+    tags = list(dict.fromkeys(check_utf8(t.strip(), "tags", where) for t in tags))  # de-duplicated, order kept
 
     def _time(key: str, default: datetime | None) -> datetime | None:
         value = raw.get(key)
@@ -150,8 +168,8 @@ def normalize_memory(
     access_count = raw.get("access_count", 0)
     if access_count is None:
         access_count = 0
-    if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
-        raise ValidationError(f"{where}field 'access_count' must be an integer >= 0, got {access_count!r}")
+    if isinstance(access_count, bool) or not isinstance(access_count, int) or not 0 <= access_count <= MAX_INT64:
+        raise ValidationError(f"{where}field 'access_count' must be an integer in 0..{MAX_INT64}, got {access_count!r}")
     importance = raw.get("importance", 0.5)
     if importance is None:
         importance = 0.5
@@ -190,6 +208,7 @@ def normalize_memory(
         metadata_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{where}field 'metadata' is not JSON-serialisable: {exc}") from None
+    check_utf8(metadata_json, "metadata", where)
     title = _str(raw, "title", "", where)
     return {
         "id": mem_id,

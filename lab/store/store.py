@@ -58,6 +58,20 @@ class StoreInfo:
     save_config: dict[str, Any]
 
 
+def _interrupted_create(root: Path) -> bool:
+    """A folder left by a killed ``Store.create``: the info file's temporary copy, perhaps the
+    empty tables it was making, and nothing else."""
+    if not (root / (INFO_FILE + ".tmp")).is_file() or (root / INFO_FILE).exists():
+        return False
+    if not {p.name for p in root.iterdir()} <= {INFO_FILE + ".tmp", "tables", "indexes", "cache", WRITE_LOCK}:
+        return False
+    # and its tables, if any, hold only their creating commit: no data to lose
+    for log_dir in (root / "tables").glob("*/_delta_log"):
+        if any(p.name != "00000000000000000000.json" for p in log_dir.glob("*.json")):
+            return False
+    return True
+
+
 class _Held:
     """``with store.write_lock():`` acquires with a bounded wait, and says which store was busy."""
 
@@ -117,6 +131,14 @@ class Store:
         root = Path(root)
         if (root / INFO_FILE).exists():
             raise ConflictError(f"a store exists already at {root}")
+        if _interrupted_create(root):
+            # the info file is written last: its temporary copy without it is a create that was
+            # killed half-way, which holds nothing anyone saved; start it over
+            import logging
+
+            logging.getLogger(__name__).warning("%s holds an interrupted store creation; starting it over", root)
+            for child in root.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
         if root.exists() and any(root.iterdir()):
             raise ConflictError(f"{root} is not empty and holds no lab store; choose an empty folder")
         root.mkdir(parents=True, exist_ok=True)

@@ -119,12 +119,15 @@ class Writer:
 
         Records may be (where, record) pairs so errors can name a file line.
         """
+        return [row for _, row in self._validate(records, namespace)]
+
+    def _validate(self, records: Records, namespace: str | None) -> list[tuple[str, dict[str, Any]]]:
         now = utcnow()
-        rows = []
+        out = []
         for i, item in enumerate(records):
             where, raw = item if isinstance(item, tuple) else (f"record {i}: ", item)
-            rows.append(normalize_memory(raw, now=now, namespace=namespace, where=where))
-        return rows
+            out.append((where, normalize_memory(raw, now=now, namespace=namespace, where=where)))
+        return out
 
     @_locked
     def save_many(self, records: Records, namespace: str | None = None, *, batch_size: int = 512,
@@ -136,7 +139,8 @@ class Writer:
         one chunks commit followed by one memories commit.
         """
         started = time.perf_counter()
-        rows = self.validate(records, namespace)
+        located = self._validate(records, namespace)
+        rows = [row for _, row in located]
         report = IngestReport()
         fresh: list[dict[str, Any]] = []
         seen: dict[tuple[str, str], str] = {}
@@ -152,8 +156,11 @@ class Writer:
             fresh.append(row)
         ids = [r["id"] for r in fresh]
         if len(set(ids)) != len(ids):
-            dup = sorted({i for i in ids if ids.count(i) > 1})
-            raise ValidationError(f"the same id is used for different contents: {dup[:5]}")
+            from collections import Counter
+
+            dup = sorted(i for i, n in Counter(ids).items() if n > 1)[0]
+            places = [where.rstrip(": ") for where, row in located if row["id"] == dup]
+            raise ValidationError(f"id {dup!r} is used for different contents at {', '.join(places[:5])}")
         clash = self.store.has_ids(ids)
         if clash:
             raise ConflictError(f"memory id(s) {sorted(clash)[:5]} exist already with other content; use update")
@@ -182,12 +189,26 @@ class Writer:
         now = utcnow()
         edges = []
         if edges_path is not None:
-            known = {r["id"] for r in rows}
-            for where, raw in read_records(edges_path):
+            # every edge is checked against the file's memories and the store before anything is
+            # written: an edge that would fail in add_edges must not fail after the memories landed
+            ns_of = {r["id"]: r["namespace"] for r in rows}
+            raw_edges = read_records(edges_path)
+            wanted = {e.get(end) for _, e in raw_edges for end in ("src", "dst")} - set(ns_of) - {None}
+            if wanted:
+                stored = self.store.memories().filter(pl.col("id").is_in(sorted(map(str, wanted))))
+                ns_of.update(zip(stored["id"].to_list(), stored["namespace"].to_list()))
+            for where, raw in raw_edges:
                 edge = normalize_edge(raw, now=now, namespace=namespace, where=where)
                 for end in ("src", "dst"):
-                    if edge[end] not in known and not self.store.has_ids([edge[end]]):
+                    if edge[end] not in ns_of:
                         raise ValidationError(f"{where}edge field '{end}': no memory with id {edge[end]!r}")
+                src_ns, dst_ns = ns_of[edge["src"]], ns_of[edge["dst"]]
+                if src_ns != dst_ns:
+                    raise ValidationError(f"{where}edge {edge['src']} -> {edge['dst']} crosses namespaces "
+                                          f"({src_ns} vs {dst_ns}); edges stay inside one namespace")
+                if edge["namespace"] not in (None, src_ns):
+                    raise ValidationError(f"{where}edge field 'namespace': {edge['namespace']!r} does not match "
+                                          f"its memories' namespace {src_ns!r}")
                 edges.append(edge)
         report = self.save_many(records, namespace, progress=progress)
         for edge in edges:
