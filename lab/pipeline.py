@@ -159,6 +159,10 @@ class Pipeline:
         self.writer.build(namespace)
         return self.indexes.get(namespace)
 
+    def repair(self) -> dict[str, Any]:
+        """Restore damaged tables to their last good version and rebuild every index (see ``Writer.repair``)."""
+        return self.writer.repair()
+
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
         """Compact the store's tables and the embedding cache, and rebuild every index."""
         return self.writer.compact(vacuum_hours=vacuum_hours)

@@ -1,4 +1,4 @@
-"""`lab init | ingest | stats | store compact`: creating, filling and inspecting a store."""
+"""`lab init | ingest | stats | store compact | check | repair`: creating, filling, inspecting and mending a store."""
 from __future__ import annotations
 
 import argparse
@@ -79,6 +79,45 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from lab.write.check import check_store
+
+    report = check_store(args.store)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        for where, what in report.checked.items():
+            print(f"ok      {where}: {what}")
+        for problem in report.problems:
+            print(problem)
+        print(f"{len(report.errors)} error(s), {len(report.problems) - len(report.errors)} warning(s)"
+              + ("; `lab store repair` mends what the Delta log allows" if report.errors else ""))
+    return 5 if report.errors else 0  # 5: the store cannot be read as it is (StoreError's code)
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from lab.pipeline import Pipeline
+    from lab.write.check import check_store
+
+    with Pipeline.open(args.store) as pipe:
+        done = pipe.repair()
+    done["check"] = check_store(args.store).to_dict()
+    if args.json:
+        print_json(done)
+    else:
+        for table, r in done["tables_restored"].items():
+            print(f"table {table}: restored from version {r['from_version']} to {r['to_version']}"
+                  + (f" ({r['note']})" if r.get("note") else " (later commits undone)"))
+        if done.get("memories_rechunked"):
+            print(f"memories chunked and embedded again: {done['memories_rechunked']}")
+        print(f"indexes rebuilt: {', '.join(done['indexes_rebuilt']) or '-'}; removed: {', '.join(done['removed']) or '-'}")
+        left = [p for p in done["check"]["problems"] if p["severity"] == "error"]
+        for p in left:
+            print(f"still wrong: {p['where']}: {p['what']}")
+        print("store checks clean" if not left else f"{len(left)} problem(s) left")
+    return 5 if not done["check"]["ok"] else 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="create an empty store")
     store_arg(p)
@@ -110,3 +149,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="also delete files only versions older than this need (breaks older pins)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compact)
+    c = store_sub.add_parser("check", help="verify every table and index; exit 5 when something is wrong")
+    store_arg(c)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_check)
+    c = store_sub.add_parser("repair", help="restore damaged tables to their last good version, rebuild indexes")
+    store_arg(c)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_repair)

@@ -15,7 +15,7 @@ import polars as pl
 
 from lab.config import IndexConfig
 from lab.errors import ConflictError
-from lab.index.namespace import NamespaceIndex
+from lab.index.namespace import IndexDamaged, NamespaceIndex
 from lab.store.store import Store, StoreVersion
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,18 @@ class IndexManager:
             if idx is None:
                 self.store.require_namespace(namespace)
                 chunks = self.store.chunks(namespace)
-                idx = NamespaceIndex.load(self.directory(namespace), chunks, self.config)
+                try:
+                    idx = NamespaceIndex.load(self.directory(namespace), chunks, self.config, namespace)
+                except IndexDamaged as exc:
+                    # never trusted, never fatal: rebuilt from the store (which is the truth), and
+                    # saved again by the next write that flushes
+                    log.warning("index of namespace %r in %s failed verification (%s); rebuilt from the store",
+                                namespace, self.directory(namespace), exc)
+                    idx = self._build(namespace, chunks)
+                    self._indexes[namespace] = idx
+                    self._changed.add(namespace)
+                    self._saved.pop(namespace, None)
+                    return idx
                 if idx is None:
                     (log.warning if self.warn_on_build else log.debug)(
                         "index of namespace %r: no usable snapshot in %s; built in memory for this process "
@@ -137,6 +148,12 @@ class IndexManager:
         """A write landed in a namespace whose index is not loaded: bring it up to date at save time."""
         with self._lock:
             self._changed.add(namespace)
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self._indexes.clear()
+            self._saved.clear()
+            self._changed.clear()
 
     def forget(self, namespace: str) -> None:
         with self._lock:

@@ -22,6 +22,51 @@ from lab.index.vector import VectorIndex
 MANIFEST = "manifest.json"
 
 
+class IndexDamaged(Exception):
+    """A saved index fails verification: a file is missing, altered, or belongs to another namespace."""
+
+
+def _file_digests(directory: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file of a saved index but the manifest (paths relative to it)."""
+    import hashlib
+
+    out = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        out[path.relative_to(directory).as_posix()] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    return out
+
+
+def verify(directory: Path, namespace: str) -> dict[str, Any]:
+    """The manifest of the index saved in ``directory``, after checking it is ``namespace``'s and that
+    every file is present and unaltered; raises IndexDamaged saying what is wrong."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IndexDamaged(f"manifest unreadable: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("namespace") != namespace:
+        got = manifest.get("namespace") if isinstance(manifest, dict) else None
+        raise IndexDamaged(f"manifest is for namespace {got!r}, not {namespace!r}")
+    files = manifest.get("files")
+    if files is None:
+        return manifest  # saved before digests were recorded: namespace and counts are still checked
+    if not isinstance(files, dict):
+        raise IndexDamaged("manifest's file list is malformed")
+    found = _file_digests(directory)
+    for name, want in sorted(files.items()):
+        if name not in found:
+            raise IndexDamaged(f"file {name} is missing")
+        if found[name] != want:
+            raise IndexDamaged(f"file {name} does not match its manifest digest (altered or replaced)")
+    extra = sorted(set(found) - set(files))
+    if extra:
+        raise IndexDamaged(f"file(s) {extra[:3]} are not part of the saved index")
+    return manifest
+
+
 def _embeddings(frame: pl.DataFrame, dim: int) -> np.ndarray:
     if frame.height == 0:
         return np.zeros((0, dim), dtype=np.float32)
@@ -317,7 +362,8 @@ class NamespaceIndex:
             )
             np.save(tmp / "lexical_labels.npy", self.lexical_labels)
             np.save(tmp / "delta_labels.npy", np.asarray(self.delta_labels, dtype=np.int64))
-            (tmp / MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
+            manifest = {**self.manifest(), "files": _file_digests(tmp)}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
             old = directory.with_name(tag + ".old")
             shutil.rmtree(old, ignore_errors=True)
             if directory.exists():
@@ -326,18 +372,34 @@ class NamespaceIndex:
             shutil.rmtree(old, ignore_errors=True)
 
     @classmethod
-    def load(cls, directory: Path, chunks: pl.DataFrame, config: IndexConfig) -> "NamespaceIndex | None":
-        """Load a saved index if it matches ``config``; None means it must be rebuilt.
+    def load(cls, directory: Path, chunks: pl.DataFrame, config: IndexConfig,
+             namespace: str | None = None) -> "NamespaceIndex | None":
+        """Load a saved index if it matches ``config``; None means it must be rebuilt (none saved,
+        other parameters, or rows the store no longer has). A saved index that fails verification
+        (``verify``: namespace, file digests, counts) raises IndexDamaged.
 
         Texts come from the store's chunk table (``chunks``, all chunk rows of the namespace).
         """
-        manifest_path = directory / MANIFEST
-        if not manifest_path.is_file():
+        if not directory.exists():
             return None
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if not (directory / MANIFEST).is_file():
+            raise IndexDamaged(f"{MANIFEST} is missing")
+        manifest = verify(directory, namespace or directory.name)
         if manifest.get("config") != to_dict(config):
             return None
+        try:
+            return cls._load(directory, chunks, config, manifest)
+        except IndexDamaged:
+            raise
+        except Exception as exc:  # hnswlib, bm25s, pyarrow and numpy raise many types on a bad file
+            raise IndexDamaged(f"cannot be read: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def _load(cls, directory: Path, chunks: pl.DataFrame, config: IndexConfig,
+              manifest: dict[str, Any]) -> "NamespaceIndex | None":
         labels = pq.read_table(directory / "labels.parquet")
+        if labels.num_rows != manifest.get("n_labels"):
+            raise IndexDamaged(f"labels.parquet has {labels.num_rows} rows, the manifest says {manifest.get('n_labels')}")
         idx = cls(manifest["namespace"], manifest["dim"], config, manifest["embed_model"])
         idx.chunk_ids = labels["chunk_id"].to_pylist()
         idx.memory_of = labels["memory_id"].to_pylist()
@@ -356,6 +418,9 @@ class NamespaceIndex:
         idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical)
         idx.lexical_labels = np.load(directory / "lexical_labels.npy")
         idx.delta_labels = np.load(directory / "delta_labels.npy").tolist()
+        if (len(idx.lexical_labels), len(idx.delta_labels), idx.n_live) != (
+                manifest.get("n_lexical_main"), manifest.get("n_delta"), manifest.get("n_live")):
+            raise IndexDamaged("label counts differ from the manifest")
         idx.store_version = manifest["store_version"]
         idx.built_at = manifest["built_at"]
         return idx

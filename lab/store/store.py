@@ -399,6 +399,10 @@ class Store:
         self._memories.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._memories_commit_meta())
         return self.known_version()
 
+    def memory_rows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Memories as stored (the access log not folded in): rows to write back unchanged."""
+        return self._memories_raw().filter(pl.col("id").is_in(list(ids))).to_dicts()
+
     def stored_access_count(self, memory_id: str) -> int:
         """The access count in the memory's own row, without the log's accesses folded in."""
         rows = self._memories_raw().filter(pl.col("id") == memory_id)

@@ -44,7 +44,11 @@ class DeltaFrame:
     def version(self) -> int:
         """The latest committed version (re-reads the log tail to see other writers)."""
         if not self.pinned:
-            self._dt.update_incremental()
+            try:
+                self._dt.update_incremental()
+            except Exception as exc:  # deltalake raises several types for a damaged log
+                raise StoreError(f"table {self.path.name}: its Delta log cannot be read: {exc} "
+                                 "(run `lab store check`)") from None
         return self._dt.version()
 
     @property
@@ -167,6 +171,38 @@ class DeltaFrame:
             if entry.get("version") == version:
                 return entry
         return {}
+
+    # ----------------------------------------------------------------- checking and repair
+    def damaged_files(self, version: int | None = None) -> list[tuple[str, str]]:
+        """(file, problem) for every data file of ``version`` (default: the latest) that is missing
+        or cannot be read in full."""
+        import pyarrow.parquet as pq
+
+        dt = self._dt if version is None else DeltaTable(str(self.path), version=version)
+        out = []
+        for uri in dt.file_uris():
+            path = Path(uri[len("file://"):] if uri.startswith("file://") else uri)
+            if not path.is_file():
+                out.append((path.name, "missing"))
+                continue
+            try:
+                pq.read_table(path)
+            except Exception as exc:  # a damaged file: pyarrow raises several types
+                out.append((path.name, f"unreadable ({type(exc).__name__}: {str(exc)[:120]})"))
+        return out
+
+    def restore_last_good(self) -> int | None:
+        """Restore the table to its newest version whose files are all present and readable (one
+        new commit; later commits are undone). Returns that version, or None if none is."""
+        self._check_writable()
+        latest = self.version
+        for v in range(latest - 1, -1, -1):
+            if not self.damaged_files(v):
+                self._dt.restore(v, ignore_missing_files=True)
+                self._dt.update_incremental()
+                self._frame, self._parts, self._files, self._frame_version = None, {}, [], -1
+                return v
+        return None
 
     def n_files(self) -> int:
         return len(self._dt.file_uris())

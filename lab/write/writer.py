@@ -312,6 +312,32 @@ class Writer:
         """Log that memories were served (frequency and last-access signals read the log)."""
         return self.store.record_access(ids, context=context)
 
+    @_locked
+    def repair(self) -> dict[str, Any]:
+        """Restore damaged tables to their last good version, remove leftover index folders,
+        chunk again memories whose chunks were undone, and rebuild and save every index."""
+        from lab.write.check import repair_tables
+
+        done = repair_tables(self.store)
+        self.indexes.forget_all()  # built on the tables as they were: start from the store again
+        visible = set(self.store.chunks()["memory_id"].to_list())
+        lost = sorted(set(self.store.memories()["id"].to_list()) - visible)
+        done["memories_rechunked"] = self.rechunk(lost) if lost else 0
+        done["indexes_rebuilt"] = self.build()
+        return done
+
+    @_locked
+    def rechunk(self, ids: Sequence[str]) -> int:
+        """Chunk, embed and index memories again from their stored rows (repair, after the chunks
+        they had were lost); the rows themselves are written back unchanged."""
+        rows = self.store.memory_rows(ids)
+        if not rows:
+            return 0
+        chunks, _ = self._chunks(rows)
+        version = self.store.replace(rows, chunks)
+        self._index_added(pl.from_arrow(chunks), [], version)
+        return len(rows)
+
     # ------------------------------------------------------------------ maintenance
     @_locked
     def build(self, namespace: str | None = None) -> list[str]:

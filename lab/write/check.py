@@ -1,0 +1,122 @@
+"""`lab store check` and `lab store repair`: verify every table and index of a store, and mend what
+the Delta log and the store allow.
+
+Check reports, per table, data files of the latest version that are missing or unreadable; per
+namespace, an index snapshot that fails verification (namespace, file digests, counts); contents
+stored twice in a namespace and duplicate chunk ids; index folders of namespaces that no longer
+exist and temporary folders left by a killed save. Problems are errors (the store cannot be read
+as it is) or warnings (it can, but something is left over).
+
+Repair restores a damaged table to its newest version whose files are all readable (the commits
+after it are undone, and reported), rebuilds every index from the store and saves it, and removes
+leftover folders. Duplicated contents are reported, never deleted: which copy is wanted is the
+user's call.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lab.index.namespace import IndexDamaged, verify
+from lab.store.store import Store
+
+
+@dataclass
+class Problem:
+    severity: str  # error | warning
+    where: str  # "table memories", "index atlas", "store"
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.severity:<7} {self.where}: {self.what}"
+
+
+@dataclass
+class CheckReport:
+    problems: list[Problem] = field(default_factory=list)
+    checked: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": not self.errors, "problems": [p.__dict__ for p in self.problems], "checked": self.checked}
+
+
+def _tables(store: Store) -> dict[str, Any]:
+    return {"memories": store._memories, "chunks": store._chunks, "edges": store._edges,
+            "access_log": store._access, "namespaces": store._namespaces}
+
+
+def check_store(root: str | Path) -> CheckReport:
+    """Verify every table and index of the store at ``root`` (read-only: writes nothing)."""
+    report = CheckReport()
+    store = Store.open(root, read_only=True)
+    table_ok = True
+    for name, table in _tables(store).items():
+        try:
+            damaged = table.damaged_files()
+            report.checked[f"table {name}"] = f"version {table.version}, {table.n_files()} files"
+        except Exception as exc:  # the log itself is unreadable
+            report.problems.append(Problem("error", f"table {name}", f"Delta log unreadable: {exc}"))
+            table_ok = False
+            continue
+        for file, problem in damaged:
+            report.problems.append(Problem("error", f"table {name}", f"data file {file} is {problem}"))
+            table_ok = False
+    if not table_ok:
+        return report  # the rest reads these tables
+    memories = store.memories()
+    twice = memories.filter(pl.struct("namespace", "content_hash").is_duplicated())
+    for (ns, digest), rows in twice.group_by("namespace", "content_hash", maintain_order=True):
+        report.problems.append(Problem("error", f"namespace {ns}", f"the same content is stored as {sorted(rows['id'].to_list())}"))
+    chunks = store.chunks()
+    dup_chunks = chunks.filter(pl.col("chunk_id").is_duplicated())["chunk_id"].unique().sort().to_list()
+    if dup_chunks:
+        report.problems.append(Problem("error", "table chunks", f"{len(dup_chunks)} duplicate chunk ids, e.g. {dup_chunks[0]}"))
+    namespaces = store.namespaces()
+    index_root = store.root / "indexes"
+    for ns in namespaces:
+        directory = index_root / ns
+        if not directory.exists():
+            report.checked[f"index {ns}"] = "none saved (built on first search)"
+            continue
+        try:
+            manifest = verify(directory, ns)
+        except IndexDamaged as exc:
+            report.problems.append(Problem("error", f"index {ns}", f"{exc} (repair rebuilds it)"))
+            continue
+        report.checked[f"index {ns}"] = f"{manifest.get('n_live')} live chunks at store version {manifest.get('store_version')}"
+    if index_root.is_dir():
+        for child in sorted(index_root.iterdir()):
+            if child.name.startswith("."):
+                report.problems.append(Problem("warning", "indexes", f"{child.name} is left over from an interrupted save"))
+            elif child.name not in namespaces:
+                report.problems.append(Problem("warning", "indexes", f"{child.name} is the index of no namespace"))
+    return report
+
+
+def repair_tables(store: Store) -> dict[str, Any]:
+    """Restore every damaged table to its newest readable version and remove leftover index
+    folders; the caller holds the writer lock (``Writer.repair``), then rebuilds the indexes."""
+    done: dict[str, Any] = {"tables_restored": {}, "removed": []}
+    for name, table in _tables(store).items():
+        if table.damaged_files():
+            latest = table.version
+            good = table.restore_last_good()
+            done["tables_restored"][name] = ({"from_version": latest, "to_version": good} if good is not None
+                                             else {"from_version": latest, "to_version": None,
+                                                   "note": "no version has all its files: restore by hand"})
+    index_root = store.root / "indexes"
+    if index_root.is_dir():
+        present = set(store.namespaces())
+        for child in sorted(index_root.iterdir()):
+            if child.name.startswith(".") or child.name not in present:
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
+                done["removed"].append(child.name)
+    return done
