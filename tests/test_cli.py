@@ -86,7 +86,7 @@ def test_context_command_renders_zones_within_the_budget(tmp_path: Path):
     text = run(*args, "--counter", "exact", "--ratios", "20/60/20").stdout
     assert text.startswith("=== ")
     proc = run(*args, "--ratios", "10/10/10", check=False)
-    assert proc.returncode == 2 and "sum to 1" in proc.stderr
+    assert proc.returncode == 2 and "critical_ratio must be a finite number >= 0 and <= 1, got 10.0" in proc.stderr
     empty = run("context", "x", "--store", store, "--namespace", "atlas", "--budget", "0", "--format", "json").stdout
     assert json.loads(empty)["items"] == []
 
@@ -126,3 +126,18 @@ def test_eval_check_prints_a_status_per_condition_and_fails_on_fail(tmp_path: Pa
     assert sorted((r.data.tags["lab.regression"], r.data.tags["lab.regression_status"]) for r in runs) == [
         ("easy", "OK"), ("impossible", "FAIL"), ("plain", "OK")]
     assert all("recall_at_10" in r.data.metrics for r in runs)
+
+
+def test_search_output_shows_control_and_bidi_characters_as_escapes(tmp_path: Path):
+    import json
+
+    store = str(tmp_path / "s")
+    run("init", "--store", store, "--model", "fake-hash-256")
+    data = tmp_path / "m.jsonl"
+    data.write_text(json.dumps({"namespace": "n", "content": "evil \x1b[31mred\x1b[0m text\x00 with \u202eoverride"}) + "\n",
+                    encoding="utf-8")
+    run("ingest", str(data), "--store", store, "--quiet")
+    for cmd in (("search", "evil red text", "--namespace", "n"), ("context", "evil red text", "--namespace", "n")):
+        out = run(*cmd, "--store", store).stdout
+        assert "\x1b" not in out and "\x00" not in out and "\u202e" not in out, cmd
+        assert "\\u001b[31mred" in out and "\\u202eoverride" in out, out

@@ -9,6 +9,7 @@ import polars as pl
 
 from conftest import ROOT, require_dataset
 from lab.embed.fake import FakeEmbedder
+from lab.errors import ValidationError
 from lab.eval.locomo import load_conversations
 from lab.pipeline import Pipeline
 from lab.schema import MEMORY_TYPES
@@ -51,3 +52,67 @@ def test_locomo_reader_on_the_real_file():
         times = [t["created_at"] for t in conv.turns]
         assert times == sorted(times)
     assert any("[shares an image:" in t["content"] for t in turns)
+
+
+def _locomo_file(tmp_path, sample, name="mine.json"):
+    import json
+
+    path = tmp_path / name
+    path.write_text(json.dumps([sample]), encoding="utf-8")
+    return path
+
+
+GOOD = {"sample_id": "c1", "conversation": {
+    "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+    "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat"},
+                  {"speaker": "Bob", "dia_id": "D1:2", "text": "What is its name?"}]},
+    "qa": [{"question": "What did Ann adopt?", "evidence": ["D1:1"], "category": 4}]}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: [1, 2], "sample 1 must be an object, got int"),
+    (lambda s: {**s, "qa": {"q": 1}}, "'qa' must be a list of questions, got dict"),
+    (lambda s: {**s, "conversation": {**s["conversation"], "session_1": [{"speaker": "Ann", "dia_id": "D1:1"}]}},
+     "sample c1 session_1 turn 1: lacks a 'text' string"),
+    (lambda s: {**s, "conversation": {k: v for k, v in s["conversation"].items() if k != "session_1_date_time"}},
+     "no 'session_1_date_time' string"),
+    (lambda s: {**s, "qa": ["what?"]}, "question 1: expected an object with a 'question' string"),
+    (lambda s: {**s, "qa": []}, "no usable questions \\(0 in the file"),
+])
+def test_malformed_locomo_files_are_named_not_tracebacks(tmp_path, change, message):
+    import json
+
+    from lab.eval.locomo import load_locomo
+
+    sample = change(GOOD)
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(sample if isinstance(sample, list) else [sample]), encoding="utf-8")
+    with pytest.raises(ValidationError, match=message):
+        load_locomo(path)
+
+
+def test_a_custom_locomo_file_is_named_by_its_stem_and_a_bare_folder_is_explained(tmp_path):
+    from lab.eval.goldens import load_dataset
+    from lab.eval.locomo import load_locomo
+
+    assert load_locomo(_locomo_file(tmp_path, GOOD, "my convs.json")).name == "my-convs"
+    (tmp_path / "notbeir").mkdir()
+    with pytest.raises(ValidationError, match="without corpus.jsonl: a BEIR folder holds"):
+        load_dataset(str(tmp_path / "notbeir"))
+
+
+def test_a_run_folder_of_another_file_is_not_overwritten(tmp_path):
+    import json
+
+    from lab.errors import ConflictError
+    from lab.eval.locomo import load_locomo
+    from lab.eval.runs import _refuse_other_dataset
+
+    dataset = load_locomo(_locomo_file(tmp_path, GOOD))
+    out = tmp_path / "runs" / "mine-lab"
+    out.mkdir(parents=True)
+    (out / "dataset.json").write_text(json.dumps({"name": "mine", "source": "/elsewhere/mine.json"}))
+    with pytest.raises(ConflictError, match="holds a run of /elsewhere/mine.json"):
+        _refuse_other_dataset(out, dataset)
+    (out / "dataset.json").write_text(json.dumps({"name": "mine", "source": dataset.source}))
+    _refuse_other_dataset(out, dataset)  # the same file again: fine

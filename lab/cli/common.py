@@ -16,6 +16,27 @@ def store_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+# embedding and override controls that reorder the text after them (emoji joiners are left alone)
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def terminal_safe(text: str, keep_newlines: bool = False) -> str:
+    """Memory content as a terminal should show it: control characters (ANSI escapes, NUL) and
+    invisible format characters (bidi overrides that reorder what follows) become visible
+    ``\\uXXXX`` escapes instead of acting on the terminal."""
+    import unicodedata
+
+    out = []
+    for ch in text:
+        if keep_newlines and ch in "\n\t":
+            out.append(ch)
+        elif unicodedata.category(ch) == "Cc" or ch in _BIDI_CONTROLS:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
@@ -40,7 +61,7 @@ def print_hits(hits: list, width: int = 80, explain: bool = False) -> None:
         return
     print(f"{'#':>2}  {'score':>7}  {'memory':<18} {'type':<9} text")
     for hit in hits:
-        text = " ".join(hit.content.split())
+        text = terminal_safe(" ".join(hit.content.split()))
         if len(text) > width:
             text = text[: width - 1] + "…"
         flags = (" [superseded]" if hit.superseded else "") + (

@@ -5,7 +5,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from lab.cli.common import print_hits, print_json, store_arg
+from lab.cli.common import print_hits, print_json, store_arg, terminal_safe
 
 
 def _retriever(args: argparse.Namespace):
@@ -52,7 +52,7 @@ def cmd_context(args: argparse.Namespace) -> int:
         return 0
     text = ctx.render(args.format)
     if text:
-        print(text)
+        print(terminal_safe(text, keep_newlines=True))
     zones = "  ".join(f"{z} {u.used}/{u.available}" for z, u in ctx.zones.items())
     print(f"\n({len(ctx.items)} items, {ctx.used}/{ctx.budget} tokens [{ctx.counter}]; {zones}; "
           f"{len(ctx.skipped)} skipped)", file=sys.stderr)

@@ -44,6 +44,10 @@ def load_beir(folder: str | Path, split: str = "train", namespace: str | None = 
     if not qrels_path.is_file():
         known = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
         raise ValidationError(f"no qrels for split {split!r} in {folder}; known splits: {known}")
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        if not (folder / name).is_file():
+            raise ValidationError(f"BEIR folder {folder} lacks {name} (it needs corpus.jsonl, queries.jsonl "
+                                  "and qrels/<split>.tsv)")
     corpus = _jsonl(folder / "corpus.jsonl")
     memories = [
         {"id": str(d["_id"]), "namespace": namespace, "title": str(d.get("title") or ""),
@@ -79,7 +83,7 @@ def load_beir(folder: str | Path, split: str = "train", namespace: str | None = 
     with_gold = sorted({q for q, _, _ in rels}, key=lambda q: (len(q), q))
     questions = [(q, namespace, queries[q], "all") for q in with_gold if queries[q].strip()]
     return EvalDataset(
-        name=folder.name, memories=memories,
+        name=folder.name, memories=memories, source=str(folder.resolve()),
         questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
         qrels=pl.DataFrame(rels, schema=QRELS_SCHEMA, orient="row").filter(
             pl.col("qid").is_in([q for q, *_ in questions])),

@@ -32,6 +32,7 @@ class EvalDataset:
     stale: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"qid": pl.String, "memory_id": pl.String}))
     reference_time: str | None = None
     report: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # the file or folder it was read from (run folders record it)
 
     def fingerprint(self) -> str:
         """Hash of the memories and edges: the eval store is rebuilt only when they change."""

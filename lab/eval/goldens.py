@@ -84,7 +84,10 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     p = Path(name)
     if p.suffix in (".yaml", ".yml"):
         return load_golden(p)
-    if p.is_dir() and (p / "corpus.jsonl").is_file():
+    if p.is_dir():
+        if not (p / "corpus.jsonl").is_file():
+            raise ValidationError(f"{p} is a folder without corpus.jsonl: a BEIR folder holds corpus.jsonl, "
+                                  "queries.jsonl and qrels/<split>.tsv")
         return load_beir(p, split)
     if p.is_file() and p.suffix == ".json":
         return load_locomo(p, observations=observations, summaries=summaries)

@@ -51,18 +51,34 @@ def load_conversations(path: str | Path) -> list[LocomoConversation]:
     if not isinstance(samples, list):
         raise ValidationError(f"{path}: expected a list of samples")
     out = []
-    for sample in samples:
+    for n, sample in enumerate(samples, start=1):
+        if not isinstance(sample, dict):
+            raise ValidationError(f"{path}: sample {n} must be an object, got {type(sample).__name__}")
         sid = sample.get("sample_id")
         conv = sample.get("conversation") or {}
-        if not sid or not conv:
-            raise ValidationError(f"{path}: a sample lacks sample_id or conversation")
+        if not sid or not isinstance(sid, str) or not conv:
+            raise ValidationError(f"{path}: sample {n} lacks a sample_id string or a conversation")
+        if not isinstance(conv, dict):
+            raise ValidationError(f"{path}: sample {sid}: 'conversation' must be an object, got {type(conv).__name__}")
+        if not isinstance(sample.get("qa", []), list):
+            raise ValidationError(f"{path}: sample {sid}: 'qa' must be a list of questions, got {type(sample['qa']).__name__}")
         item = LocomoConversation(sid, (conv.get("speaker_a", ""), conv.get("speaker_b", "")), raw=sample)
         sessions = sorted(
             (int(m.group(1)), key) for key in conv if (m := SESSION_RE.match(key))
         )
         for number, key in sessions:
-            when = parse_session_time(conv[f"{key}_date_time"], f"{sid} {key}")
+            where = f"{path}: sample {sid} {key}"
+            if not isinstance(conv.get(f"{key}_date_time"), str):
+                raise ValidationError(f"{where}: no '{key}_date_time' string, so its turns have no time")
+            when = parse_session_time(conv[f"{key}_date_time"], where)
+            if not isinstance(conv[key], list):
+                raise ValidationError(f"{where}: expected a list of turns, got {type(conv[key]).__name__}")
             for i, turn in enumerate(conv[key]):
+                if not isinstance(turn, dict):
+                    raise ValidationError(f"{where} turn {i + 1}: expected an object, got {type(turn).__name__}")
+                for field in ("text", "speaker", "dia_id"):
+                    if not isinstance(turn.get(field), str):
+                        raise ValidationError(f"{where} turn {i + 1}: lacks a '{field}' string")
                 text = turn["text"]
                 if turn.get("blip_caption"):
                     text = f"{text} [shares an image: {turn['blip_caption']}]"
@@ -155,6 +171,10 @@ def load_locomo(path: str | Path, *, observations: bool = False, summaries: bool
                     })
         for n, qa in enumerate(conv.raw.get("qa") or [], start=1):
             qid = f"{sid}:q{n}"
+            if not isinstance(qa, dict) or not isinstance(qa.get("question"), str):
+                raise ValidationError(f"{path}: sample {sid} question {n}: expected an object with a 'question' string")
+            if not isinstance(qa.get("evidence") or [], list):
+                raise ValidationError(f"{path}: sample {sid} question {n}: 'evidence' must be a list of dia_ids")
             gold: list[str] = []
             for raw in qa.get("evidence") or []:
                 ids, why = repair_evidence(str(raw), known)
@@ -169,8 +189,15 @@ def load_locomo(path: str | Path, *, observations: bool = False, summaries: bool
             questions.append((qid, sid, str(qa["question"]), CATEGORIES.get(qa.get("category"), str(qa.get("category")))))
             qrels.extend((qid, f"{sid}:{g}", 1) for g in gold)
     n_questions = sum(len(c.raw.get("qa") or []) for c in convs)
+    if not questions:
+        raise ValidationError(f"{path}: no usable questions ({n_questions} in the file, "
+                              f"{len(dropped)} dropped for missing or unusable evidence)")
+    path = Path(path)
+    # the shared dev file is "locomo"; any other file is named by its stem, so its runs never
+    # land in (and overwrite) the real dataset's run folders
+    name = "locomo" if path.name == "locomo10-dev.json" else re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem) or "locomo-file"
     return EvalDataset(
-        name="locomo", memories=memories,
+        name=name, memories=memories, source=str(path.resolve()),
         questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
         qrels=pl.DataFrame(qrels, schema=QRELS_SCHEMA, orient="row"),
         edges=edges, credit=credit,

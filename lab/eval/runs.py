@@ -1,10 +1,12 @@
 """Evaluate one configuration on one dataset and write its run folder, named by what was measured."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import ChunkConfig, SearchConfig
+from lab.errors import ConflictError
 from lab.eval.dataset import EvalDataset
 from lab.eval.report import write_run
 from lab.eval.runner import EvalOptions, EvalResult, evaluate
@@ -31,11 +33,25 @@ def run_name(dataset: str, chunk: ChunkConfig, config: str, options: EvalOptions
     return f"{dataset}{index_suffix(chunk)}{extras}-{config}"
 
 
+def _refuse_other_dataset(out: Path, dataset: EvalDataset) -> None:
+    """A run folder written from another file of the same name is not overwritten."""
+    marker = out / "dataset.json"
+    if dataset.source and marker.is_file():
+        before = json.loads(marker.read_text(encoding="utf-8")).get("source")
+        if before and before != dataset.source:
+            raise ConflictError(f"run folder {out} holds a run of {before}, not {dataset.source}: "
+                                "choose another --out, or rename the file")
+
+
 def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, options: EvalOptions,
                        out_root: str | Path, loaded: DatasetOptions = DatasetOptions()) -> tuple[EvalResult, Path]:
     """Evaluate ``config`` and write its run folder under ``out_root``; returns (result, folder)."""
     result = evaluate(retriever, dataset, config, options)
     chunk = retriever.store.recorded_config().chunk
     out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded)
+    _refuse_other_dataset(out, dataset)
     write_run(result, dataset.qrels, out)
+    if dataset.source:
+        (out / "dataset.json").write_text(json.dumps({"name": dataset.name, "source": dataset.source}) + "\n",
+                                          encoding="utf-8")
     return result, out
