@@ -94,6 +94,9 @@ def test_two_writers_and_a_reader_lose_nothing_and_store_nothing_twice(tmp_path)
         assert not unfindable, unfindable[:3]
     # the seed, the common facts (alpha's 20 include beta's 10) and each writer's own
     assert memories.filter(pl.col("namespace") == "shared").height == 1 + 20 + 20 + 10
+    from lab.write.check import check_store
+
+    assert check_store(store).problems == []  # `lab store check` is clean
 
 
 def test_a_writer_folds_in_what_another_writer_committed_before_its_own_commit(tmp_path):

@@ -272,3 +272,25 @@ def test_a_store_creation_killed_half_way_is_started_over(tmp_path):
     (root / INFO_FILE).rename(root / (INFO_FILE + ".tmp"))
     with pytest.raises(ConflictError, match="not empty"):
         Store.create(root, embed_model="fake-hash-256", dim=256, save_config={})
+
+
+def test_index_folders_of_look_alike_namespaces_do_not_clobber_each_other(tmp_path):
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.save("first namespace memory", namespace="x")
+        pipe.save("second namespace memory", namespace="x.tmp")
+        pipe.build()  # saving x used to delete the index folder of x.tmp (its old temp-folder name)
+    assert sorted(p.name for p in (tmp_path / "s" / "indexes").iterdir()) == ["x", "x.tmp"]
+    from lab.write.check import check_store
+
+    assert check_store(tmp_path / "s").problems == []
+
+
+def test_messages_name_the_file_and_the_real_command(tmp_path):
+    from lab.config import SearchConfig, load_config
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fusion: [unclosed\n", encoding="utf-8")
+    with pytest.raises(ValidationError, match=rf"(?s){bad}: invalid YAML: .*in \"{bad}\", line 1"):
+        load_config(SearchConfig, bad)
+    with pytest.raises(NotFoundError, match=r"create one with `lab init --store "):
+        Pipeline.open(tmp_path / "nowhere", embedder=FakeEmbedder())
