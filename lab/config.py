@@ -247,18 +247,23 @@ def read_yaml(path: str | Path, what: str) -> Any:
         raise ValidationError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
-def load_config(cls: type[T], path: str | Path) -> T:
-    """Read a config from a .json, .yaml or .yml file."""
+def read_config_file(path: str | Path) -> Any:
+    """The parsed content of a .json, .yaml or .yml config file; errors name the file."""
     p = Path(path)
     if not p.is_file():
         raise ValidationError(f"config file not found: {p}")
     if p.suffix == ".json":
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            return json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ValidationError(f"{p}: invalid JSON: {exc}") from None
-    else:
-        data = read_yaml(p, "config file")
+    return read_yaml(p, "config file")
+
+
+def load_config(cls: type[T], path: str | Path) -> T:
+    """Read a config from a .json, .yaml or .yml file."""
+    p = Path(path)
+    data = read_config_file(p)
     try:
         return from_dict(cls, data)
     except ValidationError as exc:
@@ -457,15 +462,7 @@ def load_candidate(path: str | Path) -> Candidate:
     """A candidate file (.yaml/.yml/.json): a SearchConfig, optionally with ``save:`` (index-time)
     and ``assemble:`` sections, e.g. a sweep's best.yaml."""
     p = Path(path)
-    if p.suffix == ".json":
-        if not p.is_file():
-            raise ValidationError(f"config file not found: {p}")
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValidationError(f"{p}: invalid JSON: {exc}") from None
-    else:
-        data = read_yaml(p, "config file")
+    data = read_config_file(p)
     if not isinstance(data, dict):
         raise ValidationError(f"{p}: expected a mapping of config keys, got {type(data).__name__}")
     data = dict(data)

@@ -76,9 +76,9 @@ def load_conversations(path: str | Path) -> list[LocomoConversation]:
             for i, turn in enumerate(conv[key]):
                 if not isinstance(turn, dict):
                     raise ValidationError(f"{where} turn {i + 1}: expected an object, got {type(turn).__name__}")
-                for field in ("text", "speaker", "dia_id"):
-                    if not isinstance(turn.get(field), str):
-                        raise ValidationError(f"{where} turn {i + 1}: lacks a '{field}' string")
+                for key_ in ("text", "speaker", "dia_id"):
+                    if not isinstance(turn.get(key_), str):
+                        raise ValidationError(f"{where} turn {i + 1}: lacks a '{key_}' string")
                 text = turn["text"]
                 if turn.get("blip_caption"):
                     text = f"{text} [shares an image: {turn['blip_caption']}]"
