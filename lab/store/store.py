@@ -73,22 +73,33 @@ def _interrupted_create(root: Path) -> bool:
 
 
 class _Held:
-    """``with store.write_lock():`` acquires with a bounded wait, and says which store was busy."""
+    """``with store.write_lock():`` acquires with a bounded wait, and says which store was busy.
 
-    def __init__(self, lock: Any, timeout: float, root: Path) -> None:
-        self.lock, self.timeout, self.root = lock, timeout, root
+    While the lock is held no other process can commit, so each table's log is read once on
+    entry and its version is then known without re-reading the log on every check."""
+
+    def __init__(self, store: "Store", timeout: float) -> None:
+        self.store, self.timeout = store, timeout
 
     def __enter__(self) -> None:
         from filelock import Timeout
 
+        lock = self.store._lock
         try:
-            self.lock.acquire(timeout=self.timeout, poll_interval=0.002)  # short polls: waiters get their turn
+            lock.acquire(timeout=self.timeout, poll_interval=0.002)  # short polls: waiters get their turn
         except Timeout:
-            raise ConflictError(f"store {self.root} is busy: another writer held its lock for over "
+            raise ConflictError(f"store {self.store.root} is busy: another writer held its lock for over "
                                 f"{self.timeout:g} s (set LAB_WRITE_LOCK_TIMEOUT to wait longer)") from None
+        if lock.lock_counter == 1:  # the outermost hold in this thread
+            for table in self.store._tables():
+                table.hold()
 
     def __exit__(self, *exc: Any) -> None:
-        self.lock.release()
+        lock = self.store._lock
+        if lock.lock_counter == 1:
+            for table in self.store._tables():
+                table.unhold()
+        lock.release()
 
 
 def utcnow() -> datetime:
@@ -208,7 +219,10 @@ class Store:
         if self._lock is None:
             self._lock = FileLock(str(self.root / WRITE_LOCK))
         wait = float(os.environ.get("LAB_WRITE_LOCK_TIMEOUT", 600)) if timeout is None else timeout
-        return _Held(self._lock, wait, self.root)
+        return _Held(self, wait)
+
+    def _tables(self) -> tuple[DeltaFrame, ...]:
+        return (self._memories, self._chunks, self._edges, self._access, self._namespaces)
 
     @property
     def read_only(self) -> bool:

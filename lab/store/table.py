@@ -35,15 +35,26 @@ class DeltaFrame:
             self._dt = DeltaTable(str(path), version=version)
         except Exception as exc:  # deltalake raises several types for a missing version
             raise StoreError(f"cannot open Delta table {path} at version {version}: {exc}") from exc
+        self._held = False
         self._frame: pl.DataFrame | None = None
         self._frame_version = -1
         self._parts: dict[str, pl.DataFrame] = {}  # data file -> its rows
         self._files: list[str] = []  # the files of the cached frame, in table order
 
+    def hold(self) -> None:
+        """The store's writer lock is held: read the log tail once; until ``unhold`` no one else
+        can commit, and our own commits move ``_dt`` themselves."""
+        self.version  # noqa: B018 (reads the log tail)
+        self._held = True
+
+    def unhold(self) -> None:
+        self._held = False
+
     @property
     def version(self) -> int:
-        """The latest committed version (re-reads the log tail to see other writers)."""
-        if not self.pinned:
+        """The latest committed version (re-reads the log tail to see other writers, unless the
+        writer lock is held)."""
+        if not self.pinned and not self._held:
             try:
                 self._dt.update_incremental()
             except Exception as exc:  # deltalake raises several types for a damaged log
