@@ -160,7 +160,7 @@ class Pipeline:
         return self.indexes.get(namespace)
 
     def repair(self) -> dict[str, Any]:
-        """Restore damaged tables to their last good version and rebuild every index (see ``Writer.repair``)."""
+        """Take damaged files out of their tables and rebuild every index (see ``Writer.repair``)."""
         return self.writer.repair()
 
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:

@@ -142,3 +142,64 @@ def test_the_same_content_saved_by_two_writers_at_once_is_stored_once(tmp_path):
     writers[1].delete(got[0][0])  # a soft delete of such an id works (it failed on duplicate chunk ids)
     for w in writers:
         w.close()
+
+
+def test_an_index_is_never_stamped_with_commits_whose_chunks_it_did_not_read(tmp_path):
+    from lab.retriever import Retriever
+
+    store = tmp_path / "s"
+    with Pipeline.open(store, embedder=FakeEmbedder(), create=True) as p:
+        p.save("seed memory about rivers", namespace="n")
+    writer = Pipeline.open(store, embedder=FakeEmbedder())
+    reader = Retriever.open(store, embedder=FakeEmbedder())
+    chunks_table = reader.store._chunks
+    read_chunks = chunks_table.frame
+    landed = []
+
+    def save_in_between():  # another process's whole save lands after the reader read memories
+        if not landed:
+            landed.append(writer.save("late memory about volcanoes", namespace="n").created[0])
+        return read_chunks()
+
+    chunks_table.frame = save_in_between
+    reader.search("rivers", "n", k=1)
+    chunks_table.frame = read_chunks
+    # the reader's index must know it has not seen the late memory, and catch up on the next search
+    reader.search("late memory about volcanoes", "n", k=2)
+    idx = reader.index("n")
+    assert landed[0] in {m for m, alive in zip(idx.memory_of, idx.live) if alive}
+    writer.close()
+    reader.close()
+
+
+def test_a_failure_while_taking_the_lock_leaves_it_free(tmp_path, monkeypatch):
+    from lab.errors import StoreError
+    from lab.store.store import Store
+
+    root = tmp_path / "s"
+    Pipeline.open(root, embedder=FakeEmbedder(), create=True).close()
+    one, other = Store.open(root), Store.open(root)
+
+    def broken():
+        raise StoreError("its Delta log cannot be read")
+
+    monkeypatch.setattr(one._edges, "hold", broken)
+    try:
+        with one.write_lock():
+            pass
+    except StoreError:
+        pass
+    with other.write_lock(timeout=2):  # would time out (ConflictError) if the failed hold kept the lock
+        pass
+    assert not one._memories._held
+
+
+def test_a_store_under_a_path_with_spaces_and_accents(tmp_path):
+    from lab.write.check import check_store
+
+    root = tmp_path / "my store é" / "s"
+    with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
+        for i in range(3):
+            pipe.save(f"memory number {i}", namespace="n")
+        assert pipe.store.memories().height == 3
+    assert check_store(root).problems == []

@@ -109,6 +109,8 @@ def test_a_failing_ingest_writes_nothing(tmp_path):
             "overflow": ([{"id": "b", "namespace": "new", "content": "beta", "access_count": 2**70}], [],
                          "access_count' must be an integer in 0..9223372036854775807"),
             "surrogate": ([{"id": "c", "namespace": "new", "content": "gamma \ud800"}], [], "lone surrogate"),
+            "edge_list_id": ([{"id": "d", "namespace": "new", "content": "delta"}], [{"src": ["d"], "dst": "m-old"}],
+                             "edges.jsonl line 1: edge field invalid src"),
         }
         for name, (memories, edges, message) in cases.items():
             folder = tmp_path / name

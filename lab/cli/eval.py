@@ -17,7 +17,8 @@ def _options(args: argparse.Namespace):
 
     budget = (DEFAULT_BUDGET if args.budget is None else args.budget) or None
     return EvalOptions(ks=tuple(args.k), respect_top_k=args.respect_top_k, credit_derived=args.credit_derived,
-                       budget=budget, assemble=replace(AssembleConfig(), counter=args.counter), ragas=args.ragas)
+                       budget=budget, assemble=replace(AssembleConfig(), counter=args.counter or "estimate"),
+                       ragas=args.ragas)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -54,13 +55,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         configs = [config_from(p, None) for p in args.preset]
     else:
         # a candidate file (a sweep's best.yaml) brings the index-time and assembly settings it was
-        # chosen with; --context-turns / --time-in-text still override its index-time ones
+        # chosen with; --context-turns / --time-in-text / --counter / --budget override one field each
         candidate = candidate_from(None, args.config)
         configs = [candidate.search]
-        if candidate.save is not None and args.context_turns is None and not args.time_in_text:
-            save = candidate.save
+        if candidate.save is not None:
+            chunk = candidate.save.chunk
+            if args.context_turns is not None:
+                chunk = replace(chunk, context_turns=args.context_turns)
+            if args.time_in_text:
+                chunk = replace(chunk, time_in_text=True)
+            save = replace(candidate.save, chunk=chunk)
         if candidate.assemble is not None:
-            options = replace(options, assemble=replace(candidate.assemble, counter=args.counter),
+            counter = args.counter or candidate.assemble.counter
+            options = replace(options, assemble=replace(candidate.assemble, counter=counter),
                               budget=(candidate.assemble.budget if args.budget is None else args.budget) or None)
     retriever = eval_retriever(dataset, save, progress=not args.quiet)
     for config in configs:
@@ -110,7 +117,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-in-text", action="store_true", help="index time: index each memory with its date")
     p.add_argument("--budget", type=int, default=None,
                    help=f"context metrics at this token budget (0: off; default {DEFAULT_BUDGET}, or a candidate file's own)")
-    p.add_argument("--counter", choices=["estimate", "exact"], default="estimate")
+    p.add_argument("--counter", choices=["estimate", "exact"], default=None,
+                   help="token counter for context metrics (default estimate, or a candidate file's own)")
     p.add_argument("--ragas", action="store_true", help="also report ragas's LLM-free context metrics")
     p.add_argument("--check", metavar="REGRESSIONS_YAML", help="run every condition; OK / OKISH / FAIL, exit 1 on FAIL")
     p.add_argument("--out", default="runs", help="folder for run folders (default runs/)")

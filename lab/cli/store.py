@@ -105,9 +105,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
     if args.json:
         print_json(done)
     else:
-        for table, r in done["tables_restored"].items():
-            print(f"table {table}: restored from version {r['from_version']} to {r['to_version']}"
-                  + (f" ({r['note']})" if r.get("note") else " (later commits undone)"))
+        for table, r in done["files_dropped"].items():
+            print(f"table {table}: took out damaged file(s) {', '.join(r['files'])} (their rows are lost; "
+                  f"now at version {r['version']})")
         if done.get("memories_rechunked"):
             print(f"memories chunked and embedded again: {done['memories_rechunked']}")
         print(f"indexes rebuilt: {', '.join(done['indexes_rebuilt']) or '-'}; removed: {', '.join(done['removed']) or '-'}")
@@ -153,7 +153,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     store_arg(c)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_check)
-    c = store_sub.add_parser("repair", help="restore damaged tables to their last good version, rebuild indexes")
+    c = store_sub.add_parser("repair", help="take damaged files out of their tables, re-chunk, rebuild indexes")
     store_arg(c)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_repair)

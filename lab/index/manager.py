@@ -21,6 +21,12 @@ from lab.store.store import Store, StoreVersion
 log = logging.getLogger(__name__)
 
 
+def _pair(stamp: str) -> tuple[int, int]:
+    """The (memories, chunks) versions of a stamp: what an index's content depends on."""
+    v = StoreVersion.parse(stamp)
+    return v.memories, v.chunks
+
+
 class IndexManager:
     """Per-namespace ``NamespaceIndex`` objects over one store (pinned or following the latest)."""
 
@@ -55,6 +61,9 @@ class IndexManager:
             if idx is None:
                 self.store.require_namespace(namespace)
                 chunks = self.store.chunks(namespace)
+                # the versions these chunks were read at (no log re-read: a stamp taken later could
+                # claim commits whose chunks were not read)
+                seen = str(self.store.known_version())
                 try:
                     idx = NamespaceIndex.load(self.directory(namespace), chunks, self.config, namespace)
                 except IndexDamaged as exc:
@@ -62,7 +71,7 @@ class IndexManager:
                     # saved again by the next write that flushes
                     log.warning("index of namespace %r in %s failed verification (%s); rebuilt from the store",
                                 namespace, self.directory(namespace), exc)
-                    idx = self._build(namespace, chunks)
+                    idx = self._build(namespace, chunks, seen)
                     self._indexes[namespace] = idx
                     self._changed.add(namespace)
                     self._saved.pop(namespace, None)
@@ -71,17 +80,18 @@ class IndexManager:
                     (log.warning if self.warn_on_build else log.debug)(
                         "index of namespace %r: no usable snapshot in %s; built in memory for this process "
                         "(`lab store compact` saves one)", namespace, self.directory(namespace))
-                    idx = self._build(namespace, chunks)
+                    idx = self._build(namespace, chunks, seen)
                 else:
                     self._saved[namespace] = idx.store_version
-                    if self._behind(idx):
-                        idx.sync(chunks, str(self.store.known_version()))
+                    if _pair(idx.store_version) != _pair(seen):
+                        idx.sync(chunks, seen)
                 self._indexes[namespace] = idx
             elif self._behind(idx):
                 idx.sync(self.store.chunks(namespace), str(self.store.known_version()))  # another process wrote
             return idx
 
     def _behind(self, idx: NamespaceIndex) -> bool:
+        """The store's memories or chunks moved past the index's stamp (re-reads the log tails)."""
         stamp = StoreVersion.parse(idx.store_version)
         return stamp.memories != self.store.memories_version or stamp.chunks != self.store.chunks_version
 
@@ -106,11 +116,12 @@ class IndexManager:
                     else:
                         self.forget(ns)  # deleted by another process
 
-    def _build(self, namespace: str, chunks: pl.DataFrame | None = None) -> NamespaceIndex:
+    def _build(self, namespace: str, chunks: pl.DataFrame | None = None, seen: str | None = None) -> NamespaceIndex:
+        """A fresh index of ``chunks`` (read now when not given), stamped with the versions they were read at."""
         if chunks is None:
             chunks = self.store.chunks(namespace)
-        return NamespaceIndex.build(namespace, chunks, self.dim, self.config, self.embed_model,
-                                    str(self.store.version()))
+            seen = str(self.store.known_version())
+        return NamespaceIndex.build(namespace, chunks, self.dim, self.config, self.embed_model, seen)
 
     # ------------------------------------------------------------------ the write side's calls
     def build(self, namespace: str) -> NamespaceIndex:

@@ -91,8 +91,14 @@ class _Held:
             raise ConflictError(f"store {self.store.root} is busy: another writer held its lock for over "
                                 f"{self.timeout:g} s (set LAB_WRITE_LOCK_TIMEOUT to wait longer)") from None
         if lock.lock_counter == 1:  # the outermost hold in this thread
-            for table in self.store._tables():
-                table.hold()
+            try:
+                for table in self.store._tables():
+                    table.hold()
+            except BaseException:  # a damaged log: never keep the lock (or a table held) behind
+                for table in self.store._tables():
+                    table.unhold()
+                lock.release()
+                raise
 
     def __exit__(self, *exc: Any) -> None:
         lock = self.store._lock

@@ -92,7 +92,7 @@ class DeltaFrame:
     def _read_file(self, uri: str) -> pl.DataFrame:
         import pyarrow.parquet as pq
 
-        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        path = uri_path(uri)
         try:
             table = pq.read_table(path, schema=self.schema)
         except FileNotFoundError:
@@ -192,7 +192,7 @@ class DeltaFrame:
         dt = self._dt if version is None else DeltaTable(str(self.path), version=version)
         out = []
         for uri in dt.file_uris():
-            path = Path(uri[len("file://"):] if uri.startswith("file://") else uri)
+            path = Path(uri_path(uri))
             if not path.is_file():
                 out.append((path.name, "missing"))
                 continue
@@ -202,21 +202,33 @@ class DeltaFrame:
                 out.append((path.name, f"unreadable ({type(exc).__name__}: {str(exc)[:120]})"))
         return out
 
-    def restore_last_good(self) -> int | None:
-        """Restore the table to its newest version whose files are all present and readable (one
-        new commit; later commits are undone). Returns that version, or None if none is."""
+    def drop_damaged_files(self) -> list[str]:
+        """Take the missing and unreadable data files out of the table (one FSCK commit): only
+        their rows are lost, every other commit stays. An unreadable file is kept beside the
+        table as ``NAME.damaged`` for inspection. Returns the files dropped."""
         self._check_writable()
-        latest = self.version
-        for v in range(latest - 1, -1, -1):
-            if not self.damaged_files(v):
-                self._dt.restore(v, ignore_missing_files=True)
-                self._dt.update_incremental()
-                self._frame, self._parts, self._files, self._frame_version = None, {}, [], -1
-                return v
-        return None
+        damaged = self.damaged_files()
+        for name, problem in damaged:
+            if problem != "missing":
+                (self.path / name).rename(self.path / f"{name}.damaged")
+        if damaged:
+            self._dt.repair(dry_run=False)
+            self._dt.update_incremental()
+            self._frame, self._parts, self._files, self._frame_version = None, {}, [], -1
+        return [name for name, _ in damaged]
 
     def n_files(self) -> int:
         return len(self._dt.file_uris())
+
+
+def uri_path(uri: str) -> str:
+    """A local path from a data file URI as deltalake lists it (percent-encoded, maybe file://)."""
+    from urllib.parse import unquote, urlparse
+    from urllib.request import url2pathname
+
+    if uri.startswith("file:"):
+        return url2pathname(urlparse(uri).path)
+    return unquote(uri)
 
 
 def in_list(column: str, values: list[str]) -> str:

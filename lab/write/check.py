@@ -7,9 +7,10 @@ stored twice in a namespace and duplicate chunk ids; index folders of namespaces
 exist and temporary folders left by a killed save. Problems are errors (the store cannot be read
 as it is) or warnings (it can, but something is left over).
 
-Repair restores a damaged table to its newest version whose files are all readable (the commits
-after it are undone, and reported), rebuilds every index from the store and saves it, and removes
-leftover folders. Duplicated contents are reported, never deleted: which copy is wanted is the
+Repair takes each missing or unreadable data file out of its table (a Delta FSCK commit: only the
+rows of that file are lost, every later commit stays; an unreadable file is kept as NAME.damaged),
+chunks again the memories whose chunks were lost, rebuilds every index from the store and saves
+it, and removes leftover folders. Duplicated contents are reported, never deleted: which copy is wanted is the
 user's call.
 """
 from __future__ import annotations
@@ -104,14 +105,11 @@ def check_store(root: str | Path) -> CheckReport:
 def repair_tables(store: Store) -> dict[str, Any]:
     """Restore every damaged table to its newest readable version and remove leftover index
     folders; the caller holds the writer lock (``Writer.repair``), then rebuilds the indexes."""
-    done: dict[str, Any] = {"tables_restored": {}, "removed": []}
+    done: dict[str, Any] = {"files_dropped": {}, "removed": []}
     for name, table in _tables(store).items():
-        if table.damaged_files():
-            latest = table.version
-            good = table.restore_last_good()
-            done["tables_restored"][name] = ({"from_version": latest, "to_version": good} if good is not None
-                                             else {"from_version": latest, "to_version": None,
-                                                   "note": "no version has all its files: restore by hand"})
+        dropped = table.drop_damaged_files()
+        if dropped:
+            done["files_dropped"][name] = {"files": dropped, "version": table.version}
     index_root = store.root / "indexes"
     if index_root.is_dir():
         present = set(store.namespaces())

@@ -193,7 +193,9 @@ class Writer:
             # written: an edge that would fail in add_edges must not fail after the memories landed
             ns_of = {r["id"]: r["namespace"] for r in rows}
             raw_edges = read_records(edges_path)
-            wanted = {e.get(end) for _, e in raw_edges for end in ("src", "dst")} - set(ns_of) - {None}
+            # (only strings can be ids: anything else is named by normalize_edge below)
+            wanted = {e.get(end) for _, e in raw_edges for end in ("src", "dst")
+                      if isinstance(e.get(end), str)} - set(ns_of)
             if wanted:
                 stored = self.store.memories().filter(pl.col("id").is_in(sorted(map(str, wanted))))
                 ns_of.update(zip(stored["id"].to_list(), stored["namespace"].to_list()))
@@ -314,8 +316,8 @@ class Writer:
 
     @_locked
     def repair(self) -> dict[str, Any]:
-        """Restore damaged tables to their last good version, remove leftover index folders,
-        chunk again memories whose chunks were undone, and rebuild and save every index."""
+        """Take damaged files out of their tables, remove leftover index folders, chunk again
+        memories whose chunks were lost, and rebuild and save every index."""
         from lab.write.check import repair_tables
 
         done = repair_tables(self.store)
