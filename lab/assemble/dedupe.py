@@ -13,7 +13,7 @@ Signatures are memoised per text, since sweeps and sliders re-assemble the same 
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -181,10 +181,14 @@ class Deduper:
 
     def find(self, sig: Signature) -> object | None:
         """The placed item ``sig`` near-duplicates (the first placed, if several), or None."""
+        return next(self.matches(sig), None)
+
+    def matches(self, sig: Signature) -> Iterator[object]:
+        """Every placed item ``sig`` near-duplicates, in the order they were placed."""
         postings = self.postings
         hits = [j for sh in sig.prefix if sh in postings for j in postings[sh]]
         if not hits:
-            return None
+            return
         n, t = len(sig), self.threshold
         for j in sorted(set(hits)):
             other, item = self.placed[j]
@@ -194,8 +198,7 @@ class Deduper:
             if m < t * n - 1e-9 or m * t > n + 1e-9:
                 continue
             if sig.jaccard(other) >= t:
-                return item
-        return None
+                yield item
 
     def add(self, sig: Signature, item: object) -> None:
         j = len(self.placed)

@@ -10,7 +10,7 @@ import numpy as np
 from lab.assemble.dedupe import Deduper, signatures
 from lab.assemble.merge import _merge_chunks
 from lab.assemble.neighbours import _expand
-from lab.assemble.routing import _capacities, _reason, _zones
+from lab.assemble.routing import _reason, _zones, capacities as zone_capacities
 from lab.assemble.tokens import TokenCounter, make_counter
 from lab.assemble.truncate import _truncate
 from lab.assemble.types import Context, ContextItem, Item, Skipped, ZoneUsage, _Candidate, item_from_result, line
@@ -61,7 +61,7 @@ def assemble(
     if n > 1 and not (by_rank[1:] < by_rank[:-1]).all():
         order = np.asarray([k for _, _, k in sorted(zip((-score_arr).tolist(), ids, range(n)))], dtype=np.int64)
     reference = _reference(reference_time, config, items)
-    capacities = _capacities(config)
+    capacities = zone_capacities(config)
     best = float(score_arr[order[0]]) if n else 0.0
     norm = score_arr / best if best > 0 else np.zeros(n)
     recent_from = reference - timedelta(hours=config.recent_hours) if reference is not None else None

@@ -26,7 +26,7 @@ _get_type = attrgetter("type")
 _get_pinned = attrgetter("pinned")
 
 
-def _capacities(config: AssembleConfig) -> dict[str, int]:
+def capacities(config: AssembleConfig) -> dict[str, int]:
     critical = math.floor(config.budget * config.critical_ratio)
     middle = math.floor(config.budget * config.middle_ratio)
     return {"critical": critical, "middle": middle, "recency": config.budget - critical - middle}

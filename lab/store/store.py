@@ -92,10 +92,10 @@ class _Held:
                                 f"{self.timeout:g} s (set LAB_WRITE_LOCK_TIMEOUT to wait longer)") from None
         if lock.lock_counter == 1:  # the outermost hold in this thread
             try:
-                for table in self.store._tables():
+                for table in self.store.tables().values():
                     table.hold()
             except BaseException:  # a damaged log: never keep the lock (or a table held) behind
-                for table in self.store._tables():
+                for table in self.store.tables().values():
                     table.unhold()
                 lock.release()
                 raise
@@ -103,7 +103,7 @@ class _Held:
     def __exit__(self, *exc: Any) -> None:
         lock = self.store._lock
         if lock.lock_counter == 1:
-            for table in self.store._tables():
+            for table in self.store.tables().values():
                 table.unhold()
         lock.release()
 
@@ -227,8 +227,10 @@ class Store:
         wait = float(os.environ.get("LAB_WRITE_LOCK_TIMEOUT", 600)) if timeout is None else timeout
         return _Held(self, wait)
 
-    def _tables(self) -> tuple[DeltaFrame, ...]:
-        return (self._memories, self._chunks, self._edges, self._access, self._namespaces)
+    def tables(self) -> dict[str, DeltaFrame]:
+        """The store's tables by name (for checking and repair)."""
+        return {"memories": self._memories, "chunks": self._chunks, "edges": self._edges,
+                "access_log": self._access, "namespaces": self._namespaces}
 
     @property
     def read_only(self) -> bool:

@@ -25,8 +25,8 @@ import numpy as np
 import polars as pl
 
 from lab.assemble import AssembleConfig, Item, TokenCounter, assemble, line, make_counter
-from lab.assemble.dedupe import signatures
-from lab.assemble.routing import _capacities
+from lab.assemble.dedupe import Deduper, signatures
+from lab.assemble.routing import capacities
 from lab.config import SearchConfig
 from lab.errors import ValidationError
 from lab.eval.context import CONTEXT_COLUMNS, context_items, context_metrics, context_row, gold_sets
@@ -90,6 +90,7 @@ class BatchAssembler:
                                   dtype=bool)
         self.n_gold = np.asarray([len(g) for g in self.gold], dtype=np.int64)
         self._tokens: dict[str, np.ndarray] = {}
+        self._widest: dict[str, np.ndarray] = {}
         self._ages: dict[str | None, np.ndarray] = {}
         self._dups: dict[float, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -111,7 +112,10 @@ class BatchAssembler:
     def tokens(self, counter: str) -> np.ndarray:
         if counter not in self._tokens:
             lines = [line(it.memory_id, it.text) for items in self.items for it in items]
-            self._tokens[counter] = np.asarray(self._counter(counter).count_many(lines), dtype=np.int64)
+            tok = np.asarray(self._counter(counter).count_many(lines), dtype=np.int64)
+            self._tokens[counter] = tok
+            self._widest[counter] = np.asarray(
+                [tok[a:b].max() if b > a else 0 for a, b in zip(self.q_start[:-1], self.q_start[1:])], dtype=np.int64)
         return self._tokens[counter]
 
     def ages(self, fixed: str | None) -> np.ndarray:
@@ -140,21 +144,13 @@ class BatchAssembler:
         if threshold not in self._dups:
             partners: list[list[int]] = []
             for items in self.items:
-                sigs = signatures([it.text for it in items], threshold)
                 mine: list[list[int]] = [[] for _ in items]
-                postings: dict[int, list[int]] = {}
-                for i, sig in enumerate(sigs):
-                    n = len(sig)
-                    for j in sorted({j for sh in sig.prefix for j in postings.get(sh, ())}):
-                        m = len(sigs[j])
-                        # the size filter and exact check of `Deduper.find`
-                        if m < threshold * n - 1e-9 or m * threshold > n + 1e-9:
-                            continue
-                        if sig.jaccard(sigs[j]) >= threshold:
-                            mine[i].append(j)
-                            mine[j].append(i)
-                    for sh in sig.prefix:
-                        postings.setdefault(sh, []).append(i)
+                seen = Deduper(threshold)  # the very check `assemble` makes, against every earlier item
+                for i, sig in enumerate(signatures([it.text for it in items], threshold)):
+                    for j in seen.matches(sig):
+                        mine[i].append(j)
+                        mine[j].append(i)
+                    seen.add(sig, i)
                 partners.extend(mine)
             start = np.zeros(len(partners) + 1, dtype=np.int64)
             start[1:] = np.cumsum([len(p) for p in partners])
@@ -181,10 +177,9 @@ class BatchAssembler:
                 refs.setdefault(self.fixed_reference or configs[c].reference_time, len(refs))
             ages = np.stack([self.ages(r) for r in refs]) if len(self.norm) else np.zeros((len(refs), 0), dtype=np.int64)
             sub = [configs[c] for c in members]
-            caps = np.asarray([[cap[z] for z in ("critical", "middle", "recency")] for cap in map(_capacities, sub)],
+            caps = np.asarray([[cap[z] for z in ("critical", "middle", "recency")] for cap in map(capacities, sub)],
                               dtype=np.int64)
-            widest = np.asarray([tok[a:b].max() if b > a else 0 for a, b in zip(self.q_start[:-1], self.q_start[1:])],
-                                dtype=np.int64)
+            widest = self._widest[counter]  # each question's longest item
             # truncation of an item longer than the whole budget is left to `assemble` itself
             skip = np.asarray([(widest > cfg.budget) & (cfg.oversize == "truncate") | self.always_direct for cfg in sub],
                               dtype=bool).reshape(len(sub), n_q)

@@ -49,17 +49,12 @@ class CheckReport:
         return {"ok": not self.errors, "problems": [p.__dict__ for p in self.problems], "checked": self.checked}
 
 
-def _tables(store: Store) -> dict[str, Any]:
-    return {"memories": store._memories, "chunks": store._chunks, "edges": store._edges,
-            "access_log": store._access, "namespaces": store._namespaces}
-
-
 def check_store(root: str | Path) -> CheckReport:
     """Verify every table and index of the store at ``root`` (read-only: writes nothing)."""
     report = CheckReport()
     store = Store.open(root, read_only=True)
     table_ok = True
-    for name, table in _tables(store).items():
+    for name, table in store.tables().items():
         try:
             damaged = table.damaged_files()
             report.checked[f"table {name}"] = f"version {table.version}, {table.n_files()} files"
@@ -106,7 +101,7 @@ def repair_tables(store: Store) -> dict[str, Any]:
     """Restore every damaged table to its newest readable version and remove leftover index
     folders; the caller holds the writer lock (``Writer.repair``), then rebuilds the indexes."""
     done: dict[str, Any] = {"files_dropped": {}, "removed": []}
-    for name, table in _tables(store).items():
+    for name, table in store.tables().items():
         dropped = table.drop_damaged_files()
         if dropped:
             done["files_dropped"][name] = {"files": dropped, "version": table.version}
