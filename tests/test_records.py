@@ -5,20 +5,27 @@ from datetime import datetime, timezone
 import pytest
 
 from lab.errors import ValidationError
-from lab.store.records import normalize_edge, normalize_memory, validate_namespace
+from lab.store.records import namespace_folder, normalize_edge, normalize_memory, validate_namespace
 
 NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
 
-@pytest.mark.parametrize("name", ["a", "team-1", "conv_26", "x.y", "A" * 64])
+@pytest.mark.parametrize("name", ["a", "team-1", "conv_26", "x.y", "A" * 64, "team-a/notes", "a/b/c/d"])
 def test_valid_namespaces(name):
     assert validate_namespace(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "../etc", "a/b", "a\\b", "..", "a..b", ".hidden", "A" * 65, "sp ace", None, 3])
+@pytest.mark.parametrize("name", ["", "../etc", "a//b", "/a", "a/", "a/../b", "a/b/c/d/e", "a/con", "a/.x", "a\\b", "..", "a..b", ".hidden", "A" * 65, "sp ace", None, 3])
 def test_invalid_namespaces_are_refused_with_a_clear_error(name):
     with pytest.raises(ValidationError, match="namespace"):
         validate_namespace(name)
+
+
+def test_a_nested_namespace_has_its_own_flat_index_folder():
+    assert namespace_folder("team-a/notes") == "team-a~notes"
+    assert namespace_folder("team-a") == "team-a"
+    with pytest.raises(ValidationError, match="namespace"):
+        namespace_folder("team-a~notes")  # the folder name itself is no namespace: no collision
 
 
 def test_defaults_are_filled_and_id_is_deterministic():

@@ -158,6 +158,20 @@ def test_namespaces_create_list_delete(pipe):
         pipe.search("dentist", "beta")
 
 
+def test_a_nested_namespace_is_separate_from_its_parent_and_survives_its_deletion(pipe):
+    pipe.save_many([{"id": "p1", "namespace": "team-a", "content": "the parent team's note"},
+                    {"id": "c1", "namespace": "team-a/notes", "content": "the child namespace's note"}],
+                   progress=False)
+    assert [r.memory_id for r in pipe.search("note", "team-a/notes")] == ["c1"]
+    pipe.search("note", "team-a")
+    pipe.close()
+    indexes = pipe.store.root / "indexes"
+    assert sorted(p.name for p in indexes.iterdir() if not p.name.startswith(".")) == ["team-a", "team-a~notes"]
+    pipe.delete_namespace("team-a")
+    assert (indexes / "team-a~notes" / "manifest.json").is_file()
+    assert [r.memory_id for r in pipe.search("note", "team-a/notes")] == ["c1"]
+
+
 def test_edges_add_list_remove(pipe):
     seed(pipe)
     assert pipe.add_edges([

@@ -16,6 +16,7 @@ import polars as pl
 from lab.config import IndexConfig
 from lab.errors import ConflictError
 from lab.index.namespace import IndexDamaged, NamespaceIndex
+from lab.store.records import namespace_folder
 from lab.store.store import Store, StoreVersion
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class IndexManager:
         self._lock = threading.RLock()
 
     def directory(self, namespace: str) -> Path:
-        return self.store.root / "indexes" / namespace
+        return self.store.root / "indexes" / namespace_folder(namespace)
 
     def loaded(self) -> dict[str, NamespaceIndex]:
         with self._lock:

@@ -10,7 +10,10 @@ from typing import Any, Mapping
 from lab.errors import ValidationError
 from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
 
-NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # one segment of a namespace
+MAX_NAMESPACE_SEGMENTS = 4  # "team-a/project-x": segments group namespaces for key permissions
+MAX_NAMESPACE_CHARS = 128
+NAMESPACE_FOLDER_SEP = "~"  # stands for "/" in a namespace's index folder; never valid in a name
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$")
 MAX_CONTENT_CHARS = 1_000_000
 MAX_INT64 = 2**63 - 1
@@ -26,18 +29,30 @@ EDGE_FIELDS = ("namespace", "src", "dst", "relation", "weight", "created_at")
 
 
 def validate_namespace(name: Any) -> str:
-    """A namespace is a short name usable as a folder: no separators, no '..', bounded length."""
+    """A namespace is one to four segments joined by "/" ("team-a/notes"); each segment is a short
+    name usable as a folder: no separators, no '..', bounded length. Its index folder is
+    ``namespace_folder(name)``, one level under the store's indexes, whatever the segments."""
     if not isinstance(name, str) or not name:
         raise ValidationError(f"namespace must be a non-empty string, got {name!r}")
-    if ".." in name or not NAMESPACE_RE.match(name) or name.endswith("."):
+    segments = name.split("/")
+    if (len(name) > MAX_NAMESPACE_CHARS or len(segments) > MAX_NAMESPACE_SEGMENTS
+            or any(".." in s or not NAMESPACE_RE.match(s) or s.endswith(".") for s in segments)):
         raise ValidationError(
-            f"invalid namespace {name!r}: use 1-64 characters from letters, digits, '_', '-', '.', "
-            "starting with a letter or digit and not ending with '.', without '..' or path separators"
+            f"invalid namespace {name!r}: use 1 to {MAX_NAMESPACE_SEGMENTS} segments joined by '/', each of "
+            "1-64 characters from letters, digits, '_', '-', '.', starting with a letter or digit and "
+            f"not ending with '.', without '..' ({MAX_NAMESPACE_CHARS} characters at most in all)"
         )
-    if name.split(".")[0].lower() in RESERVED_NAMES:
-        raise ValidationError(f"invalid namespace {name!r}: {name.split('.')[0]!r} is a reserved device name "
-                              "on Windows, unusable as a folder there; choose another")
+    for s in segments:
+        if s.split(".")[0].lower() in RESERVED_NAMES:
+            raise ValidationError(f"invalid namespace {name!r}: {s.split('.')[0]!r} is a reserved device name "
+                                  "on Windows, unusable as a folder there; choose another")
     return name
+
+
+def namespace_folder(name: str) -> str:
+    """The folder name of a namespace's index: "/" becomes "~", so "team-a/notes" is one folder
+    beside the others and can never be mistaken for (or deleted with) a namespace "team-a"."""
+    return validate_namespace(name).replace("/", NAMESPACE_FOLDER_SEP)
 
 
 def validate_id(value: Any, field: str = "id") -> str:

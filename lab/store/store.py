@@ -15,7 +15,7 @@ from lab.version import __version__
 from lab.config import SaveConfig, from_dict
 from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
 from lab.schema import ACCESS_LOG, EDGES, MEMORIES, MEMORY_TYPES, NAMESPACES, EDGE_RELATIONS, chunks_schema
-from lab.store.records import validate_id, validate_namespace
+from lab.store.records import namespace_folder, validate_id, validate_namespace
 from lab.store.table import DeltaFrame, in_list
 
 STORE_FORMAT = 1
@@ -297,7 +297,7 @@ class Store:
         self._chunks.delete(pred)
         self._access.delete(pred)
         self._namespaces.delete(f"name = '{name}'")
-        shutil.rmtree(self.root / "indexes" / name, ignore_errors=True)
+        shutil.rmtree(self.root / "indexes" / namespace_folder(name), ignore_errors=True)
         return counts
 
     # ----------------------------------------------------------------- memories

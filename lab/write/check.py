@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from lab.index.namespace import IndexDamaged, verify
+from lab.store.records import namespace_folder
 from lab.store.store import Store
 
 
@@ -78,7 +79,7 @@ def check_store(root: str | Path) -> CheckReport:
     namespaces = store.namespaces()
     index_root = store.root / "indexes"
     for ns in namespaces:
-        directory = index_root / ns
+        directory = index_root / namespace_folder(ns)
         if not directory.exists():
             report.checked[f"index {ns}"] = "none saved (built on first search)"
             continue
@@ -92,7 +93,7 @@ def check_store(root: str | Path) -> CheckReport:
         for child in sorted(index_root.iterdir()):
             if child.name.startswith("."):
                 report.problems.append(Problem("warning", "indexes", f"{child.name} is left over from an interrupted save"))
-            elif child.name not in namespaces:
+            elif child.name not in {namespace_folder(ns) for ns in namespaces}:
                 report.problems.append(Problem("warning", "indexes", f"{child.name} is the index of no namespace"))
     return report
 
@@ -107,7 +108,7 @@ def repair_tables(store: Store) -> dict[str, Any]:
             done["files_dropped"][name] = {"files": dropped, "version": table.version}
     index_root = store.root / "indexes"
     if index_root.is_dir():
-        present = set(store.namespaces())
+        present = {namespace_folder(ns) for ns in store.namespaces()}
         for child in sorted(index_root.iterdir()):
             if child.name.startswith(".") or child.name not in present:
                 shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
