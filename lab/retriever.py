@@ -151,17 +151,22 @@ class Retriever:
 
     def search_response(self, query: str, namespace: str, k: int | None = None, *,
                         config: SearchConfig | None = None, preset: str | None = None,
-                        explain: bool = False) -> SearchResponse:
-        """The whole response of a search: results, the query's analysis, the config's name."""
+                        explain: bool = False, query_vector: np.ndarray | None = None) -> SearchResponse:
+        """The whole response of a search: results, the query's analysis, the config's name.
+
+        ``query_vector`` is the query's embedding when the caller has it already (a server embeds
+        concurrent queries in one model call)."""
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
         snap = self.snapshot(namespace)
-        return search(snap, query, self.embed_queries([query])[0], self.resolve_config(config, preset), k=k, explain=explain)
+        vector = self.embed_queries([query])[0] if query_vector is None else query_vector
+        return search(snap, query, vector, self.resolve_config(config, preset), k=k, explain=explain)
 
     def search(self, query: str, namespace: str, k: int | None = None, *, config: SearchConfig | None = None,
-               preset: str | None = None, explain: bool = False) -> list[Result]:
+               preset: str | None = None, explain: bool = False, query_vector: np.ndarray | None = None) -> list[Result]:
         """The ranked results of one query in one namespace (default configuration: the retriever's)."""
-        return self.search_response(query, namespace, k, config=config, preset=preset, explain=explain).results
+        return self.search_response(query, namespace, k, config=config, preset=preset, explain=explain,
+                                    query_vector=query_vector).results
 
     # ------------------------------------------------------------------ assembly
     def neighbours(self, namespace: str, items: Sequence[Item], window: int) -> dict[str, list[Item]]:
@@ -198,8 +203,8 @@ class Retriever:
 
     def search_and_assemble(self, query: str, namespace: str, budget: int | None = None, *,
                             config: SearchConfig | None = None, preset: str | None = None,
-                            assemble_config: AssembleConfig | None = None,
-                            candidates: int = 50) -> tuple[Context, list[Result]]:
+                            assemble_config: AssembleConfig | None = None, candidates: int = 50,
+                            query_vector: np.ndarray | None = None) -> tuple[Context, list[Result]]:
         """``context``, also returning the search results offered to assembly (a writer logs them)."""
         if candidates < 1:
             raise ValidationError(f"candidates must be >= 1, got {candidates}")
@@ -207,7 +212,7 @@ class Retriever:
         if budget is not None:
             acfg = replace(acfg, budget=budget)
         scfg = self.resolve_config(config, preset)
-        results = self.search(query, namespace, k=candidates, config=scfg)
+        results = self.search(query, namespace, k=candidates, config=scfg, query_vector=query_vector)
         return self.assemble(results, namespace, acfg, scfg), results
 
     def assemble(self, results: Sequence[Result], namespace: str, assemble_config: AssembleConfig | None = None,

@@ -363,8 +363,11 @@ class Store:
         valid: bool | None = None,
         offset: int = 0,
         limit: int = 50,
+        after: tuple[datetime, str] | None = None,
     ) -> pl.DataFrame:
-        """Memories matching every given filter, newest first, ties on id; paginated."""
+        """Memories matching every given filter, newest first, ties on id; paginated by offset or
+        by ``after`` (the (created_at, id) of the last row already seen: a cursor that stays right
+        while memories are added)."""
         if namespace is not None:
             self.require_namespace(namespace)
         if offset < 0 or limit < 0:
@@ -383,6 +386,9 @@ class Store:
             frame = frame.filter(pl.col("created_at") < until)
         if valid is not None:
             frame = frame.filter(pl.col("valid") == valid)
+        if after is not None:
+            at, last = after
+            frame = frame.filter((pl.col("created_at") < at) | ((pl.col("created_at") == at) & (pl.col("id") > last)))
         frame = frame.sort(["created_at", "id"], descending=[True, False])
         return frame.slice(offset, limit)
 

@@ -193,18 +193,25 @@ CHAMPION = "champion"
 
 def champion(model: str, uri: str | None = None) -> dict[str, Any] | None:
     """The registered champion of ``model``: version, config, assemble and save (dicts; save None when
-    it used the default index settings), run id, bundle; None when there is none."""
+    it used the default index settings), run id, bundle, verdict; None when there is none."""
+    return model_version(model, alias=CHAMPION, uri=uri)
+
+
+def model_version(model: str, *, alias: str | None = None, version: str | None = None,
+                  uri: str | None = None) -> dict[str, Any] | None:
+    """A registered version of ``model`` by alias or number (as ``champion`` describes it); None
+    when the model, alias or version does not exist."""
     from mlflow.exceptions import MlflowException
 
     _, c, _ = client(uri)
     try:
-        mv = c.get_model_version_by_alias(model, CHAMPION)
+        mv = c.get_model_version_by_alias(model, alias) if alias else c.get_model_version(model, str(version))
     except MlflowException:
         return None
     return {"version": mv.version, "run_id": mv.run_id, "config": json.loads(mv.tags.get("lab.config", "{}")),
             "assemble": json.loads(mv.tags.get("lab.assemble", "{}")), "bundle": mv.tags.get("lab.bundle"),
             "save": json.loads(mv.tags["lab.save"]) if "lab.save" in mv.tags else None,
-            "source": mv.source}
+            "verdict": mv.tags.get("lab.verdict"), "source": mv.source}
 
 
 def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, assemble_json: str,

@@ -56,10 +56,10 @@ def index_context(store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig) ->
     return out
 
 
-def chunk_rows(
-    store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig, tokenizer: Tokenizer, dim: int, embed: EmbedFn,
-) -> tuple[pa.Table, int]:
-    """The chunks table of ``rows`` (token windows with their embeddings); returns (table, texts embedded anew)."""
+def chunk_records(
+    store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig, tokenizer: Tokenizer,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The chunk rows of ``rows`` without embeddings, and the texts to embed (one per chunk)."""
     records: list[dict[str, Any]] = []
     texts: list[str] = []
     context = index_context(store, rows, cfg)
@@ -78,6 +78,14 @@ def chunk_rows(
                 "n_tokens": chunk.n_tokens,
             })
             texts.append(chunk.text)
+    return records, texts
+
+
+def chunk_rows(
+    store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig, tokenizer: Tokenizer, dim: int, embed: EmbedFn,
+) -> tuple[pa.Table, int]:
+    """The chunks table of ``rows`` (token windows with their embeddings); returns (table, texts embedded anew)."""
+    records, texts = chunk_records(store, rows, cfg, tokenizer)
     vectors, embedded = embed(texts)
     schema = chunks_schema(dim)
     columns = {name: [r[name] for r in records] for name in schema.names if name != "embedding"}

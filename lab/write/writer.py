@@ -17,7 +17,7 @@ from lab.errors import ConflictError, NotFoundError, ValidationError
 from lab.index.manager import IndexManager
 from lab.store.records import chunk_index_hash, normalize_edge, normalize_memory, validate_id
 from lab.store.store import Store, StoreVersion, utcnow
-from lab.write.rows import chunk_rows
+from lab.write.rows import chunk_records, chunk_rows
 
 EDITABLE = (
     "content", "title", "tags", "type", "source", "importance", "pinned", "valid",
@@ -109,6 +109,11 @@ class Writer:
         misses = self.cache.misses
         vectors = self.cache.embed(self.embedder, texts)
         return vectors, self.cache.misses - misses
+
+    def chunk_texts(self, rows: list[dict[str, Any]]) -> list[str]:
+        """The texts saving ``rows`` will embed (a server embeds them ahead, outside its store lock,
+        so the save itself finds them in the embedding cache)."""
+        return chunk_records(self.store, rows, self.config.chunk, self.embedder.tokenizer)[1]
 
     def _chunks(self, rows: list[dict[str, Any]]):
         return chunk_rows(self.store, rows, self.config.chunk, self.embedder.tokenizer, self.embedder.dim, self.embed)
@@ -308,6 +313,16 @@ class Writer:
         now = utcnow()
         rows = [normalize_edge(e, now=now, namespace=namespace, where=f"edge {i}: ") for i, e in enumerate(edges)]
         return self.store.add_edges(rows)
+
+    @_locked
+    def remove_edges(self, src: str, dst: str, relation: str | None = None) -> int:
+        """Remove the edges src -> dst (of one relation, or all); NotFoundError when there is none."""
+        return self.store.remove_edges(src, dst, relation)
+
+    @_locked
+    def create_namespace(self, name: str, description: str = "") -> bool:
+        """Create an empty namespace (ConflictError when it exists)."""
+        return self.store.create_namespace(name, description)
 
     @_locked
     def record_access(self, ids: Sequence[str], *, context: str = "search") -> int:

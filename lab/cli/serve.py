@@ -1,0 +1,89 @@
+"""`lab serve` and `lab keys`: parse the options, start the server or edit the keys file."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lab.cli.common import print_json
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from lab.errors import ValidationError
+    from lab.serve.auth import KeyRing
+    from lab.serve.bundle import load_bundle, load_model
+    from lab.serve.settings import load_settings
+
+    flags = {k: getattr(args, k) for k in ("model", "bundle", "store", "host", "port", "auth", "keys_file", "rate",
+                                           "burst", "max_body_bytes", "tracking_uri", "log_level")}
+    settings = load_settings(flags, config_file=args.config)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("bm25s").setLevel(max(logging.WARNING, logging.getLogger().level))  # it logs every build
+    served = load_bundle(settings.bundle) if settings.bundle else load_model(settings.model, settings.tracking_uri)
+    keys = KeyRing.load(settings.keys_file)
+    if settings.auth_on and not keys.keys:
+        why = "asked for" if settings.auth == "on" else f"on by default when binding to {settings.host}"
+        raise ValidationError(f"auth is {why}, but there are no API keys: create one with "
+                              "`lab keys create NAME --keys-file FILE` and pass --keys-file FILE "
+                              "(or set $LAB_API_KEYS), or bind to 127.0.0.1")
+    import uvicorn
+
+    from lab.serve.app import create_app
+
+    app = create_app(settings, served, keys=keys)
+    print(f"serving {served.source} (candidate {served.manifest.get('candidate')}, verdict GO) "
+          f"from store {settings.store} on http://{settings.host}:{settings.port}  "
+          f"auth {'on' if settings.auth_on else 'off'}, {len(keys.keys)} key(s); API docs at /docs", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
+                timeout_graceful_shutdown=10)
+    return 0
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from lab.serve.auth import add_key
+
+    secret = add_key(args.keys_file, args.name, args.scope, args.namespaces)
+    print(f"key {args.name!r} ({args.scope}, namespaces {', '.join(args.namespaces)}) added to {args.keys_file}; "
+          "its hash is stored, the key itself is shown only now:", file=sys.stderr)
+    print(secret)
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from lab.serve.auth import KeyRing, describe
+
+    print_json(describe(KeyRing.load(args.keys_file, env={})))
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve the gated configuration over REST (FastAPI on uvicorn)",
+                       description="Serve the registered champion (or a bundle) over REST. Settings come from "
+                                   "flags, then $LAB_SERVE_<NAME> variables, then --config FILE (YAML).")
+    p.add_argument("--model", help="registered model version (default models:/lab-memory@champion)")
+    p.add_argument("--bundle", help="an exported bundle folder instead of the registry")
+    p.add_argument("--store", help="the store to serve (default .lab/serve/store, created with the gated settings)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8080)")
+    p.add_argument("--auth", choices=["on", "off", "auto"], help="API keys required (auto: unless bound to loopback)")
+    p.add_argument("--keys-file", dest="keys_file", help="API keys file (hashed; `lab keys create` writes it)")
+    p.add_argument("--rate", type=float, help="requests per second per key (default 50)")
+    p.add_argument("--burst", type=int, help="requests allowed at once per key (default 100)")
+    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help="request body limit (default 1 MiB)")
+    p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (default: local SQLite)")
+    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--config", help="settings file (YAML; env LAB_SERVE_CONFIG)")
+    p.set_defaults(func=cmd_serve)
+
+    k = sub.add_parser("keys", help="create and list the server's API keys")
+    ksub = k.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    c = ksub.add_parser("create", help="create a key: prints it once, stores its hash")
+    c.add_argument("name")
+    c.add_argument("--keys-file", dest="keys_file", required=True)
+    c.add_argument("--scope", choices=["read", "write"], default="read")
+    c.add_argument("--namespaces", nargs="+", default=["*"], help="patterns: '*', 'team-a/*', 'project-x'")
+    c.set_defaults(func=cmd_keys_create)
+    ls = ksub.add_parser("list", help="the keys in a file (names, scopes, namespaces; no hashes)")
+    ls.add_argument("--keys-file", dest="keys_file", required=True)
+    ls.set_defaults(func=cmd_keys_list)

@@ -1,0 +1,188 @@
+"""The FastAPI application: ``create_app(settings)``, its middleware and the one error mapping.
+
+Every error leaves as ``{"error": {"status", "code", "message", "field"}}``: validation 422 naming
+the field, unknown ids and namespaces 404, auth 401/403, rate limit 429 with Retry-After, body
+limit 413. Messages are lab's own, with file paths and internals taken out; an unexpected error
+is logged with its traceback and answered 500 with no detail.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from lab.errors import LabError, StoreError
+from lab.serve.auth import KeyRing, RateLimiter
+from lab.serve.bundle import Served
+from lab.serve.metrics import Metrics
+from lab.serve.service import MemoryService
+from lab.serve.settings import Settings
+
+log = logging.getLogger("lab.serve")
+
+CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+         409: "conflict", 413: "too_large", 422: "invalid", 429: "rate_limited", 500: "internal", 503: "unavailable"}
+
+
+class ApiError(Exception):
+    """An HTTP error with lab's body; raised by routes and dependencies."""
+
+    def __init__(self, status: int, message: str, *, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.field, self.headers = status, message, field, headers
+
+
+def error_response(status: int, message: str, field: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"status": status, "code": CODES.get(status, "error"), "message": message, "field": field}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    service: MemoryService
+    keys: KeyRing
+    limiter: RateLimiter
+    metrics: Metrics
+    auth_on: bool
+
+
+# an absolute file path (two segments or more), but not one of our own routes (/v1/...)
+_PATH = re.compile(r"(?<![\w/])(?!/v1/)(?:[A-Za-z]:)?(?:/[^\s/'\"()]+){2,}/?")
+_KNOWN = re.compile(r";\s*known: \[[^\]]*\]")
+_FIELD = re.compile(r"field '?([A-Za-z_][\w.]*)'?")
+
+
+def public_message(exc: LabError, store_root: str) -> str:
+    """A lab error's message as a client may see it: no file paths, no list of other namespaces."""
+    text = str(exc).replace(store_root, "<store>")
+    text = _KNOWN.sub("", text)
+    return _PATH.sub("<path>", text)
+
+
+class BodyLimit:
+    """Refuses request bodies over ``limit`` bytes with 413, by Content-Length or while streaming."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        too_large = error_response(413, f"request body over {self.limit} bytes")
+        if declared is not None:
+            try:
+                if int(declared) > self.limit:
+                    return await too_large(scope, receive, send)
+            except ValueError:
+                return await error_response(400, "Content-Length is not a number")(scope, receive, send)
+        seen = 0
+
+        async def limited() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await too_large(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
+               keys: KeyRing | None = None) -> FastAPI:
+    """The REST app over ``served`` (a GO configuration) and the store ``settings`` names."""
+    from lab.serve import routes
+    from lab.version import __version__
+
+    metrics = Metrics()
+    service = service or MemoryService(settings, served, observer=metrics)
+    service.observer = metrics
+    keys = keys if keys is not None else KeyRing.load(settings.keys_file)
+    state = AppState(settings, service, keys, RateLimiter(settings.rate, settings.burst), metrics, settings.auth_on)
+    metrics.count_memories(lambda: service.read(
+        lambda: dict(service.store.memories().group_by("namespace").len().iter_rows())))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        def warm() -> None:
+            service.warm()
+            metrics.ready.set(1 if service.ready.is_set() else 0)
+
+        threading.Thread(target=warm, name="lab-warm", daemon=True).start()
+        yield
+        service.close()
+
+    app = FastAPI(title="lab memory API", version=__version__, lifespan=lifespan,
+                  description="Save, search and assemble agent memories with a gated retrieval configuration.")
+    app.state.lab = state
+    root = str(service.store.root.resolve())
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.field, exc.headers)
+
+    @app.exception_handler(LabError)
+    async def lab_error(request: Request, exc: LabError) -> JSONResponse:
+        if isinstance(exc, StoreError) or exc.http_status >= 500:
+            log.error("store error on %s %s: %s", request.method, request.url.path, exc)
+            return error_response(500, "the store could not be read or written; the server log has the details")
+        found = _FIELD.search(str(exc))
+        field = None
+        if found:  # named like pydantic's errors: where the field was sent
+            field = ("body." if request.method in ("POST", "PATCH", "PUT") else "query.") + found.group(1)
+        return error_response(exc.http_status, public_message(exc, root), field)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return error_response(422, f"{where}: {first.get('msg', 'invalid')}", where or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error; the server log has the details")
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:  # answered by the handler above; counted here as the 500 it becomes
+            metrics.requests.labels("unmatched", request.method, "500").inc()
+            raise
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.requests.labels(path, request.method, str(response.status_code)).inc()
+        metrics.latency.labels(path, request.method).observe(time.perf_counter() - started)
+        return response
+
+    app.include_router(routes.operations)
+    app.include_router(routes.v1)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app

@@ -1,0 +1,95 @@
+"""What the server serves: a gated configuration, from an exported bundle or the model registry.
+
+Only a configuration whose gate verdict is GO is served. The bundle (written by ``lab gate`` on
+export) carries the search, assembly and, when the candidate had its own, index-time settings; the
+registry's model version points at its bundle and carries the verdict as a tag.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.config import AssembleConfig, SaveConfig, SearchConfig, from_dict
+from lab.errors import ConflictError, NotFoundError, ValidationError
+
+MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
+
+
+@dataclass(frozen=True)
+class Served:
+    """The gated configuration: search, assembly and (when the bundle has one) index-time settings."""
+
+    search: SearchConfig
+    assemble: AssembleConfig
+    save: SaveConfig | None
+    manifest: dict[str, Any]
+    source: str  # where it came from: "models:/NAME@ALIAS (version N)" or the bundle folder
+
+    def describe(self) -> dict[str, Any]:
+        m = self.manifest
+        return {"source": self.source, "candidate": m.get("candidate"), "verdict": m.get("verdict"),
+                "config": self.search.name, "gate_run": m.get("run_id"), "exported_at": m.get("exported_at")}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValidationError(f"bundle file {path} cannot be read: {exc}") from None
+
+
+def load_bundle(folder: str | Path, source: str | None = None) -> Served:
+    """The bundle at ``folder``; refused unless its manifest's verdict is GO."""
+    folder = Path(folder)
+    if not (folder / "manifest.json").is_file():
+        raise NotFoundError(f"no bundle at {folder}: manifest.json is missing (bundles are written by "
+                            "`lab gate --export`)")
+    manifest = _read_json(folder / "manifest.json")
+    verdict = manifest.get("verdict")
+    if verdict != "GO":
+        raise ConflictError(f"refusing to serve {folder}: its gate verdict is {verdict!r}, not GO "
+                            f"(gate run {manifest.get('run_id')}; see its gate.md)")
+    for name in ("config.json", "assemble.json"):
+        if not (folder / name).is_file():
+            raise NotFoundError(f"bundle {folder} lacks {name}")
+    search = from_dict(SearchConfig, _read_json(folder / "config.json"), where=f"{folder / 'config.json'}: ")
+    assemble = from_dict(AssembleConfig, _read_json(folder / "assemble.json"), where=f"{folder / 'assemble.json'}: ")
+    save = None
+    if (folder / "save.json").is_file():
+        save = from_dict(SaveConfig, _read_json(folder / "save.json"), where=f"{folder / 'save.json'}: ")
+    return Served(search, assemble, save, manifest, source or str(folder.resolve()))
+
+
+def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
+    """The registered model version ``model_uri`` names (models:/NAME@ALIAS or models:/NAME/VERSION)."""
+    from lab import track
+
+    match = MODEL_URI.match(model_uri)
+    if not match:
+        raise ValidationError(f"model {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
+    found = track.model_version(match["name"], alias=match["alias"], version=match["version"], uri=tracking_uri)
+    if found is None:
+        raise NotFoundError(f"no registered model version {model_uri} in {track.tracking_uri(tracking_uri)} "
+                            "(a GO from `lab gate --export` registers one; or serve a folder with --bundle)")
+    if found.get("verdict") != "GO":
+        raise ConflictError(f"refusing to serve {model_uri} (version {found['version']}): its gate verdict is "
+                            f"{found.get('verdict')!r}, not GO")
+    if not found.get("bundle"):
+        raise NotFoundError(f"{model_uri} (version {found['version']}) names no bundle folder")
+    return load_bundle(found["bundle"], source=f"{model_uri} (version {found['version']})")
+
+
+def served_save_config(served: Served) -> SaveConfig | None:
+    """The index-time settings the gate judged: the bundle's own, else those of the store it was
+    evaluated on (when that store is still there), else None (the served store's own)."""
+    if served.save is not None:
+        return served.save
+    from lab.store.store import Store
+
+    path = (served.manifest.get("store") or {}).get("path")
+    if path and (Path(path) / "lab-store.json").is_file():
+        return Store.open(path, read_only=True).recorded_config()
+    return None

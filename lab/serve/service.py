@@ -1,0 +1,322 @@
+"""The server's engine: one store, its writer and retriever, writes group-committed and queries
+embedded in batches; safe to call from many request threads at once.
+
+Three locks keep it simple and correct:
+- ``lock`` (store, indexes, views): held by one thread at a time for one read or one commit. A
+  write is acknowledged after its commit and its index update, under this lock, so the next
+  search sees it.
+- ``embed_lock`` (the model): one model call at a time (the tokenizer is not re-entrant).
+- the store's file lock (taken by the writer): other processes writing the same store take turns.
+
+Writes queue to one committer thread. Consecutive creates are committed together (one chunks
+commit, one memories commit for up to ``group_max`` memories), their texts embedded ahead in one
+model call outside the store lock. Searches and context requests queue to one reader thread, which
+embeds every query waiting in one model call, then answers them one by one.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
+from lab.embed import Embedder
+from lab.errors import ConflictError, LabError
+from lab.pipeline import Pipeline
+from lab.serve.bundle import Served, served_save_config
+from lab.serve.settings import Settings
+from lab.store.store import Store
+
+log = logging.getLogger("lab.serve")
+
+
+@dataclass
+class Job:
+    kind: str
+    payload: dict[str, Any]
+    future: Future
+    size: int = 1  # memories, for grouping creates
+
+
+class Observer:
+    """What the service reports as it works (the server's metrics implement it)."""
+
+    def searched(self, seconds: float) -> None: ...
+    def assembled(self, seconds: float) -> None: ...
+    def embedded(self, queries: int, seconds: float) -> None: ...
+    def committed(self, memories: int, seconds: float) -> None: ...
+
+
+def store_config(path: Path, served: Served) -> SaveConfig:
+    """The save config to open the served store with: the gated index-time settings. A store
+    created with other chunking or another model is refused (its chunks would not be what the
+    gate measured)."""
+    gated = served_save_config(served)
+    if not (path / "lab-store.json").is_file():
+        return gated or SaveConfig()
+    stored = Store.open(path, read_only=True).recorded_config()
+    if gated is None:
+        return stored
+    for part in ("chunk", "embed"):
+        if to_dict(getattr(gated, part)) != to_dict(getattr(stored, part)):
+            raise ConflictError(
+                f"the served configuration was gated with {part} settings {to_dict(getattr(gated, part))}, but the "
+                f"store was created with {to_dict(getattr(stored, part))}: serve another store (--store) or "
+                "gate a candidate with the store's settings")
+    return replace(stored, index=gated.index)
+
+
+class MemoryService:
+    """Everything the HTTP layer calls; no HTTP in here."""
+
+    def __init__(self, settings: Settings, served: Served, *, embedder: Embedder | None = None,
+                 observer: Observer | None = None) -> None:
+        self.settings = settings
+        self.served = served
+        self.observer = observer or Observer()
+        path = Path(settings.store)
+        self.pipeline = Pipeline.open(path, store_config(path, served), create=True, embedder=embedder)
+        self.store = self.pipeline.store
+        self.retriever = self.pipeline.retriever
+        self.writer = self.pipeline.writer
+        self.search_config: SearchConfig = served.search
+        self.assemble_config: AssembleConfig = served.assemble
+        self.lock = threading.Lock()
+        self.embed_lock = threading.Lock()
+        self._reads: deque[Job] = deque()
+        self._writes: deque[Job] = deque()
+        self._read_cond = threading.Condition()
+        self._write_cond = threading.Condition()
+        self._closing = False
+        self._dirty_since: float | None = None  # first write after the last saved snapshot
+        self.ready = threading.Event()
+        self.startup_error: str | None = None
+        self._threads = [threading.Thread(target=self._read_loop, name="lab-reader", daemon=True),
+                         threading.Thread(target=self._write_loop, name="lab-committer", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    # ------------------------------------------------------------------ lifecycle
+    def warm(self) -> None:
+        """Load every namespace's index (snapshot, then catch up with the store) and the model."""
+        try:
+            started = time.perf_counter()
+            with self.lock:
+                namespaces = self.store.namespaces()
+                for ns in namespaces:
+                    self.retriever.index(ns)
+                    self.retriever.view(ns)
+            with self.embed_lock:
+                self.pipeline.embedder.embed(["warm up"])
+            log.info("ready: %d namespaces loaded in %.1f s", len(namespaces), time.perf_counter() - started)
+            self.ready.set()
+        except Exception as exc:  # reported by /ready; the process stays up to say so
+            self.startup_error = f"{type(exc).__name__}: {exc}"
+            log.exception("loading the indexes failed")
+
+    def close(self) -> None:
+        """Finish queued writes, then save the embedding cache and the changed index snapshots."""
+        with self._write_cond:
+            self._closing = True
+            self._write_cond.notify_all()
+        with self._read_cond:
+            self._read_cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=60)
+        with self.lock:
+            self.pipeline.close()
+
+    # ------------------------------------------------------------------ plain reads (request threads)
+    def read(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` (a read of the store) with the store to itself."""
+        with self.lock:
+            return fn()
+
+    # ------------------------------------------------------------------ queued work
+    def submit_read(self, kind: str, **payload: Any) -> Future:
+        job = Job(kind, payload, Future())
+        with self._read_cond:
+            if self._closing:
+                raise ConflictError("the server is shutting down")
+            self._reads.append(job)
+            self._read_cond.notify()
+        return job.future
+
+    def submit_write(self, kind: str, **payload: Any) -> Future:
+        job = Job(kind, payload, Future(), size=len(payload.get("records", ())) or 1)
+        with self._write_cond:
+            if self._closing:
+                raise ConflictError("the server is shutting down")
+            self._writes.append(job)
+            self._write_cond.notify()
+        return job.future
+
+    # ------------------------------------------------------------------ the reader thread
+    def _read_loop(self) -> None:
+        while True:
+            with self._read_cond:
+                while not self._reads and not self._closing:
+                    self._read_cond.wait()
+                if not self._reads:
+                    return
+                batch = [self._reads.popleft() for _ in range(min(len(self._reads), self.settings.query_batch))]
+            batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            try:
+                texts = sorted({job.payload["query"] for job in batch})
+                started = time.perf_counter()
+                with self.embed_lock:
+                    vectors = self.pipeline.embedder.embed(texts)
+                self.observer.embedded(len(texts), time.perf_counter() - started)
+                vector_of = dict(zip(texts, vectors))
+            except BaseException as exc:  # the model failed: every query of the batch fails with it
+                for job in batch:
+                    job.future.set_exception(exc)
+                continue
+            for job in batch:
+                try:
+                    with self.lock:
+                        result = self._answer(job, vector_of[job.payload["query"]])
+                    job.future.set_result(result)
+                except BaseException as exc:
+                    job.future.set_exception(exc)
+
+    def _answer(self, job: Job, vector: Any) -> Any:
+        p = job.payload
+        started = time.perf_counter()
+        if job.kind == "search":
+            response = self.retriever.search_response(p["query"], p["namespace"], p["k"], config=p["config"],
+                                                      explain=p["explain"], query_vector=vector)
+            self.observer.searched(time.perf_counter() - started)
+            return response
+        results = self.retriever.search(p["query"], p["namespace"], k=p["candidates"], config=p["config"],
+                                        query_vector=vector)
+        searched = time.perf_counter()
+        self.observer.searched(searched - started)
+        context = self.retriever.assemble(results, p["namespace"], p["assemble"], p["config"])
+        self.observer.assembled(time.perf_counter() - searched)
+        return context
+
+    # ------------------------------------------------------------------ the committer thread
+    def _write_loop(self) -> None:
+        while True:
+            with self._write_cond:
+                while not self._writes and not self._closing:
+                    idle = self._idle_wait()
+                    if idle is not None and idle <= 0:
+                        break
+                    self._write_cond.wait(idle)
+                if not self._writes:
+                    if self._closing:
+                        return
+                    group: list[Job] = []
+                else:
+                    group = self._take_group()
+            if not group:
+                self._save_snapshots()
+                continue
+            group = [job for job in group if job.future.set_running_or_notify_cancel()]
+            if group and group[0].kind == "create":
+                self._commit_creates(group)
+            else:
+                for job in group:
+                    self._run_write(job)
+            if self._dirty_since is None:
+                self._dirty_since = time.monotonic()
+
+    def _idle_wait(self) -> float | None:
+        """Seconds until changed index snapshots are due to be saved; None when nothing changed."""
+        if self._dirty_since is None:
+            return None
+        return self._dirty_since + self.settings.snapshot_seconds - time.monotonic()
+
+    def _take_group(self) -> list[Job]:
+        """The next write, with the creates queued right behind it (called holding the condition)."""
+        first = self._writes.popleft()
+        if first.kind != "create":
+            return [first]
+        group, size = [first], first.size
+        deadline = time.monotonic() + self.settings.group_wait_ms / 1000
+        while size < self.settings.group_max:
+            if self._writes:
+                nxt = self._writes[0]
+                if nxt.kind != "create" or size + nxt.size > self.settings.group_max:
+                    break
+                group.append(self._writes.popleft())
+                size += nxt.size
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closing:
+                break
+            self._write_cond.wait(left)
+        return group
+
+    def _save_snapshots(self) -> None:
+        """Writes went quiet: save the embedding cache and the changed index snapshots, so a
+        restart loads them instead of catching up from far behind."""
+        try:
+            with self.lock:
+                self.writer.flush()
+        except LabError as exc:
+            log.warning("saving index snapshots failed (kept in memory, retried later): %s", exc)
+        self._dirty_since = None
+
+    def _commit_creates(self, group: list[Job]) -> None:
+        records = [r for job in group for r in job.payload["records"]]
+        started = time.perf_counter()
+        try:
+            if self.pipeline.cache is not None:
+                with self.lock:
+                    rows = self.writer.validate(records)
+                    fresh = [r for r in rows if self.store.find_by_hash(r["namespace"], r["content_hash"]) is None]
+                    texts = self.writer.chunk_texts(fresh)
+                with self.embed_lock:  # the model runs outside the store lock: searches go on meanwhile
+                    self.writer.embed(texts)
+            with self.lock:
+                report = self.writer.save_many(records, progress=False)
+        except BaseException as exc:
+            if len(group) == 1:
+                group[0].future.set_exception(exc)
+                return
+            for job in group:  # one bad request must not fail the others: each alone
+                self._commit_creates([job])
+            return
+        self.observer.committed(len(records), time.perf_counter() - started)
+        created, claimed = set(report.created), set()
+        for job in group:
+            outcomes = []
+            for row in self.writer.validate(job.payload["records"]):
+                rid = report.id_map.get(row["id"], row["id"])
+                fresh = rid in created and rid not in claimed
+                claimed.add(rid)
+                outcomes.append({"id": rid, "namespace": row["namespace"],
+                                 "status": "created" if fresh else "duplicate"})
+            job.future.set_result({"memories": outcomes, "version": report.version})
+
+    def _run_write(self, job: Job) -> None:
+        p = job.payload
+        try:
+            with self.lock:
+                if job.kind == "update":
+                    result = self.writer.update(p["id"], **p["changes"])
+                elif job.kind == "delete":
+                    result = self.writer.delete([p["id"]], hard=p["hard"])
+                elif job.kind == "add_edges":
+                    result = self.writer.add_edges(p["edges"])
+                elif job.kind == "remove_edges":
+                    result = self.writer.remove_edges(p["src"], p["dst"], p["relation"])
+                elif job.kind == "create_namespace":
+                    result = self.writer.create_namespace(p["name"], p["description"])
+                elif job.kind == "delete_namespace":
+                    result = self.writer.delete_namespace(p["name"])
+                else:
+                    raise ValueError(f"unknown write {job.kind!r}")
+            job.future.set_result(result)
+        except BaseException as exc:
+            job.future.set_exception(exc)

@@ -1,0 +1,96 @@
+"""Start a real `lab serve` subprocess on a free loopback port and talk HTTP to it (tests and benchmarks)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_bundle(folder: Path, *, verdict: str = "GO", model: str | None = None, preset: str = "lab") -> Path:
+    """A bundle as `lab gate --export` writes it (the same serialisers), for the fake embedder by default."""
+    from lab.config import FAKE_MODEL, AssembleConfig, EmbedConfig, SaveConfig, to_json
+    from lab.search.presets import resolve
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(to_json(resolve(preset)) + "\n")
+    (folder / "assemble.json").write_text(to_json(AssembleConfig()) + "\n")
+    (folder / "save.json").write_text(to_json(SaveConfig(embed=EmbedConfig(model=model or FAKE_MODEL))) + "\n")
+    (folder / "manifest.json").write_text(json.dumps({"verdict": verdict, "candidate": preset, "run_id": "test"}))
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``lab serve`` as a subprocess; ``client`` is an httpx client on its base URL."""
+
+    def __init__(self, bundle: Path, store: Path, *args: str, env: dict[str, str] | None = None,
+                 log: Path | None = None) -> None:
+        self.bundle, self.store, self.args = bundle, store, list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = log or store.parent / f"serve-{store.name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120) -> "Server":
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lab", "serve", "--bundle", str(self.bundle), "--store", str(self.store),
+             "--port", str(self.port), "--log-level", "warning", *self.args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lab serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"lab serve not ready after {timeout} s:\n{self.log()[-3000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def client(self, key: str | None = None, **kw: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 60), **kw)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode if self.proc else 0
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,317 @@
+"""`lab serve` end to end: a real server subprocess on a loopback port, spoken to over HTTP."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import yaml
+
+from serving import ROOT, Server, write_bundle
+
+from lab.errors import ValidationError
+from lab.serve.auth import KeyRing, RateLimiter, add_key, hash_key
+from lab.serve.settings import load_settings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return write_bundle(tmp_path_factory.mktemp("bundle") / "bundle")
+
+
+@pytest.fixture(scope="module")
+def server(bundle, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("served")
+    with Server(bundle, tmp / "store", "--max-body-bytes", "20000") as srv:
+        yield srv
+
+
+def mem(c, ns, content, **kw):
+    r = c.post("/v1/memories", json={"namespace": ns, "content": content, **kw})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def lexical_ids(c, ns, query):
+    """Results the BM25 signal found (the fake embedder's vectors find everything in a tiny namespace)."""
+    r = c.post("/v1/search", json={"namespace": ns, "query": query})
+    assert r.status_code == 200, r.text
+    return [h["memory_id"] for h in r.json()["results"] if "lexical" in h["signals"]]
+
+
+def search_ids(c, ns, query, **kw):
+    r = c.post("/v1/search", json={"namespace": ns, "query": query, **kw})
+    assert r.status_code == 200, r.text
+    return [h["memory_id"] for h in r.json()["results"]]
+
+
+# --------------------------------------------------------------------------- no server needed
+def test_settings_come_from_flags_then_environment_then_file(tmp_path):
+    conf = tmp_path / "serve.yaml"
+    conf.write_text(yaml.safe_dump({"port": 9001, "rate": 5, "host": "0.0.0.0"}))
+    env = {"LAB_SERVE_PORT": "9002"}
+    s = load_settings({"port": None, "host": None}, env=env, config_file=conf)
+    assert (s.port, s.rate, s.host, s.auth_on) == (9002, 5.0, "0.0.0.0", True)  # auth: on off loopback
+    assert load_settings({"port": 9003}, env=env, config_file=conf).port == 9003
+    assert not load_settings({}, env={}).auth_on  # loopback by default: auth off
+    with pytest.raises(ValidationError, match=r"setting port from \$LAB_SERVE_PORT: 'eighty' is not an integer"):
+        load_settings({}, env={"LAB_SERVE_PORT": "eighty"})
+    conf.write_text(yaml.safe_dump({"prot": 1}))
+    with pytest.raises(ValidationError, match=r"unknown setting\(s\) \['prot'\]"):
+        load_settings({}, env={}, config_file=conf)
+
+
+def test_keys_are_stored_hashed_and_grant_namespace_patterns(tmp_path):
+    keys = tmp_path / "keys.yaml"
+    secret = add_key(keys, "team", "write", ["team-a/*", "project-x"])
+    text = keys.read_text()
+    assert secret not in text and hash_key(secret) in text
+    ring = KeyRing.load(keys, env={"LAB_API_KEYS": '[{"name": "env", "key": "s3cret", "namespaces": "*"}]'})
+    team, env_key = ring.find(secret), ring.find("s3cret")
+    assert team.can("team-a/notes", write=True) and team.can("project-x")
+    assert not team.can("team-a") and not team.can("team-b/notes") and not team.can("project-xy")
+    assert env_key.can("anything") and not env_key.can("anything", write=True)  # read is the default scope
+    assert ring.find("wrong") is None
+    keys.write_text(yaml.safe_dump({"keys": [{"name": "x", "key": "plain", "namespaces": ["*"]}]}))
+    with pytest.raises(ValidationError, match="secrets are not kept in a keys file"):
+        KeyRing.load(keys, env={})
+    with pytest.raises(ValidationError, match="namespace pattern '../x'"):
+        KeyRing.load(None, env={"LAB_API_KEYS": '[{"name": "y", "key": "k", "namespaces": ["../x"]}]'})
+
+
+def test_token_bucket_refills_at_its_rate():
+    now = [0.0]
+    limiter = RateLimiter(rate=2, burst=3, clock=lambda: now[0])
+    assert [limiter.take("a") for _ in range(3)] == [0, 0, 0]
+    assert limiter.take("a") == pytest.approx(0.5)
+    assert limiter.take("b") == 0  # buckets are per caller
+    now[0] = 0.5
+    assert limiter.take("a") == 0
+
+
+def test_serve_refuses_a_bundle_that_is_not_go_and_auth_without_keys(tmp_path):
+    nogo = write_bundle(tmp_path / "nogo", verdict="NO-GO")
+    lab = [sys.executable, "-m", "lab", "serve", "--store", str(tmp_path / "s"), "--port", "1"]
+    got = subprocess.run([*lab, "--bundle", str(nogo)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert got.returncode == 4 and "its gate verdict is 'NO-GO', not GO" in got.stderr
+    go = write_bundle(tmp_path / "go")
+    got = subprocess.run([*lab, "--bundle", str(go), "--host", "0.0.0.0"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, env={**os.environ, "LAB_API_KEYS": ""})
+    assert got.returncode == 2 and "no API keys" in got.stderr
+    got = subprocess.run([*lab], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'empty.db'}"})
+    assert got.returncode == 3 and "no registered model version models:/lab-memory@champion" in got.stderr
+
+
+# --------------------------------------------------------------------------- one server
+def test_every_write_is_seen_by_the_next_request(server):
+    with server.client() as c:
+        assert c.post("/v1/namespaces", json={"name": "team-a/notes"}).status_code == 201
+        assert c.post("/v1/namespaces", json={"name": "team-a/notes"}).status_code == 409
+        a = mem(c, "team-a/notes", "the billing service runs on postgres", tags=["billing"], type="fact")
+        assert a["status"] == "created"
+        assert search_ids(c, "team-a/notes", "billing postgres")[0] == a["id"]  # the very next request
+        batch = c.post("/v1/memories/batch", json={"memories": [
+            {"namespace": "team-a/notes", "content": "deploys happen on tuesdays"},
+            {"namespace": "team-a/notes", "content": "the billing service runs on postgres"},
+            {"namespace": "team-a/notes", "content": "deploys happen on tuesdays"}]}).json()
+        assert [m["status"] for m in batch["memories"]] == ["created", "duplicate", "duplicate"]
+        assert batch["memories"][1]["id"] == a["id"] and batch["memories"][0]["id"] == batch["memories"][2]["id"]
+        got = c.get(f"/v1/memories/{a['id']}").json()
+        assert got["content"] == "the billing service runs on postgres" and got["tags"] == ["billing"]
+
+        patched = c.patch(f"/v1/memories/{a['id']}", json={"content": "the billing service moved to mysql"})
+        assert patched.status_code == 200 and patched.json()["content"].endswith("mysql")
+        assert a["id"] in lexical_ids(c, "team-a/notes", "mysql")
+        assert a["id"] not in lexical_ids(c, "team-a/notes", "postgres")
+        assert c.delete(f"/v1/memories/{a['id']}").json() == {"deleted": 1, "hard": False}
+        assert a["id"] not in search_ids(c, "team-a/notes", "mysql billing")
+        assert c.get(f"/v1/memories/{a['id']}").json()["valid"] is False
+        assert c.delete(f"/v1/memories/{a['id']}", params={"hard": "true"}).status_code == 200
+        assert c.get(f"/v1/memories/{a['id']}").status_code == 404
+
+
+def test_list_pages_with_a_cursor_edges_and_namespace_stats(server):
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "pages"})
+        ids = [mem(c, "pages", f"note number {i}", created_at=f"2026-01-0{i}T00:00:00Z")["id"] for i in range(1, 6)]
+        seen, cursor = [], None
+        while True:
+            page = c.get("/v1/memories", params={"namespace": "pages", "limit": 2, **({"cursor": cursor} if cursor else {})}).json()
+            seen += [m["id"] for m in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            mem(c, "pages", f"written while paging {len(seen)}")  # newer: must not shift the pages
+        assert seen == ids[::-1]
+        assert c.post("/v1/edges", json={"edges": [{"src": ids[0], "dst": ids[1], "relation": "supersedes"}]}).json() == {"added": 1}
+        edges = c.get("/v1/edges", params={"namespace": "pages"}).json()["items"]
+        assert [(e["src"], e["dst"], e["relation"]) for e in edges] == [(ids[0], ids[1], "supersedes")]
+        stats = c.get("/v1/namespaces/pages/stats").json()
+        assert stats["memories"] == 7 and stats["edges"] == 1 and stats["index"]["live_chunks"] >= 7
+        assert c.delete("/v1/edges", params={"src": ids[0], "dst": ids[1]}).json() == {"added": -1}
+        assert c.get("/v1/edges", params={"namespace": "pages"}).json()["items"] == []
+        assert "pages" in c.get("/v1/namespaces").json()["items"]
+        assert c.delete("/v1/namespaces/pages").json() == {"name": "pages", "memories": 7}
+        assert c.post("/v1/search", json={"namespace": "pages", "query": "note"}).status_code == 404
+
+
+def test_context_has_zones_usage_and_citations(server):
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "ctx"})
+        for i in range(12):
+            mem(c, "ctx", f"the deploy pipeline step {i} runs the integration tests")
+        r = c.post("/v1/context", json={"namespace": "ctx", "query": "deploy pipeline tests", "budget": 60,
+                                        "format": "markdown"}).json()
+        assert 0 < r["used"] <= r["budget"] == 60
+        assert set(r["zones"]) == {"critical", "middle", "recency"}
+        assert [x["memory_id"] for x in r["citations"]] == [i["memory_id"] for i in r["items"]]
+        assert all(x["marker"] in r["text"] or f"**{x['marker']}**" in r["text"] for x in r["citations"])
+        assert any(s["reason"] == "no-space" for s in r["skipped"])
+
+
+def test_errors_name_the_problem_and_leak_nothing(server):
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "errs"})
+        cases = [
+            (c.post("/v1/search", json={"namespace": "errs", "query": "x", "k": 0}), 422, "body.k"),
+            (c.post("/v1/search", json={"namespace": "errs", "query": "x", "kk": 3}), 422, "body.kk"),
+            (c.post("/v1/memories", json={"namespace": "errs", "content": "x", "created_at": "yesterday"}), 422, "body.created_at"),
+            (c.post("/v1/memories", content=b"{not json", headers={"content-type": "application/json"}), 422, None),
+            (c.post("/v1/namespaces", json={"name": "../../etc"}), 422, None),
+            (c.get("/v1/memories/errs:nope"), 404, None),
+            (c.post("/v1/search", json={"namespace": "missing", "query": "x"}), 404, None),
+            (c.post("/v1/memories", json={"namespace": "errs", "content": "x" * 30_000}), 413, None),
+            (c.get("/v1/nothing-here"), 404, None),
+        ]
+        for response, status, field in cases:
+            body = response.json()["error"]
+            assert response.status_code == status == body["status"], response.text
+            if field:
+                assert body["field"] == field and field.split(".")[-1] in body["message"], body
+            text = response.text
+            assert "Traceback" not in text and str(server.store) not in text and "/tmp" not in text, text
+        assert "known:" not in c.post("/v1/search", json={"namespace": "missing", "query": "x"}).text
+
+
+def test_metrics_and_openapi(server):
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "met"})
+        mem(c, "met", "a memory to count")
+        search_ids(c, "met", "count")
+        text = c.get("/metrics").text
+        assert 'lab_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
+        assert 'lab_memories{namespace="met"} 1.0' in text
+        assert "lab_search_duration_seconds_count" in text and "lab_commit_group_size_bucket" in text
+        doc = c.get("/openapi.json").json()
+        assert {"/v1/search", "/v1/context", "/v1/memories", "/v1/memories/batch", "/v1/edges", "/v1/namespaces",
+                "/health", "/ready", "/metrics"} <= set(doc["paths"])
+        assert c.get("/docs").status_code == 200
+
+
+def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(server):
+    exe = os.path.join(os.path.dirname(sys.executable), "schemathesis")
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "fuzz"})
+    got = subprocess.run(
+        [exe, "run", f"{server.url}/openapi.json", "--max-examples", "15", "--generation-deterministic",
+         "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+         "--suppress-health-check", "all", "--request-timeout", "30", "--no-color"],
+        capture_output=True, text=True, timeout=900, cwd=server.store.parent)
+    assert got.returncode == 0, got.stdout[-6000:] + got.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- auth
+def test_keys_namespaces_scopes_and_rate_limit(bundle, tmp_path):
+    keys = tmp_path / "keys.yaml"
+    admin = add_key(keys, "admin", "write", ["*"])
+    team = add_key(keys, "team", "write", ["team-a/*"])
+    reader = add_key(keys, "reader", "read", ["*"])
+    with Server(bundle, tmp_path / "store", "--auth", "on", "--keys-file", str(keys), "--rate", "2", "--burst", "20") as srv:
+        with srv.client(admin) as c:
+            for ns in ("team-a/x", "other"):
+                assert c.post("/v1/namespaces", json={"name": ns}).status_code == 201
+        with srv.client() as anon:
+            r = anon.post("/v1/search", json={"namespace": "other", "query": "x"})
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+            assert anon.get("/health").status_code == 200  # liveness needs no key
+            assert anon.get("/v1/namespaces", headers={"X-API-Key": "lab_wrong"}).status_code == 401
+            assert anon.get("/v1/namespaces", headers={"X-API-Key": team}).json()["items"] == ["team-a/x"]
+        with srv.client(team) as c:
+            assert mem(c, "team-a/x", "team memory")["status"] == "created"
+            assert c.post("/v1/search", json={"namespace": "other", "query": "x"}).status_code == 403
+            assert c.post("/v1/memories", json={"namespace": "other", "content": "x"}).status_code == 403
+        with srv.client(reader) as c:
+            assert c.post("/v1/search", json={"namespace": "team-a/x", "query": "team"}).status_code == 200
+            denied = c.post("/v1/memories", json={"namespace": "team-a/x", "content": "x"})
+            assert denied.status_code == 403 and "read-only" in denied.json()["error"]["message"]
+            codes = [c.get("/v1/namespaces").status_code for _ in range(25)]
+            assert 429 in codes
+            limited = c.get("/v1/namespaces")
+            assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+
+
+# --------------------------------------------------------------------------- durability
+def acknowledged_survive_sigkill(server: Server, writers: int = 8, kill_after: int = 60) -> dict:
+    """Concurrent writers; SIGKILL once ``kill_after`` writes are acknowledged; restart; check each."""
+    acked: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "durable"})
+
+    def writer(w: int) -> None:
+        with server.client(timeout=30) as c:
+            for i in range(10_000):
+                if enough.is_set():
+                    return
+                text = f"writer {w} note {i} about durable storage {w * 100_000 + i}"
+                try:
+                    r = c.post("/v1/memories", json={"namespace": "durable", "content": text})
+                except Exception:  # the server is gone: nothing more was acknowledged
+                    return
+                if r.status_code == 201:
+                    with lock:
+                        acked.append((r.json()["id"], text))
+                        if len(acked) >= kill_after:
+                            enough.set()
+
+    with cf.ThreadPoolExecutor(writers) as pool:
+        futures = [pool.submit(writer, w) for w in range(writers)]
+        enough.wait(300)
+        server.kill()
+        for f in futures:
+            f.result()
+    groups = None
+    server.start()
+    lost = []
+    with server.client() as c:
+        for mid, text in acked:
+            if c.get(f"/v1/memories/{mid}").status_code != 200 or mid not in search_ids(c, "durable", text, k=5):
+                lost.append(mid)
+        metrics = c.get("/metrics").text
+    return {"acknowledged": len(acked), "lost": lost, "groups": groups, "metrics": metrics}
+
+
+def test_acknowledged_writes_survive_sigkill_and_are_group_committed(bundle, tmp_path):
+    srv = Server(bundle, tmp_path / "store").start()
+    try:
+        with srv.client() as c:  # group commit: concurrent creates share commits
+            c.post("/v1/namespaces", json={"name": "grouped"})
+            with cf.ThreadPoolExecutor(16) as pool:
+                got = list(pool.map(lambda i: c.post("/v1/memories", json={"namespace": "grouped", "content": f"grouped {i}"}).status_code,
+                                    range(64)))
+            assert got == [201] * 64
+            lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in c.get("/metrics").text.splitlines()
+                     if line.startswith("lab_commit_group_size_")}
+            assert lines["lab_commit_group_size_sum"] >= 64 and lines["lab_commit_group_size_count"] < 64
+        for _ in range(2):
+            outcome = acknowledged_survive_sigkill(srv)
+            assert outcome["acknowledged"] >= 60 and outcome["lost"] == []
+    finally:
+        srv.stop()
