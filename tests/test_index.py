@@ -141,3 +141,15 @@ def test_exact_cosines_survive_a_reload_and_match_the_stored_vectors(pipe):
     assert again.index("n").built_at == idx.built_at  # loaded from disk, not rebuilt
     assert again.index("n").best_cosine(q, ids) == pytest.approx(before)
     again.close()
+
+
+def test_memories_of_only_stopwords_or_symbols_are_saved_and_searched_without_error(pipe):
+    # found by schemathesis through the server: bm25s cannot index an empty vocabulary
+    pipe.save("the and of", namespace="n")
+    pipe.save("¿¡ — …", namespace="n")
+    hits = pipe.search("the", "n")
+    assert all("lexical" not in h.signals for h in hits)
+    pipe.save("postgres holds the billing data", namespace="n")
+    assert "lexical" in pipe.search("postgres", "n")[0].signals
+    pipe.build("n")
+    assert pipe.search("the and", "n") is not None

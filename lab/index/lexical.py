@@ -46,8 +46,12 @@ class LexicalIndex:
         if not texts:
             self._model = None
             return self
+        tokens = self.analyzer.tokens(texts)
+        if not any(tokens):  # only stopwords or symbols (bm25s cannot index an empty vocabulary)
+            self._model = None
+            return self
         model = bm25s.BM25(k1=self.config.k1, b=self.config.b, method=self.config.method)
-        model.index(self.analyzer.tokens(texts), show_progress=False)
+        model.index(tokens, show_progress=False)
         self._model = model
         return self
 
