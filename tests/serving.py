@@ -1,12 +1,14 @@
 """Start a real `lab serve` subprocess on a free loopback port and talk HTTP to it (tests and benchmarks)."""
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -94,3 +96,44 @@ class Server:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def acknowledged_survive_sigkill(server: Server, writers: int = 8, kill_after: int = 60) -> dict:
+    """Concurrent writers; SIGKILL once ``kill_after`` writes are acknowledged; restart; check each."""
+    acked: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "durable"})
+
+    def writer(w: int) -> None:
+        with server.client(timeout=30) as c:
+            for i in range(10_000):
+                if enough.is_set():
+                    return
+                text = f"writer {w} note {i} about durable storage {w * 100_000 + i}"
+                try:
+                    r = c.post("/v1/memories", json={"namespace": "durable", "content": text})
+                except Exception:  # the server is gone: nothing more was acknowledged
+                    return
+                if r.status_code == 201:
+                    with lock:
+                        acked.append((r.json()["id"], text))
+                        if len(acked) >= kill_after:
+                            enough.set()
+
+    with cf.ThreadPoolExecutor(writers) as pool:
+        futures = [pool.submit(writer, w) for w in range(writers)]
+        enough.wait(300)
+        server.kill()
+        for f in futures:
+            f.result()
+    server.start()
+    lost = []
+    with server.client() as c:
+        for mid, text in acked:
+            found = c.post("/v1/search", json={"namespace": "durable", "query": text, "k": 5}).json()["results"]
+            if c.get(f"/v1/memories/{mid}").status_code != 200 or mid not in [h["memory_id"] for h in found]:
+                lost.append(mid)
+        metrics = c.get("/metrics").text
+    return {"acknowledged": len(acked), "lost": lost, "metrics": metrics}

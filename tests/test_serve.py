@@ -5,12 +5,11 @@ import concurrent.futures as cf
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 import yaml
 
-from serving import ROOT, Server, write_bundle
+from serving import ROOT, Server, acknowledged_survive_sigkill, write_bundle
 
 from lab.errors import ValidationError
 from lab.serve.auth import KeyRing, RateLimiter, add_key, hash_key
@@ -263,47 +262,6 @@ def test_keys_namespaces_scopes_and_rate_limit(bundle, tmp_path):
 
 
 # --------------------------------------------------------------------------- durability
-def acknowledged_survive_sigkill(server: Server, writers: int = 8, kill_after: int = 60) -> dict:
-    """Concurrent writers; SIGKILL once ``kill_after`` writes are acknowledged; restart; check each."""
-    acked: list[tuple[str, str]] = []
-    lock = threading.Lock()
-    enough = threading.Event()
-    with server.client() as c:
-        c.post("/v1/namespaces", json={"name": "durable"})
-
-    def writer(w: int) -> None:
-        with server.client(timeout=30) as c:
-            for i in range(10_000):
-                if enough.is_set():
-                    return
-                text = f"writer {w} note {i} about durable storage {w * 100_000 + i}"
-                try:
-                    r = c.post("/v1/memories", json={"namespace": "durable", "content": text})
-                except Exception:  # the server is gone: nothing more was acknowledged
-                    return
-                if r.status_code == 201:
-                    with lock:
-                        acked.append((r.json()["id"], text))
-                        if len(acked) >= kill_after:
-                            enough.set()
-
-    with cf.ThreadPoolExecutor(writers) as pool:
-        futures = [pool.submit(writer, w) for w in range(writers)]
-        enough.wait(300)
-        server.kill()
-        for f in futures:
-            f.result()
-    groups = None
-    server.start()
-    lost = []
-    with server.client() as c:
-        for mid, text in acked:
-            if c.get(f"/v1/memories/{mid}").status_code != 200 or mid not in search_ids(c, "durable", text, k=5):
-                lost.append(mid)
-        metrics = c.get("/metrics").text
-    return {"acknowledged": len(acked), "lost": lost, "groups": groups, "metrics": metrics}
-
-
 def test_acknowledged_writes_survive_sigkill_and_are_group_committed(bundle, tmp_path):
     srv = Server(bundle, tmp_path / "store").start()
     try:

@@ -1,0 +1,142 @@
+"""Load on a real `lab serve` over loopback: search and context requests per second and latency with
+16 concurrent clients at 10,000 and 100,000 memories, and write throughput with group commit.
+
+    .venv/bin/python benchmarks/serve_load.py [--sizes 10000 100000] [--seconds 20] [--clients 16]
+
+The server runs the real model (every query is embedded by it, batched across concurrent
+requests). Its stores are filled with LoCoMo turn texts (and numbered variants) whose stored
+vectors are deterministic random unit vectors under the real model's id: embedding 100,000 texts
+would take 10 minutes and index and search costs do not depend on what the vectors mean. Stores
+are kept under .lab/bench/ and reused. The load generator (asyncio + httpx) runs on the same two
+cores as the server, so the figures are a floor for a machine with a separate client.
+Results go to stdout and benchmarks/results/serve_load.json.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from _common import DATASETS, ROOT, percentiles, report  # noqa: E402
+from serving import Server, write_bundle  # noqa: E402
+
+from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig  # noqa: E402
+from lab.embed.base import normalize_rows  # noqa: E402
+from lab.eval.locomo import load_conversations  # noqa: E402
+
+
+class StandIn:
+    """The real model's id and tokenizer with random vectors: fills a big store in seconds."""
+
+    dim = 384
+
+    def __init__(self) -> None:
+        from lab.embed.st import SentenceTransformerEmbedder
+
+        real = SentenceTransformerEmbedder()
+        self.model_id, self.tokenizer = real.model_id, real.tokenizer
+
+    def embed(self, texts):
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            seed = int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
+            out[i] = np.random.default_rng(seed).standard_normal(self.dim)
+        return normalize_rows(out)
+
+
+def build_store(path: Path, size: int, turns: list[dict]) -> None:
+    from lab.pipeline import Pipeline
+
+    if (path / "lab-store.json").is_file():
+        return
+    started = time.perf_counter()
+    config = SaveConfig(embed=EmbedConfig(model=DEFAULT_MODEL, cache=False))
+    with Pipeline.open(path, config, embedder=StandIn(), create=True) as pipe:
+        records = [{"namespace": "bench", "content": f"{turns[i % len(turns)]['content']} (#{i})",
+                    "created_at": turns[i % len(turns)]["created_at"]} for i in range(size)]
+        pipe.save_many(records, batch_size=5000, progress=True)
+        pipe.build("bench")
+    print(f"  built {size:,} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+async def drive(url: str, clients: int, seconds: float, make_request) -> dict:
+    """``clients`` concurrent loops sending ``make_request(i)`` for ``seconds``; latency and rate."""
+    import httpx
+
+    latencies: list[float] = []
+    errors: dict[int, int] = {}
+    stop = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        async def loop(worker: int) -> None:
+            i = worker
+            while time.perf_counter() < stop:
+                method, path, body = make_request(i)
+                i += clients
+                t = time.perf_counter()
+                r = await client.request(method, path, json=body)
+                if r.status_code >= 300:
+                    errors[r.status_code] = errors.get(r.status_code, 0) + 1
+                else:
+                    latencies.append(time.perf_counter() - t)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(loop(w) for w in range(clients)))
+        elapsed = time.perf_counter() - started
+    return {"requests_per_s": round(len(latencies) / elapsed, 1), **percentiles(latencies), "errors": errors}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--clients", type=int, default=16)
+    args = parser.parse_args()
+    convs = load_conversations(DATASETS / "locomo" / "locomo10-dev.json")
+    turns = [t for c in convs for t in c.turns]
+    questions = [qa["question"] for c in convs for qa in c.raw["qa"]]
+    random.Random(7).shuffle(questions)
+    bench = ROOT / ".lab" / "bench"
+    bundle = write_bundle(bench / "serve-bundle", model=DEFAULT_MODEL)
+    results: dict = {"clients": args.clients, "seconds_per_phase": args.seconds}
+    for size in args.sizes:
+        store = bench / f"serve-{size}"
+        build_store(store, size, turns)
+        with Server(bundle, store, "--rate", "1000000", "--burst", "1000000", log=bench / f"serve-{size}.log") as srv:
+            search = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
+                "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10})))
+            print(size, "search", search, file=sys.stderr)
+            context = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
+                "POST", "/v1/context", {"namespace": "bench", "query": questions[i % len(questions)], "budget": 2000})))
+            print(size, "context", context, file=sys.stderr)
+            results[f"memories_{size}"] = {"search": search, "context": context}
+            if size == args.sizes[0]:
+                # writes: each request one new memory, embedded by the real model; group commit
+                # lets concurrent requests share one model call and one pair of Delta commits
+                stamp = int(time.time())
+                import httpx
+
+                httpx.post(srv.url + "/v1/namespaces", json={"name": "writes"})  # 409 when it exists: fine
+                writes = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
+                    "POST", "/v1/memories", {"namespace": "writes",
+                                              "content": f"load test note {stamp}-{i}: {turns[i % len(turns)]['content']}"})))
+                metrics = httpx.get(srv.url + "/metrics").text
+                groups = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
+                          if line.startswith("lab_commit_group_size_") and " " in line and "{" not in line}
+                count = groups.get("lab_commit_group_size_count", 0)
+                writes["memories_per_commit"] = round(groups.get("lab_commit_group_size_sum", 0) / count, 1) if count else None
+                print(size, "writes", writes, file=sys.stderr)
+                results[f"memories_{size}"]["writes"] = writes
+    report("serve_load", results)
+
+
+if __name__ == "__main__":
+    main()
