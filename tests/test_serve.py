@@ -160,6 +160,25 @@ def test_list_pages_with_a_cursor_edges_and_namespace_stats(server):
         assert c.post("/v1/search", json={"namespace": "pages", "query": "note"}).status_code == 404
 
 
+def test_a_write_by_another_process_is_seen_within_the_refresh_interval(server):
+    import time
+
+    from lab.embed.fake import FakeEmbedder
+    from lab.pipeline import Pipeline
+
+    with server.client() as c:
+        c.post("/v1/namespaces", json={"name": "shared"})
+        mem(c, "shared", "written through the server")
+        with Pipeline.open(server.store, embedder=FakeEmbedder()) as pipe:  # another writer, same store
+            other = pipe.save("written beside the server by a batch job", namespace="shared").created[0]
+        deadline = time.monotonic() + 10
+        while other not in lexical_ids(c, "shared", "batch job") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert other in lexical_ids(c, "shared", "batch job")
+        assert mem(c, "shared", "and the server writes on after it")["status"] == "created"
+        assert c.get(f"/v1/memories/{other}").status_code == 200
+
+
 def test_context_has_zones_usage_and_citations(server):
     with server.client() as c:
         c.post("/v1/namespaces", json={"name": "ctx"})

@@ -62,12 +62,14 @@ def store_config(path: Path, served: Served) -> SaveConfig:
     stored = Store.open(path, read_only=True).recorded_config()
     if gated is None:
         return stored
-    for part in ("chunk", "embed"):
-        if to_dict(getattr(gated, part)) != to_dict(getattr(stored, part)):
+    # what the stored chunks were made with must be what the gate measured (batch size and the
+    # embedding cache do not change a vector)
+    for what, gated_value, stored_value in (("chunk settings", to_dict(gated.chunk), to_dict(stored.chunk)),
+                                            ("embedding model", gated.embed.model, stored.embed.model)):
+        if gated_value != stored_value:
             raise ConflictError(
-                f"the served configuration was gated with {part} settings {to_dict(getattr(gated, part))}, but the "
-                f"store was created with {to_dict(getattr(stored, part))}: serve another store (--store) or "
-                "gate a candidate with the store's settings")
+                f"the served configuration was gated with {what} {gated_value}, but the store was created with "
+                f"{stored_value}: serve another store (--store) or gate a candidate with the store's settings")
     return replace(stored, index=gated.index)
 
 
@@ -82,6 +84,7 @@ class MemoryService:
         path = Path(settings.store)
         self.pipeline = Pipeline.open(path, store_config(path, served), create=True, embedder=embedder)
         self.store = self.pipeline.store
+        self.store.follow_other_writers(settings.refresh_seconds)
         self.retriever = self.pipeline.retriever
         self.writer = self.pipeline.writer
         self.search_config: SearchConfig = served.search

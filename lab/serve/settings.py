@@ -37,6 +37,7 @@ class Settings:
     group_wait_ms: float = 2.0  # how long a commit waits for more writes to join it
     query_batch: int = 32  # queries embedded in one model call at most
     snapshot_seconds: float = 30.0  # idle time after writes before index snapshots are saved
+    refresh_seconds: float = 1.0  # other processes' commits to the store are seen within this
     tracking_uri: str | None = None
     log_level: str = "info"
 
@@ -48,7 +49,7 @@ class Settings:
         for name in ("rate", "burst", "max_body_bytes", "group_max", "query_batch"):
             if getattr(self, name) <= 0:
                 raise ValidationError(f"setting {name} must be > 0, got {getattr(self, name)}")
-        for name in ("group_wait_ms", "snapshot_seconds"):
+        for name in ("group_wait_ms", "snapshot_seconds", "refresh_seconds"):
             if getattr(self, name) < 0:
                 raise ValidationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if not self.model.startswith("models:/"):
@@ -88,7 +89,7 @@ def _coerce(name: str, raw: Any, kind: type, where: str) -> Any:
 
 
 _KINDS = {"port": int, "burst": int, "max_body_bytes": int, "group_max": int, "query_batch": int,
-          "rate": float, "group_wait_ms": float, "snapshot_seconds": float}
+          "rate": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float}
 
 
 def load_settings(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,

@@ -227,6 +227,13 @@ class Store:
         wait = float(os.environ.get("LAB_WRITE_LOCK_TIMEOUT", 600)) if timeout is None else timeout
         return _Held(self, wait)
 
+    def follow_other_writers(self, every_seconds: float) -> None:
+        """Look for other processes' commits at most every ``every_seconds`` instead of on every
+        read (a server: its own writes are seen at once, another process's within that time;
+        each look costs a listing of the log, about 2 ms per table here)."""
+        for table in self.tables().values():
+            table.refresh_seconds = every_seconds
+
     def tables(self) -> dict[str, DeltaFrame]:
         """The store's tables by name (for checking and repair)."""
         return {"memories": self._memories, "chunks": self._chunks, "edges": self._edges,

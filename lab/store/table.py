@@ -1,6 +1,7 @@
 """One Delta Lake table with an in-memory polars copy that follows the table's version."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ class DeltaFrame:
         except Exception as exc:  # deltalake raises several types for a missing version
             raise StoreError(f"cannot open Delta table {path} at version {version}: {exc}") from exc
         self._held = False
+        # a reader that may see other processes' commits a little late (a server: its own writes
+        # move ``_dt`` at once) re-reads the log at most this often; 0 = on every version check
+        self.refresh_seconds = 0.0
+        self._checked_at = float("-inf")
         self._frame: pl.DataFrame | None = None
         self._frame_version = -1
         self._parts: dict[str, pl.DataFrame] = {}  # data file -> its rows
@@ -44,7 +49,7 @@ class DeltaFrame:
     def hold(self) -> None:
         """The store's writer lock is held: read the log tail once; until ``unhold`` no one else
         can commit, and our own commits move ``_dt`` themselves."""
-        self.version  # noqa: B018 (reads the log tail)
+        self._update()
         self._held = True
 
     def unhold(self) -> None:
@@ -55,12 +60,18 @@ class DeltaFrame:
         """The latest committed version (re-reads the log tail to see other writers, unless the
         writer lock is held)."""
         if not self.pinned and not self._held:
-            try:
-                self._dt.update_incremental()
-            except Exception as exc:  # deltalake raises several types for a damaged log
-                raise StoreError(f"table {self.path.name}: its Delta log cannot be read: {exc} "
-                                 "(run `lab store check`)") from None
+            if self.refresh_seconds <= 0 or time.monotonic() - self._checked_at >= self.refresh_seconds:
+                self._update()
         return self._dt.version()
+
+    def _update(self) -> None:
+        """Read the log tail: commits other processes made since our last look."""
+        try:
+            self._dt.update_incremental()
+        except Exception as exc:  # deltalake raises several types for a damaged log
+            raise StoreError(f"table {self.path.name}: its Delta log cannot be read: {exc} "
+                             "(run `lab store check`)") from None
+        self._checked_at = time.monotonic()
 
     @property
     def known_version(self) -> int:
