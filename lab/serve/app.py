@@ -109,6 +109,31 @@ class _TooLarge(Exception):
     pass
 
 
+class Measure:
+    """Counts requests and times them per route template (plain ASGI: no per-request task)."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = [500]
+
+        async def sent(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(path, scope["method"], str(status[0])).inc()
+            self.metrics.latency.labels(path, scope["method"]).observe(time.perf_counter() - started)
+
+
 def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
                keys: KeyRing | None = None) -> FastAPI:
     """The REST app over ``served`` (a GO configuration) and the store ``settings`` names."""
@@ -168,21 +193,8 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return error_response(500, "internal error; the server log has the details")
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next):
-        started = time.perf_counter()
-        try:
-            response = await call_next(request)
-        except Exception:  # answered by the handler above; counted here as the 500 it becomes
-            metrics.requests.labels("unmatched", request.method, "500").inc()
-            raise
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        metrics.requests.labels(path, request.method, str(response.status_code)).inc()
-        metrics.latency.labels(path, request.method).observe(time.perf_counter() - started)
-        return response
-
     app.include_router(routes.operations)
     app.include_router(routes.v1)
+    app.add_middleware(Measure, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

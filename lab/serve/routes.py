@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from lab.config import FilterConfig, SearchConfig
 from lab.errors import NotFoundError
@@ -26,7 +26,7 @@ from lab.serve.auth import ApiKey
 ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 422, 429, 500)}
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
     return request.app.state.lab
 
 
@@ -46,9 +46,9 @@ class Caller:
             raise ApiError(403, f"key {self.key.name!r} is read-only: it cannot write to namespace {namespace!r}")
 
 
-def caller(request: Request) -> Caller:
+async def caller(request: Request) -> Caller:  # async: a few microseconds, no thread-pool hop
     """Authenticate (when auth is on) and take a token from the caller's rate-limit bucket."""
-    state = get_state(request)
+    state: AppState = request.app.state.lab
     key = None
     if state.auth_on:
         header = request.headers.get("authorization", "")
@@ -305,25 +305,25 @@ def search_config(state: AppState, filters: S.Filters | None) -> SearchConfig:
 
 
 @v1.post("/search", response_model=S.SearchOut, tags=["search"])
-async def search(body: S.SearchIn, state: State, who: Auth) -> dict[str, Any]:
+async def search(body: S.SearchIn, state: State, who: Auth) -> JSONResponse:
     """Hybrid search of one namespace with the served configuration."""
-    who.require(body.namespace)
-    require_namespace(state, body.namespace)
+    who.require(body.namespace)  # an unknown namespace is found out by the reader thread (404)
     started = time.perf_counter()
     config = search_config(state, body.filters)
     response = await queued(state.service.submit_read(
         "search", query=body.query, namespace=body.namespace, k=body.k or config.fusion.top_k,
         config=config, explain=body.explain))
-    return {"query": body.query, "namespace": body.namespace, "config": response.config,
-            "intent": response.analysis.intent, "results": [r.to_dict() for r in response.results],
-            "took_ms": round((time.perf_counter() - started) * 1000, 3)}
+    # returned as a response: the dict already has the documented shape (SearchOut), and skipping
+    # FastAPI's second validation of it saves about a millisecond per request
+    return JSONResponse({"query": body.query, "namespace": body.namespace, "config": response.config,
+                         "intent": response.analysis.intent, "results": [r.to_dict() for r in response.results],
+                         "took_ms": round((time.perf_counter() - started) * 1000, 3)})
 
 
 @v1.post("/context", response_model=S.ContextOut, tags=["search"])
-async def context(body: S.ContextIn, state: State, who: Auth) -> dict[str, Any]:
+async def context(body: S.ContextIn, state: State, who: Auth) -> JSONResponse:
     """Search, then assemble the results into a zoned context within the token budget."""
     who.require(body.namespace)
-    require_namespace(state, body.namespace)
     started = time.perf_counter()
     assemble = state.service.assemble_config
     if body.budget is not None:
@@ -332,8 +332,8 @@ async def context(body: S.ContextIn, state: State, who: Auth) -> dict[str, Any]:
         "context", query=body.query, namespace=body.namespace, candidates=body.candidates,
         config=search_config(state, body.filters), assemble=assemble))
     data = ctx.to_dict()
-    return {"query": body.query, "namespace": body.namespace, "text": ctx.render(body.format), "format": body.format,
+    return JSONResponse({"query": body.query, "namespace": body.namespace, "text": ctx.render(body.format), "format": body.format,
             **{k: data[k] for k in ("budget", "used", "counter", "zones", "items", "skipped")},
             "citations": [{"marker": f"[{i.memory_id}]", "memory_id": i.memory_id, "zone": i.zone,
                            "position": i.position} for i in ctx.items],
-            "took_ms": round((time.perf_counter() - started) * 1000, 3)}
+            "took_ms": round((time.perf_counter() - started) * 1000, 3)})
