@@ -1,5 +1,6 @@
 """Load on a real `lab serve` over loopback: search and context requests per second and latency with
-16 concurrent clients at 10,000 and 100,000 memories, and write throughput with group commit.
+16 concurrent clients at 10,000 and 100,000 memories (and search latency with one client, nothing
+queued), and write throughput with group commit.
 
     .venv/bin/python benchmarks/serve_load.py [--sizes 10000 100000] [--seconds 20] [--clients 16]
 
@@ -114,10 +115,14 @@ def main() -> None:
             search = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
                 "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10})))
             print(size, "search", search, file=sys.stderr)
+            # one client: the latency of a request with nothing queued before it (embedding included)
+            alone = asyncio.run(drive(srv.url, 1, args.seconds / 3, lambda i: (
+                "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10})))
+            print(size, "search, one client", alone, file=sys.stderr)
             context = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
                 "POST", "/v1/context", {"namespace": "bench", "query": questions[i % len(questions)], "budget": 2000})))
             print(size, "context", context, file=sys.stderr)
-            results[f"memories_{size}"] = {"search": search, "context": context}
+            results[f"memories_{size}"] = {"search": search, "search_one_client": alone, "context": context}
             if size == args.sizes[0]:
                 # writes: each request one new memory, embedded by the real model; group commit
                 # lets concurrent requests share one model call and one pair of Delta commits
