@@ -31,7 +31,7 @@ def main() -> None:
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         bundle = write_bundle(Path(tmp) / "bundle")
-        srv = Server(bundle, Path(tmp) / "store").start()
+        srv = Server(bundle, Path(tmp) / "store", "--rate", "1000000", "--burst", "1000000").start()
         try:
             for r in range(args.rounds):
                 started = time.perf_counter()

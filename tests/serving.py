@@ -132,7 +132,9 @@ def acknowledged_survive_sigkill(server: Server, writers: int = 8, kill_after: i
     lost = []
     with server.client() as c:
         for mid, text in acked:
-            found = c.post("/v1/search", json={"namespace": "durable", "query": text, "k": 5}).json()["results"]
+            r = c.post("/v1/search", json={"namespace": "durable", "query": text, "k": 5})
+            assert r.status_code == 200, r.text
+            found = r.json()["results"]
             if c.get(f"/v1/memories/{mid}").status_code != 200 or mid not in [h["memory_id"] for h in found]:
                 lost.append(mid)
         metrics = c.get("/metrics").text

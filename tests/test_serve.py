@@ -282,7 +282,7 @@ def test_keys_namespaces_scopes_and_rate_limit(bundle, tmp_path):
 
 # --------------------------------------------------------------------------- durability
 def test_acknowledged_writes_survive_sigkill_and_are_group_committed(bundle, tmp_path):
-    srv = Server(bundle, tmp_path / "store").start()
+    srv = Server(bundle, tmp_path / "store", "--rate", "1000000", "--burst", "1000000").start()
     try:
         with srv.client() as c:  # group commit: concurrent creates share commits
             c.post("/v1/namespaces", json={"name": "grouped"})
