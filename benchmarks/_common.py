@@ -34,3 +34,17 @@ def report(name: str, results: dict) -> None:
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def random_unit_vectors(texts, dim: int) -> np.ndarray:
+    """A deterministic random unit vector per text (benchmark stores: index and search costs of
+    real vectors without spending minutes embedding them)."""
+    import hashlib
+
+    out = np.empty((len(texts), dim), dtype=np.float32)
+    for i, t in enumerate(texts):
+        seed = int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
+        out[i] = np.random.default_rng(seed).standard_normal(dim)
+    from lab.embed.base import normalize_rows
+
+    return normalize_rows(out)

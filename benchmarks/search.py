@@ -12,20 +12,17 @@ Results go to stdout and benchmarks/results/search.json.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATASETS, Timer, percentiles, report  # noqa: E402
+from _common import DATASETS, Timer, percentiles, random_unit_vectors, report  # noqa: E402
 
 from lab.config import SaveConfig  # noqa: E402
-from lab.embed.base import normalize_rows  # noqa: E402
 from lab.embed.fake import WordTokenizer  # noqa: E402
 from lab.eval.locomo import load_conversations  # noqa: E402
 from lab.pipeline import Pipeline  # noqa: E402
@@ -45,11 +42,7 @@ class RandomEmbedder:
         self.tokenizer = WordTokenizer()
 
     def embed(self, texts):
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            seed = int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
-            out[i] = np.random.default_rng(seed).standard_normal(self.dim)
-        return normalize_rows(out)
+        return random_unit_vectors(texts, self.dim)
 
 
 def main() -> None:

@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import random
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _common import DATASETS, ROOT, percentiles, report  # noqa: E402
+from _common import DATASETS, ROOT, percentiles, random_unit_vectors, report  # noqa: E402
 from serving import Server, write_bundle  # noqa: E402
 
 from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig  # noqa: E402
-from lab.embed.base import normalize_rows  # noqa: E402
 from lab.eval.locomo import load_conversations  # noqa: E402
 
 
@@ -46,11 +43,7 @@ class StandIn:
         self.model_id, self.tokenizer = real.model_id, real.tokenizer
 
     def embed(self, texts):
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            seed = int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
-            out[i] = np.random.default_rng(seed).standard_normal(self.dim)
-        return normalize_rows(out)
+        return random_unit_vectors(texts, self.dim)
 
 
 def build_store(path: Path, size: int, turns: list[dict]) -> None:
