@@ -215,6 +215,8 @@ def test_errors_name_the_problem_and_leak_nothing(server):
             text = response.text
             assert "Traceback" not in text and str(server.store) not in text and "/tmp" not in text, text
         assert "known:" not in c.post("/v1/search", json={"namespace": "missing", "query": "x"}).text
+        ready = c.get("/ready").json()
+        assert ready["served"]["source"] == "bundle bundle" and "/" not in str(ready["served"])
 
 
 def test_metrics_and_openapi(server):

@@ -60,7 +60,8 @@ def load_bundle(folder: str | Path, source: str | None = None) -> Served:
     save = None
     if (folder / "save.json").is_file():
         save = from_dict(SaveConfig, _read_json(folder / "save.json"), where=f"{folder / 'save.json'}: ")
-    return Served(search, assemble, save, manifest, source or str(folder.resolve()))
+    # named by its folder's name, not its path: /ready shows the source and must not reveal paths
+    return Served(search, assemble, save, manifest, source or f"bundle {folder.resolve().name}")
 
 
 def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
