@@ -81,11 +81,10 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        too_large = error_response(413, f"request body over {self.limit} bytes")
         if declared is not None:
             try:
                 if int(declared) > self.limit:
-                    return await too_large(scope, receive, send)
+                    return await self.too_large()(scope, receive, send)
             except ValueError:
                 return await error_response(400, "Content-Length is not a number")(scope, receive, send)
         seen = 0
@@ -102,7 +101,10 @@ class BodyLimit:
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
-            await too_large(scope, receive, send)
+            await self.too_large()(scope, receive, send)
+
+    def too_large(self) -> JSONResponse:
+        return error_response(413, f"request body over {self.limit} bytes")
 
 
 class _TooLarge(Exception):

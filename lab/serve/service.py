@@ -274,9 +274,11 @@ class MemoryService:
         records = [r for job in group for r in job.payload["records"]]
         started = time.perf_counter()
         try:
+            # validation reads no store: done once, outside the lock, for the embedding ahead and
+            # the outcomes below (save_many checks the records again itself)
+            rows = self.writer.validate(records)
             if self.pipeline.cache is not None:
                 with self.lock:
-                    rows = self.writer.validate(records)
                     fresh = [r for r in rows if self.store.find_by_hash(r["namespace"], r["content_hash"]) is None]
                     texts = self.writer.chunk_texts(fresh)
                 with self.embed_lock:  # the model runs outside the store lock: searches go on meanwhile
@@ -292,9 +294,10 @@ class MemoryService:
             return
         self.observer.committed(len(records), time.perf_counter() - started)
         created, claimed = set(report.created), set()
+        remaining = iter(rows)
         for job in group:
             outcomes = []
-            for row in self.writer.validate(job.payload["records"]):
+            for row in (next(remaining) for _ in job.payload["records"]):
                 rid = report.id_map.get(row["id"], row["id"])
                 fresh = rid in created and rid not in claimed
                 claimed.add(rid)
