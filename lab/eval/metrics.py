@@ -269,12 +269,20 @@ def _resample_matrix(n: int, n_resamples: int, seed: int) -> np.ndarray:
     return counts
 
 
+def resample_counts(n: int, n_resamples: int = 1000, seed: int = 0) -> np.ndarray:
+    """The whole seeded resample-count matrix `bootstrap_cis` draws (resamples x questions), for a
+    caller that bootstraps the same questions many times (an interactive session)."""
+    return np.vstack(list(_resample_counts(n, _check_resamples(n_resamples), seed)))
+
+
 def bootstrap_cis(
-    values: np.ndarray, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+    values: np.ndarray, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0,
+    counts: np.ndarray | None = None,
 ) -> list[tuple[float, float, float]]:
     """(mean, low, high) per column of ``values`` (questions x metrics): the sample mean and its
     percentile-bootstrap confidence interval. One matrix of resample counts times the values
-    gives every column's resampled means at once (no resampling pass per metric)."""
+    gives every column's resampled means at once (no resampling pass per metric). ``counts``: the
+    matrix of `resample_counts` for these arguments, when the caller keeps it."""
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 2:
         raise ValidationError(f"values must be two-dimensional (questions x metrics), got shape {arr.shape}")
@@ -286,7 +294,10 @@ def bootstrap_cis(
     if not (0.0 < confidence < 1.0):
         raise ValidationError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
     n = arr.shape[0]
-    means = np.vstack([counts @ arr / n for counts in _resample_counts(n, n_resamples, seed)])
+    if counts is not None and counts.shape != (n_resamples, n):
+        raise ValidationError(f"counts must be {n_resamples} resamples x {n} questions, got shape {counts.shape}")
+    blocks = [counts] if counts is not None else _resample_counts(n, n_resamples, seed)
+    means = np.vstack([c @ arr / n for c in blocks])
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
     return [(float(arr[:, j].mean()), float(low[j]), float(high[j])) for j in range(arr.shape[1])]
