@@ -1,0 +1,120 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="lab: tune")
+
+
+@app.cell
+def _():
+    import marimo as mo
+
+    from lab.search.presets import PRESETS
+    from lab.tune import views
+    from lab.tune.session import TuneSession
+
+    return PRESETS, TuneSession, mo, views
+
+
+@app.cell
+def _(PRESETS, mo):
+    # `python notebooks/tune.py --dataset locomo` or `marimo run notebooks/tune.py -- --dataset locomo`
+    _args = mo.cli_args()
+    dataset_pick = mo.ui.dropdown(["demo", "locomo", "scifact"], value=str(_args.get("dataset") or "demo"),
+                                  label="dataset")
+    preset_pick = mo.ui.dropdown(sorted(PRESETS), value=str(_args.get("preset") or "lab"), label="preset")
+    out = str(_args.get("out") or "runs/notebook")  # where logged runs and gate reports go
+    mo.vstack([mo.md("# Tune retrieval and assembly\n"
+                     "Every change re-fuses the cached candidates and re-assembles every question; "
+                     "nothing is re-embedded. The preset's own numbers are the baseline."),
+               mo.hstack([dataset_pick, preset_pick], justify="start")])
+    return dataset_pick, out, preset_pick
+
+
+@app.cell
+def _(TuneSession, dataset_pick, mo, preset_pick):
+    with mo.status.spinner(f"opening {dataset_pick.value} with {preset_pick.value} (store and candidates are cached after the first time)"):
+        session = TuneSession.open(dataset_pick.value, preset_pick.value, progress=False)
+    start = session.knobs()
+    return session, start
+
+
+@app.cell
+def _(mo, session, start):
+    method = mo.ui.dropdown(session.methods(), value=start["fusion.method"], label="fusion method")
+    rrf_k = mo.ui.slider(0, 100, 1, value=int(start["fusion.k"]), label="RRF k", show_value=True, include_input=True)
+    weights = mo.ui.dictionary({s: mo.ui.slider(0.0, 2.0, 0.05, value=start[f"fusion.weights.{s}"], show_value=True)
+                                for s in session.signals}, label="signal weights")
+    critical = mo.ui.slider(0.0, 1.0, 0.05, value=start["assemble.critical_ratio"], label="critical zone", show_value=True)
+    recency = mo.ui.slider(0.0, 1.0, 0.05, value=start["assemble.recency_ratio"], label="recency zone", show_value=True)
+    budget = mo.ui.slider(100, 8000, 100, value=int(start["assemble.budget"]), label="token budget", show_value=True)
+    mo.hstack([mo.vstack([mo.md("**Fusion**"), method, rrf_k, weights]),
+               mo.vstack([mo.md("**Assembly** (the middle zone takes the rest)"), critical, recency, budget])],
+              justify="start", gap=3)
+    return budget, critical, method, recency, rrf_k, weights
+
+
+@app.cell
+def _(budget, critical, method, mo, recency, rrf_k, session, weights):
+    knobs = {"fusion.method": method.value, "fusion.k": rrf_k.value,
+             **{f"fusion.weights.{s}": w for s, w in weights.value.items()},
+             "assemble.critical_ratio": critical.value, "assemble.recency_ratio": recency.value,
+             "assemble.budget": budget.value}
+    search, assemble = session.configure(knobs)
+    numbers = session.numbers(search, assemble)
+    mo.stop(False)
+    return assemble, numbers, search
+
+
+@app.cell
+def _(mo, numbers, session, views):
+    mo.vstack([
+        mo.md(f"### {session.dataset.name}: {len(session.qids)} questions, "
+              f"recall@10 <span id='recall-at-10'>{numbers.means['recall@10']:.4f}</span>"),
+        mo.md(views.metrics_markdown(numbers, session.baseline)),
+        mo.md(f"<small>recomputed in {numbers.seconds * 1000:.0f} ms</small>"),
+    ])
+    return
+
+
+@app.cell
+def _(mo, numbers, session, views):
+    mo.hstack([views.curve_chart(numbers, session.baseline), views.category_chart(numbers, session.baseline)],
+              justify="start")
+    return
+
+
+@app.cell
+def _(mo):
+    log_button = mo.ui.run_button(label="log this configuration to MLflow")
+    gate_button = mo.ui.run_button(label="run the gate on it")
+    mo.hstack([log_button, gate_button], justify="start")
+    return gate_button, log_button
+
+
+@app.cell
+def _(assemble, log_button, mo, out, search, session):
+    mo.stop(not log_button.value, mo.md("_Not logged yet._"))
+    with mo.status.spinner("evaluating through lab eval and logging"):
+        run_id, folder = session.log(search, assemble, out=out)
+    mo.md(f"Logged MLflow run <span id='logged-run'>{run_id}</span> (run folder `{folder}`).")
+    return
+
+
+@app.cell
+def _(assemble, gate_button, mo, out, search, session, views):
+    mo.stop(not gate_button.value, mo.md("_Gate not run yet._"))
+    from lab.eval.goldens import ROOT
+    from lab.gate.checks import load_gate
+    from lab.gate.run import run_gate
+
+    _gate_file = ROOT / "goldens" / ("gate-demo.yaml" if session.dataset.name == "demo" else "gate.yaml")
+    _candidate = session.write_candidate(search, assemble, f"{out}/tune-candidate.yaml")
+    with mo.status.spinner(f"gate {_gate_file} on {_candidate}"):
+        report = run_gate(load_gate(_gate_file), str(_candidate), out_root=f"{out}/gate")
+    mo.vstack([mo.md(f"## Gate: <span id='gate-verdict'>{report.verdict}</span> ({_gate_file.name}, "
+                     f"MLflow run `{report.run_id}`)"), mo.ui.table(views.checks_frame(report), selection=None)])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

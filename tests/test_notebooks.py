@@ -1,0 +1,124 @@
+"""The marimo notebooks: each runs as a script and exports to HTML on the demo data, and the tune
+notebook works in a real browser (headless Chromium driven by Playwright): moving the RRF k slider
+changes the recall shown, the log button records an MLflow run, the gate button shows a verdict."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.serving import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+# per notebook: its arguments and a text its output must hold (so an empty page cannot pass)
+NOTEBOOKS = {
+    "tune": ([], "recall-at-10"),
+    "sweep": (["--sweep", "demo-small"], "Top configurations"),
+    "errors": ([], "gold memories outside the top"),
+    "context": ([], "Skipped, and why"),
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """An evaluation root of its own and a tracked demo sweep (for the sweep notebook)."""
+    root = tmp_path_factory.mktemp("notebooks")
+    env = {**os.environ, "LAB_EVAL_ROOT": str(root / "eval"), "PYTHONUNBUFFERED": "1"}
+    subprocess.run([str(BIN / "lab"), "sweep", str(ROOT / "goldens/sweeps/demo.yaml"), "--out", str(root / "sweeps"),
+                    "--quiet"], env=env, cwd=root, check=True, capture_output=True, timeout=900)
+    return root, env
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_notebook_runs_as_a_script_and_exports_to_html(workspace, name):
+    root, env = workspace
+    args, marker = NOTEBOOKS[name]
+    args = args + ["--out", str(root / "out")] if name == "tune" else args
+    script = subprocess.run([sys.executable, str(ROOT / "notebooks" / f"{name}.py"), *args], env=env, cwd=root,
+                            capture_output=True, text=True, timeout=600)
+    assert script.returncode == 0, script.stderr[-3000:]
+    html = root / f"{name}.html"
+    export = subprocess.run([str(BIN / "marimo"), "export", "html", str(ROOT / "notebooks" / f"{name}.py"), "-o", str(html),
+                             "--", *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-3000:]
+    text = html.read_text(encoding="utf-8")
+    assert marker in text and "Traceback" not in text
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is missing under CI: .ci/setup installs Debian's chromium package")
+        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); the browser test needs it")
+    return path
+
+
+def test_tune_notebook_in_a_real_browser(workspace):
+    from playwright.sync_api import sync_playwright
+
+    chromium = _chromium()
+    root, env = workspace
+    port = free_port()
+    server = subprocess.Popen([str(BIN / "marimo"), "run", str(ROOT / "notebooks" / "tune.py"), "--headless", "--no-token",
+                               "--host", "127.0.0.1", "--port", str(port), "--", "--out", str(root / "browser")],
+                              env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "marimo run did not answer within 60 s"
+            time.sleep(0.3)
+        with sync_playwright() as p:
+            # the flags keep Chromium off the network this machine does not have
+            browser = p.chromium.launch(executable_path=chromium, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            page.goto(url)
+            recall = page.locator("#recall-at-10").first
+            recall.wait_for(timeout=120_000)
+            before = recall.inner_text()
+            k = page.get_by_role("slider").first  # RRF k: the first slider on the page
+            assert k.get_attribute("aria-valuenow") == "5"
+            k.focus()
+            for _ in range(25):
+                page.keyboard.press("ArrowRight")
+            page.wait_for_function(
+                "before => { const e = document.querySelector('#recall-at-10'); return e && e.innerText !== before; }",
+                arg=before, timeout=30_000)
+            assert k.get_attribute("aria-valuenow") == "30"
+            after = recall.inner_text()
+            assert float(after) != float(before)
+            page.get_by_role("button", name="log this configuration to MLflow").click()
+            logged = page.locator("#logged-run").first
+            logged.wait_for(timeout=120_000)
+            run_id = logged.inner_text().strip()
+            page.get_by_role("button", name="run the gate on it").click()
+            verdict = page.locator("#gate-verdict").first
+            verdict.wait_for(timeout=300_000)
+            assert verdict.inner_text() in ("GO", "NO-GO")
+            assert page.locator(".marimo-error").count() == 0
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    from lab import track
+
+    _, c, _ = track.client()  # the tests' own MLflow store, which the notebook server inherited
+    tags = c.get_run(run_id).data.tags
+    assert "notebook" in tags.values() and str(root / "browser") in " ".join(tags.values()), tags
