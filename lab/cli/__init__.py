@@ -12,6 +12,7 @@ from lab.cli import demo as demo_commands
 from lab.cli import eval as eval_commands
 from lab.cli import search as search_commands
 from lab.cli import serve as serve_commands
+from lab.cli import stage as stage_commands
 from lab.cli import store as store_commands
 from lab.cli import tune as tune_commands
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune_commands.add_parsers(sub)
     tune_commands.add_gate_parser(sub)
     serve_commands.add_parsers(sub)
+    stage_commands.add_parsers(sub)
     return parser
 
 

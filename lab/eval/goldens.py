@@ -70,7 +70,8 @@ def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset
 
 def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = "train",
                  observations: bool = False, summaries: bool = False) -> EvalDataset:
-    """``locomo``, ``scifact``, ``demo`` (goldens/demo.yaml), a golden .yaml, or a BEIR folder."""
+    """``locomo``, ``scifact``, ``demo`` (goldens/demo.yaml), a golden .yaml, a BEIR folder, or a
+    folder of prepared tables (`lab.eval.tables`)."""
     from lab.eval.beir import load_beir
     from lab.eval.locomo import load_locomo
 
@@ -82,6 +83,10 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     if name == "demo":
         return load_golden(ROOT / "goldens" / "demo.yaml")
     p = Path(name)
+    from lab.eval.tables import is_tables, read_tables
+
+    if p.is_dir() and is_tables(p):  # a dataset prepared into Parquet tables (the DVC prepare stage)
+        return read_tables(p)
     if p.suffix in (".yaml", ".yml"):
         return load_golden(p)
     if p.is_dir():

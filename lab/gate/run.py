@@ -131,7 +131,32 @@ def report_table(report: GateReport) -> str:
     return "\n".join(lines)
 
 
-def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str | Path, uri: str | None) -> dict[str, Any]:
+def load_report(folder: str | Path) -> GateReport:
+    """The report a gate run wrote into ``folder`` (gate.json), e.g. for a later export step."""
+    folder = Path(folder)
+    path = folder / "gate.json"
+    if not path.is_file():
+        raise ValidationError(f"{folder} holds no gate report (gate.json): run the gate first")
+    d = json.loads(path.read_text(encoding="utf-8"))
+    checks = [Check(c["suite"], c["check"], c["value"], c["threshold"], c["verdict"] == "PASS", c.get("note") or "")
+              for c in d["checks"]]
+    return GateReport(d["verdict"], d["candidate"], checks, d["suites"], d.get("champion"), folder, d.get("run_id"))
+
+
+def export_gated(report: GateReport, candidate: str, gate: GateConfig, store: str | Path, *, bundle: str | Path,
+                 uri: str | None = None) -> dict[str, Any]:
+    """Export a judged candidate: only on GO (else `ValidationError` naming each failed check),
+    the bundle into ``bundle`` and the model registered as the new champion."""
+    if report.verdict != "GO":
+        failed = [f"{c.suite}: {c.name} = {c.value} (needs {c.threshold})" for c in report.checks if not c.passed]
+        raise ValidationError(f"gate verdict {report.verdict}: not exported; failed: {'; '.join(failed)}")
+    if not report.run_id:
+        raise ValidationError("the gate report has no MLflow run (it ran with tracking off): cannot register a model")
+    return _export(report, candidate_config(candidate), gate, store, uri, Path(bundle))
+
+
+def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str | Path, uri: str | None,
+            bundle: Path | None = None) -> dict[str, Any]:
     """The bundle folder (search, save and assembly configs, manifest), then the pyfunc model
     registered as the new champion."""
     from lab import track as tracking
@@ -140,7 +165,7 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
 
     with Retriever.open(store) as retriever:
         version = str(retriever.version)
-    bundle = report.folder / "bundle"
+    bundle = bundle or report.folder / "bundle"
     bundle.mkdir(parents=True, exist_ok=True)
     config, assemble = chosen.search, chosen.assemble or AssembleConfig()
     (bundle / "config.json").write_text(to_json(config) + "\n", encoding="utf-8")
