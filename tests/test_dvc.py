@@ -84,3 +84,23 @@ def test_dvc_repro_from_a_clean_clone_then_nothing_to_do(tmp_path):
     third = subprocess.run([dvc, "repro"], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert "Running stage 'export'" in third.stdout and "Running stage 'sweep'" not in third.stdout
+
+
+def test_lab_datasets_says_where_it_looked_and_how_to_place_what_is_missing(tmp_path):
+    out = subprocess.run([str(BIN / "lab"), "datasets", "--datasets", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "locomo   MISSING" in text and "scifact  MISSING" in text and "demo     FOUND" in text
+    assert f"looked in {tmp_path / 'locomo'}" in text and "git clone https://github.com/snap-research/LoCoMo" in text
+    assert "CC BY-NC 4.0" in text and "1c9979aed9f236d0" in text
+    # a BEIR folder of one's own is listed; a changed file is reported as differing
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "corpus.jsonl").write_text("{}\n")
+    (tmp_path / "mine" / "queries.jsonl").write_text("{}\n")
+    (tmp_path / "locomo").mkdir()
+    (tmp_path / "locomo" / "locomo10-dev.json").write_text("[]")
+    got = json.loads(subprocess.run([str(BIN / "lab"), "datasets", "--datasets", str(tmp_path), "--json"],
+                                    capture_output=True, text=True, check=True).stdout)
+    by_name = {e["name"]: e for e in got}
+    assert by_name["locomo"]["status"] == "differs"
+    assert by_name[str(tmp_path / "mine")]["status"] == "found"

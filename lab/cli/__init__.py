@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from lab.cli import datasets as datasets_commands
 from lab.cli import demo as demo_commands
 from lab.cli import eval as eval_commands
 from lab.cli import search as search_commands
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune_commands.add_gate_parser(sub)
     serve_commands.add_parsers(sub)
     stage_commands.add_parsers(sub)
+    datasets_commands.add_parsers(sub)
     return parser
 
 

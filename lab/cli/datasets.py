@@ -1,0 +1,45 @@
+"""`lab datasets`: the datasets lab knows, where it looked, whether they are there, and how to place them."""
+from __future__ import annotations
+
+import argparse
+
+from lab.cli.common import print_json
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from lab.eval.catalog import survey
+
+    entries = survey(args.datasets, verify=not args.no_verify)
+    if args.json:
+        print_json(entries)
+        return 0
+    for e in entries:
+        print(f"{e['name']:<8} {e['status'].upper():<8} {e['title']}")
+        print(f"         looked in {e['where']}")
+        for f in e["files"]:
+            if not f["present"]:
+                state = "missing"
+            elif f["matches"] is None:
+                state = "present (not verified)"
+            else:
+                state = "sha256 ok" if f["matches"] else f"sha256 {f['sha256'][:16]}... differs from the measured file"
+            print(f"         {f['path']}: {state} (expected {f['sha256_expected'][:16]}...)")
+        print(f"         source: {e['source']}")
+        print(f"         licence: {e['licence']}")
+        if e["status"] != "found" and e["steps"]:
+            print("         to place it:")
+            for i, step in enumerate(e["steps"], 1):
+                print(f"           {i}. {step}")
+    missing = [e["name"] for e in entries if e["status"] == "missing"]
+    if missing:
+        print(f"\nmissing: {', '.join(missing)}. The datasets root is --datasets, else $LAB_DATASETS, "
+              "else ../shared/datasets beside the project; nothing is downloaded at run time.")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("datasets", help="the known datasets: where lab looks, found or not, source, licence, how to place them")
+    p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    p.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the files")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_datasets)

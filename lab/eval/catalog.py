@@ -1,0 +1,98 @@
+"""The datasets `lab` knows, where it looks for them, and how to put them there.
+
+Nothing is downloaded at run time: loaders read files from the datasets root (``--datasets``, else
+``$LAB_DATASETS``, else ``../shared/datasets`` beside the project). `lab datasets` reports, per
+dataset, where it looked, whether the files are there, their SHA-256 against the files the
+README's figures were measured on, the source and licence, and the steps that place it.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.eval.goldens import ROOT, default_datasets
+
+
+@dataclass(frozen=True)
+class Known:
+    name: str  # what `--dataset` takes
+    title: str
+    folder: str  # under the datasets root
+    files: dict[str, str]  # relative path -> SHA-256 of the file the figures were measured on
+    source: str
+    licence: str
+    steps: tuple[str, ...]
+
+
+KNOWN: tuple[Known, ...] = (
+    Known(
+        "locomo", "LoCoMo dev (long-term conversational memory): 5 conversations, 2,760 turns, 999 questions",
+        "locomo", {"locomo10-dev.json": "1c9979aed9f236d0d6700ff90f205f01c1796875da7956cf94672edd87753933"},
+        "snap-research/LoCoMo, commit 3eb6f2c, data/locomo10.json (Maharana et al., ACL 2024)",
+        "CC BY-NC 4.0: research and evaluation use only",
+        ("git clone https://github.com/snap-research/LoCoMo && git -C LoCoMo checkout 3eb6f2c",
+         "mkdir -p $DATASETS/locomo && cp LoCoMo/LICENSE* $DATASETS/locomo/ 2>/dev/null || true",
+         "python -c \"import json; d = json.load(open('LoCoMo/data/locomo10.json')); "
+         "keep = {'conv-26', 'conv-30', 'conv-41', 'conv-42', 'conv-43'}; "
+         "json.dump([s for s in d if s['sample_id'] in keep], open('$DATASETS/locomo/locomo10-dev.json', 'w'))\"",
+         "lab datasets   # 'found'; a checksum other than the one listed means other bytes (the same "
+         "conversations serialised differently still load)")),
+    Known(
+        "scifact", "BEIR SciFact, train split: 5,183 abstracts, 809 claims",
+        "scifact", {"corpus.jsonl": "dec31c8182f3d744c7d2c09423756fd1d17cbef75808db13ba01cc0aab4d1ac6",
+                    "queries.jsonl": "812042faf8eac3764df5236a620fab381e40b2748674a88a287c17d70e628a4b",
+                    "qrels/train.tsv": "ac0902d9b1cb717df182aaff1306175877fdb8f55bb5c3e8597ad694fc8e539f"},
+        "BEIR (Thakur et al., 2021) over SciFact (Wadden et al., 2020): "
+        "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/scifact.zip",
+        "claims CC BY 4.0, abstracts ODC-By 1.0",
+        ("curl -LO https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/scifact.zip && unzip scifact.zip",
+         "mkdir -p $DATASETS/scifact/qrels && cp scifact/corpus.jsonl $DATASETS/scifact/ && "
+         "cp scifact/qrels/train.tsv $DATASETS/scifact/qrels/",
+         "python -c \"import json; ids = {l.split('\\t')[0] for l in open('scifact/qrels/train.tsv')}; "
+         "open('$DATASETS/scifact/queries.jsonl', 'w').writelines(l for l in open('scifact/queries.jsonl') "
+         "if json.loads(l)['_id'] in ids)\"   # the train claims only",
+         "lab datasets")),
+)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[dict[str, Any]]:
+    """One entry per dataset: name, where, status (found | missing | differs), files with their
+    checksums, source, licence and steps; then the bundled demo and any other BEIR folder found."""
+    root = Path(datasets) if datasets else default_datasets()
+    out: list[dict[str, Any]] = []
+    for k in KNOWN:
+        folder = root / k.folder
+        files = []
+        for rel, expected in k.files.items():
+            p = folder / rel
+            got = sha256(p) if verify and p.is_file() else None
+            files.append({"path": str(p), "present": p.is_file(), "sha256_expected": expected, "sha256": got,
+                          "matches": (got == expected) if got else None})
+        present = all(f["present"] for f in files)
+        status = "missing" if not present else ("differs" if any(f["matches"] is False for f in files) else "found")
+        out.append({"name": k.name, "title": k.title, "where": str(folder), "status": status, "files": files,
+                    "source": k.source, "licence": k.licence,
+                    "steps": [s.replace("$DATASETS", str(root)) for s in k.steps]})
+    out.append({"name": "demo", "title": "the bundled demo: 347 memories, 250 edges, 120 golden questions",
+                "where": str(ROOT / "datasets" / "demo"), "status": "found" if (ROOT / "datasets" / "demo").is_dir() else "missing",
+                "files": [], "source": "written for this project (datasets/demo, goldens/demo.yaml)",
+                "licence": "the project's own (MIT)", "steps": []})
+    known_folders = {k.folder for k in KNOWN}
+    if root.is_dir():
+        for sub in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in known_folders):
+            if (sub / "corpus.jsonl").is_file():
+                out.append({"name": str(sub), "title": f"a BEIR folder ({sub.name})", "where": str(sub),
+                            "status": "found" if (sub / "queries.jsonl").is_file() else "incomplete (no queries.jsonl)",
+                            "files": [], "source": "BEIR format (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)",
+                            "licence": "see the folder", "steps": []})
+    return out
