@@ -1,6 +1,6 @@
 """Position-aware context assembly: fused results -> the context an LLM reads, within a token budget.
 
-MAIA's zone scheme, done fully (GUIDE section 3):
+MAIA's zone scheme, done fully (README, Context assembly):
 
 * Routing. Working memories always go to recency. Pinned memories and anchors, and items whose
   normalised score (score / best score) is at or above ``critical_threshold``, go to critical.
