@@ -54,14 +54,13 @@ def _(mo, session, start):
 
 
 @app.cell
-def _(budget, critical, method, mo, recency, rrf_k, session, weights):
+def _(budget, critical, method, recency, rrf_k, session, weights):
     knobs = {"fusion.method": method.value, "fusion.k": rrf_k.value,
              **{f"fusion.weights.{s}": w for s, w in weights.value.items()},
              "assemble.critical_ratio": critical.value, "assemble.recency_ratio": recency.value,
              "assemble.budget": budget.value}
     search, assemble = session.configure(knobs)
     numbers = session.numbers(search, assemble)
-    mo.stop(False)
     return assemble, numbers, search
 
 
