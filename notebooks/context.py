@@ -19,8 +19,7 @@ def _(TuneSession, mo):
     # `python notebooks/context.py --dataset locomo --question QID`
     _args = mo.cli_args()
     with mo.status.spinner("opening the dataset and its cached candidates"):
-        session = TuneSession.open(str(_args.get("dataset") or "demo"), str(_args.get("preset") or "lab"),
-                                   config_file=_args.get("config"))
+        session = TuneSession.from_args(_args)
     first = str(_args.get("question") or session.qids[0])
     return first, session
 

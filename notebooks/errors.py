@@ -20,8 +20,7 @@ def _(TuneSession, mo):
     # `python notebooks/errors.py --dataset locomo --preset lab` (or `--config runs/sweeps/NAME/best.yaml`)
     _args = mo.cli_args()
     with mo.status.spinner("opening the dataset and its cached candidates"):
-        session = TuneSession.open(str(_args.get("dataset") or "demo"), str(_args.get("preset") or "lab"),
-                                   config_file=_args.get("config"))
+        session = TuneSession.from_args(_args)
     numbers = session.baseline
     return numbers, session
 

@@ -123,6 +123,13 @@ class TuneSession:
         cands, _ = candidate_table(retriever, data, candidate.search, depth=DEPTH, root=root)
         return cls(data, candidate, retriever, cands, budget=budget)
 
+    @classmethod
+    def from_args(cls, args: Any) -> "TuneSession":
+        """A session from a notebook's command-line arguments (``mo.cli_args()``): ``--dataset``
+        (default demo), ``--preset`` (default lab) or ``--config FILE`` (a candidate file)."""
+        return cls.open(str(args.get("dataset") or "demo"), str(args.get("preset") or "lab"),
+                        config_file=args.get("config"))
+
     # ------------------------------------------------------------------ knobs
     @property
     def signals(self) -> list[str]:
