@@ -56,8 +56,8 @@ def test_pooled_assembler_equals_batch_assembler(demo):
         search = replace(demo.candidate.search, fusion=replace(demo.candidate.search.fusion, k=k))
         run = fused_run(demo.prepared, search, EvalOptions(), demo.dataset)
         ref = BatchAssembler.for_run(demo.retriever, demo.dataset, run, search, demo.qids).evaluate(ASSEMBLIES)
-        demo.numbers(search)  # fuses and builds the pooled assembler
-        got = demo._assembler.evaluate(ASSEMBLIES)
+        idx, _, score = demo.numbers(search).fused
+        got = demo.pool.assembler(idx, score).evaluate(ASSEMBLIES)
         for m in ref:
             assert _same(ref[m], got[m]), (k, m)
 

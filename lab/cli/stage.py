@@ -124,7 +124,7 @@ def stage_candidates(params: dict[str, Any], args: argparse.Namespace) -> str:
                                             **{f"context_{k.removeprefix('context_')}": v
                                                for k, v in (m.get("context") or {}).items()}})
     PLOTS.mkdir(parents=True, exist_ok=True)
-    ks = [k for k in DEFAULT_KS]
+    ks = list(DEFAULT_KS)
     pl.DataFrame({"k": ks, "recall": [m["metrics"][f"recall@{k}"] for k in ks]}).write_csv(PLOTS / "recall_curve.csv")
     pl.DataFrame(m["by_category"]).select("category", "recall@10", "ndcg@10").write_csv(PLOTS / "by_category.csv")
     return f"{cands.height} candidate rows; {search.name} recall@10 {m['metrics']['recall@10']:.4f}"
@@ -139,8 +139,8 @@ def stage_sweep(params: dict[str, Any], args: argparse.Namespace) -> str:
 
     source = read_yaml(Path(params["profile"]["sweep"]), "sweep file")
     # the prepared dataset and the index-time parameters, pinned (one store: the index stage's)
-    index_dims = {"index.context_turns": [int(_save(params).chunk.context_turns)],
-                  "index.time_in_text": [bool(_save(params).chunk.time_in_text)]}
+    chunk = _save(params).chunk
+    index_dims = {"index.context_turns": [int(chunk.context_turns)], "index.time_in_text": [bool(chunk.time_in_text)]}
     spec = parse_spec({**source, "dataset": str(PREPARED), "base": params["preset"],
                        "space": {**index_dims, **{k: v for k, v in source["space"].items() if not k.startswith("index.")}}},
                       where=params["profile"]["sweep"])

@@ -200,10 +200,14 @@ class BatchAssembler:
                 self._direct(out, int(rows[i]), int(q), sub[i])
         return out
 
+    def question_items(self, q: int) -> list[Item]:
+        """Question ``q``'s items as `assemble` takes them (for the pairs the kernel leaves to it)."""
+        return self.raw_items[q]
+
     def _direct(self, out: dict[str, np.ndarray], c: int, q: int, config: AssembleConfig) -> None:
         """One (configuration, question) through `assemble` itself."""
         ref = self.fixed_reference or config.reference_time or self.ns_refs[q]
-        ctx = assemble(self.raw_items[q], config, counter=self._counter(config.counter), reference_time=ref)
+        ctx = assemble(self.question_items(q), config, counter=self._counter(config.counter), reference_time=ref)
         _, rec, crit, first, used = context_row(self.qids[q], ctx, self.gold[q])
         out["context_recall"][c, q] = rec
         out["context_gold_critical"][c, q] = crit
@@ -358,6 +362,7 @@ class PooledAssembler(BatchAssembler):
         self.qids = pool.qids
         self.gold = pool.gold
         self.n_gold = pool.n_gold
+        self.ns_refs = pool.q_ref  # each question's namespace reference time (`_direct`)
         self.retriever = self.dataset = self.run = self.config = None
         slot = pool.pair_slot[pair_idx]
         q = pool.q_pos[prep.pair_q[pair_idx]]
@@ -442,15 +447,8 @@ class PooledAssembler(BatchAssembler):
             self._dups[threshold] = (out_start, local[np.argsort(owner, kind="stable")].astype(np.int64))
         return self._dups[threshold]
 
-    def _direct(self, out: dict[str, np.ndarray], c: int, q: int, config: AssembleConfig) -> None:
+    def question_items(self, q: int) -> list[Item]:
         pool = self.pool
         a, b = int(self.q_start[q]), int(self.q_start[q + 1])
-        items = [Item(pool.slot_id[s], pool.slot_text[s], float(self.scores[k]), pool.slot_time[s],
-                      pool.slot_type[s], bool(pool.slot_pinned[s])) for k, s in zip(range(a, b), self.item_slot[a:b].tolist())]
-        ref = self.fixed_reference or config.reference_time or pool.q_ref[q]
-        ctx = assemble(items, config, counter=self._counter(config.counter), reference_time=ref)
-        _, rec, crit, first, used = context_row(self.qids[q], ctx, self.gold[q])
-        out["context_recall"][c, q] = rec
-        out["context_gold_critical"][c, q] = crit
-        out["context_first_gold"][c, q] = np.nan if first is None else first
-        out["context_tokens"][c, q] = used
+        return [Item(pool.slot_id[s], pool.slot_text[s], float(self.scores[k]), pool.slot_time[s], pool.slot_type[s],
+                     bool(pool.slot_pinned[s])) for k, s in zip(range(a, b), self.item_slot[a:b].tolist())]

@@ -292,8 +292,13 @@ class BatchScorer:
         return out
 
     def _evaluate_single(self, config: FusionConfig) -> dict[str, np.ndarray]:
+        idx, rank, _, _ = fuse_arrays(self.prep, replace(config, top_k=self.depth), self.depth)
+        return self.score_fused(idx, rank)
+
+    def score_fused(self, idx: np.ndarray, rank: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-question metrics (``self.questions`` order) of a fused run given as prepared pair
+        indices and their ranks (`fuse_arrays`' first two outputs, cut at ``depth`` or deeper)."""
         prep = self.prep
-        idx, rank, _, _ = fuse_arrays(prep, replace(config, top_k=self.depth), self.depth)
         gold = self.pair_rel[idx] > 0
         g_idx = idx[gold]
         ranks = rank[gold].astype(np.int64)[None, :]

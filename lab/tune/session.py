@@ -194,11 +194,8 @@ class TuneSession:
 
     def _retrieval_metrics(self, idx: np.ndarray, rank: np.ndarray) -> dict[str, np.ndarray]:
         """Per-question retrieval metrics (session order) from the gold pairs' ranks in a fused run."""
-        sc = self.scorer
-        gold = sc.pair_rel[idx] > 0
-        got = sc._metrics_from_ranks(rank[gold].astype(np.int64)[None, :], sc.q_eval[sc.prep.pair_q[idx[gold]]],
-                                     sc.pair_rel[idx[gold]])
-        out = {m: v[0][self._to_session] for m, v in got.items()}
+        got = self.scorer.score_fused(idx, rank)
+        out = {m: v[self._to_session] for m, v in got.items()}
         out["mrr"] = out.pop(f"mrr@{max(CURVE_KS)}")
         return out
 

@@ -87,12 +87,13 @@ def load_sweep(name_or_run: str | None = None, *, uri: str | None = None, folder
     if folder is None:
         from lab import track
 
-        mlflow, c, exp = track.client(uri)
-        runs = [r for r in track.recent_runs(200, uri, kind="sweep")]
+        _, c, _ = track.client(uri)
+        every = track.recent_runs(200, uri, kind="sweep")
+        runs = every
         if name_or_run:
             runs = [r for r in runs if r["run_id"] == name_or_run or r["name"] == f"sweep {name_or_run}"]
         if not runs:
-            known = sorted({r["name"].removeprefix("sweep ") for r in track.recent_runs(200, uri, kind="sweep")})
+            known = sorted({r["name"].removeprefix("sweep ") for r in every})
             raise ValidationError(f"no sweep run {name_or_run!r} in MLflow ({track.tracking_uri(uri)}); "
                                   f"known sweeps: {known or 'none (run `lab sweep FILE` first)'}")
         run = runs[0]
