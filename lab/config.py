@@ -18,6 +18,13 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # the cutoffs every evaluation reports unless told otherwise (CLI, runner and metrics share them)
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
 FAKE_MODEL = "fake-hash-256"
+# Extra ways of indexing a memory (ChunkConfig.views), each its own vector and lexical index.
+INDEX_VIEWS: tuple[str, ...] = ("plain",)
+# Every view search can rank as separate lists (SearchConfig.views): the index-time ones, and
+# "derived", a query-time view ranking derived facts (memories with a derived_from edge) and
+# crediting each hit to the memory it was derived from.
+VIEWS: tuple[str, ...] = (*INDEX_VIEWS, "derived")
+VIEW_SIGNALS: tuple[str, ...] = ("vector", "lexical")  # the signals a view ranks
 
 
 def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -49,6 +56,13 @@ class ChunkConfig:
 
     ``context_turns`` defaults to 2: on LoCoMo dev it lifts recall@10 of the presets by 3 to 14
     points (``lab`` 0.643 -> 0.738), and it changes nothing for memories without an episode.
+
+    ``views`` indexes every memory again, once per named view, into indexes of its own, so search
+    can rank each view as separate vector and lexical lists (``SearchConfig.views``). The one
+    index-time view is ``plain``: the memory without the index-time context above. The
+    contextual view finds a reply by the question it answers; the plain view keeps a turn's own
+    words from being drowned by its neighbours'. It costs a second embedding per chunk that has
+    context (identical texts are embedded once) and a second pair of indexes.
     """
 
     size: int = 350
@@ -56,6 +70,7 @@ class ChunkConfig:
     prepend_title_tags: bool = True
     context_turns: int = 2
     time_in_text: bool = False
+    views: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -66,6 +81,14 @@ class ChunkConfig:
             )
         if not 0 <= self.context_turns <= 20:
             raise ValidationError(f"chunk.context_turns must be in 0..20, got {self.context_turns}")
+        bad = sorted(set(self.views) - set(INDEX_VIEWS))
+        if bad:
+            raise ValidationError(f"chunk.views: unknown view(s) {bad}; index-time views: {list(INDEX_VIEWS)}")
+        if len(set(self.views)) != len(self.views):
+            raise ValidationError(f"chunk.views lists a view twice: {list(self.views)}")
+        if "plain" in self.views and not self.context_turns and not self.time_in_text:
+            raise ValidationError("chunk.views: 'plain' is the memory without its index-time context, but "
+                                  "context_turns is 0 and time_in_text is off, so it would equal the main view")
 
 
 @dataclass(frozen=True)
@@ -272,6 +295,8 @@ def load_config(cls: type[T], path: str | Path) -> T:
 
 # --------------------------------------------------------------------------- search
 SIGNALS: tuple[str, ...] = ("vector", "lexical", "recency", "frequency", "graph", "entity", "temporal")
+# every ranked list search can make: the signals, and each view's vector and lexical lists
+LISTS: tuple[str, ...] = (*SIGNALS, *(f"{s}@{v}" for v in VIEWS for s in VIEW_SIGNALS))
 
 
 def _default_weights() -> dict[str, float]:
@@ -348,9 +373,10 @@ class FusionConfig:
             raise ValidationError(f"fusion.superseded must be demote, hide or keep, got {self.superseded!r}")
         if self.top_k < 1:
             raise ValidationError(f"fusion.top_k must be >= 1, got {self.top_k}")
-        bad = sorted(set(self.weights) - set(SIGNALS))
+        bad = sorted(set(self.weights) - set(LISTS))
         if bad:
-            raise ValidationError(f"fusion.weights: unknown signal(s) {bad}; known: {list(SIGNALS)}")
+            raise ValidationError(f"fusion.weights: unknown signal(s) {bad}; known: {list(SIGNALS)}, "
+                                  f"and per view {list(LISTS[len(SIGNALS):])}")
 
 
 @dataclass(frozen=True)
@@ -360,6 +386,9 @@ class SearchConfig:
     name: str = "custom"
     description: str = ""
     signals: tuple[str, ...] = ("vector", "lexical")
+    # extra views ranked as lists of their own, "vector@plain", "lexical@derived"... (see VIEWS):
+    # a view ranks those of vector and lexical that ``signals`` enables, weighted like signals
+    views: tuple[str, ...] = ()
     depth: int = 50  # candidates per signal
     half_life_hours: float = 168.0
     reference_time: str | None = None  # ISO; None = the namespace's latest memory (never the clock)
@@ -372,6 +401,11 @@ class SearchConfig:
         bad = sorted(set(self.signals) - set(SIGNALS))
         if bad:
             raise ValidationError(f"signals: unknown signal(s) {bad}; known: {list(SIGNALS)}")
+        bad = sorted(set(self.views) - set(VIEWS))
+        if bad:
+            raise ValidationError(f"views: unknown view(s) {bad}; known: {list(VIEWS)}")
+        if len(set(self.views)) != len(self.views):
+            raise ValidationError(f"views lists a view twice: {list(self.views)}")
         if self.depth < 1:
             raise ValidationError(f"depth must be >= 1, got {self.depth}")
         check_number("half_life_hours", self.half_life_hours, above=0)

@@ -31,17 +31,21 @@ def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def save_config(context_turns: int | None = None, time_in_text: bool = False) -> SaveConfig:
-    """The save configuration of an evaluation store with these index-time levers (None: default turns)."""
-    turns = ChunkConfig().context_turns if context_turns is None else int(context_turns)
-    return SaveConfig(chunk=ChunkConfig(context_turns=turns, time_in_text=bool(time_in_text)))
+def save_config(context_turns: int | None = None, time_in_text: bool = False,
+                views: tuple[str, ...] | list[str] | None = None) -> SaveConfig:
+    """The save configuration of an evaluation store with these index-time levers (None: the defaults)."""
+    default = ChunkConfig()
+    turns = default.context_turns if context_turns is None else int(context_turns)
+    return SaveConfig(chunk=ChunkConfig(context_turns=turns, time_in_text=bool(time_in_text),
+                                        views=default.views if views is None else tuple(views)))
 
 
 def index_suffix(chunk: ChunkConfig) -> str:
     """Run-folder suffix naming the index-time levers that differ from the default (none: no suffix)."""
     default = ChunkConfig()
     return ((f"+ctx{chunk.context_turns}" if chunk.context_turns != default.context_turns else "")
-            + ("+time" if chunk.time_in_text != default.time_in_text else ""))
+            + ("+time" if chunk.time_in_text != default.time_in_text else "")
+            + ("".join(f"+{v}" for v in chunk.views) if chunk.views != default.views else ""))
 
 
 def embeddings_dir(root: Path) -> Path:

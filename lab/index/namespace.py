@@ -97,6 +97,27 @@ def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: in
         m *= 4
 
 
+_VIEW_OF_CHUNK = r"#\d+~([^#~]+)$"  # lab.store.records.chunk_id: "{memory}#{hash}#{ordinal}~{view}"
+
+
+def split_views(chunks: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """A chunks table by index view ("" is the main view, always present, maybe empty)."""
+    if chunks.height == 0:
+        return {"": chunks}
+    view = chunks["chunk_id"].str.extract(_VIEW_OF_CHUNK, 1).fill_null("")
+    names = sorted(set(view.unique().to_list()) | {""})
+    return {v: chunks.filter(view == v) for v in names}
+
+
+def _by_view(chunk_ids: list[str]) -> dict[str, list[str]]:
+    from lab.store.records import chunk_view
+
+    out: dict[str, list[str]] = {}
+    for cid in chunk_ids:
+        out.setdefault(chunk_view(cid), []).append(cid)
+    return out
+
+
 class NamespaceIndex:
     """Chunk labels 0..n-1 shared by both indexes; deletions are masks until the next rebuild.
 
@@ -104,10 +125,15 @@ class NamespaceIndex:
     the last lexical build go to a small delta index that is rebuilt on demand; past
     ``delta_merge_threshold`` chunks the delta is folded into the main index in a background
     thread. A saved memory is therefore found by the very next search.
+
+    Chunks of an extra index view (``ChunkConfig.views``; the view is in the chunk id) go to a
+    child index of that view in ``views``, built, updated, merged, saved and loaded with this one.
     """
 
-    def __init__(self, namespace: str, dim: int, config: IndexConfig, embed_model: str) -> None:
+    def __init__(self, namespace: str, dim: int, config: IndexConfig, embed_model: str, view: str = "") -> None:
         self.namespace = namespace
+        self.view = view  # "" for the main index; a child index's view name otherwise
+        self.views: dict[str, NamespaceIndex] = {}
         self.dim = dim
         self.config = config
         self.embed_model = embed_model
@@ -138,7 +164,17 @@ class NamespaceIndex:
         cls, namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
         store_version: str,
     ) -> "NamespaceIndex":
-        idx = cls(namespace, dim, config, embed_model)
+        """The index of a namespace's chunks (every view's), stamped with ``store_version``."""
+        parts = split_views(chunks)
+        idx = cls._build_view(namespace, parts.pop(""), dim, config, embed_model, store_version, "")
+        for view, part in parts.items():
+            idx.views[view] = cls._build_view(namespace, part, dim, config, embed_model, store_version, view)
+        return idx
+
+    @classmethod
+    def _build_view(cls, namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
+                    store_version: str, view: str) -> "NamespaceIndex":
+        idx = cls(namespace, dim, config, embed_model, view)
         chunks = chunks.sort("chunk_id")  # label order independent of file order: reproducible
         idx.vector = VectorIndex(dim, config.vector, capacity=max(chunks.height, 16))
         idx._append(chunks)
@@ -172,7 +208,26 @@ class NamespaceIndex:
         self._vectors[start:needed] = vectors
 
     def apply(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
-        """Fold a store change in: new chunks into the vector index and lexical delta, removals masked."""
+        """Fold a store change in: new chunks into the vector index and lexical delta, removals masked
+        (each view's chunks into its own index)."""
+        with self._lock:
+            if self.view:
+                self._apply_own(added, removed, store_version)
+                return
+            parts = split_views(added) if added is not None else {}
+            gone = _by_view(removed)
+            for view in sorted((set(parts) | set(gone) | set(self.views)) - {""}):
+                child = self.views.get(view)
+                if child is None:
+                    if view not in parts:
+                        continue  # nothing of this view was ever indexed
+                    child = self._build_view(self.namespace, parts[view].clear(), self.dim, self.config,
+                                             self.embed_model, store_version, view)
+                    self.views[view] = child
+                child.apply(parts.get(view), gone.get(view, []), store_version)
+            self._apply_own(parts.get("", added), gone.get("", []), store_version)
+
+    def _apply_own(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
         with self._lock:
             if added is not None and self.label_of:
                 live = [c for c in added["chunk_id"].to_list() if c in self.label_of and self.live[self.label_of[c]]]
@@ -190,7 +245,20 @@ class NamespaceIndex:
             self.store_version = store_version
 
     def sync(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
-        """Bring the index to the store's visible chunks; returns (added, removed)."""
+        """Bring the index (and its views') to the store's visible chunks; returns the main view's
+        (added, removed)."""
+        with self._lock:
+            if self.view:
+                return self._sync_own(chunks, store_version)
+            parts = split_views(chunks)
+            for view in sorted((set(parts) | set(self.views)) - {""}):
+                if view not in self.views:
+                    self.views[view] = self._build_view(self.namespace, parts[view].clear(), self.dim, self.config,
+                                                        self.embed_model, store_version, view)
+                self.views[view]._sync_own(parts.get(view, chunks.clear()), store_version)
+            return self._sync_own(parts[""], store_version)
+
+    def _sync_own(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
         with self._lock:
             visible = set(chunks["chunk_id"].to_list())
             live_ids = {cid for cid, label in self.label_of.items() if self.live[label]}
@@ -200,8 +268,16 @@ class NamespaceIndex:
             revived = [c for c in added["chunk_id"].to_list() if c in self.label_of]
             for cid in revived:
                 del self.label_of[cid]
-            self.apply(added, removed, store_version)
+            self._apply_own(added, removed, store_version)
             return added.height, len(removed)
+
+    def chunk_owners(self) -> list[tuple[str, str]]:
+        """(chunk id, memory id) of every label of this index and its views, live or not."""
+        with self._lock:
+            out = list(zip(self.chunk_ids, self.memory_of))
+            for view in sorted(self.views):
+                out.extend(self.views[view].chunk_owners())
+            return out
 
     def labels_of(self, memory_id: str) -> list[int]:
         """Live chunk labels of a memory."""
@@ -238,11 +314,17 @@ class NamespaceIndex:
         return len(self.delta_labels)
 
     def needs_merge(self) -> bool:
-        return self.delta_size > self.config.delta_merge_threshold
+        return (self.delta_size > self.config.delta_merge_threshold
+                or any(v.needs_merge() for v in self.views.values()))
 
     # ------------------------------------------------------------------ merging
     def merge(self) -> None:
-        """Rebuild the lexical main index over every live chunk; the delta becomes empty."""
+        """Rebuild the lexical main index over every live chunk (of every view); the deltas become empty."""
+        for view in sorted(self.views):
+            self.views[view].merge()
+        self._merge_own()
+
+    def _merge_own(self) -> None:
         with self._lock:
             labels = np.flatnonzero(self.live).astype(np.int64)
             texts = [self.texts[i] for i in labels]
@@ -338,6 +420,7 @@ class NamespaceIndex:
             "n_live": self.n_live,
             "n_lexical_main": int(len(self.lexical_labels)),
             "n_delta": self.delta_size,
+            "views": sorted(self.views),
         }
 
     def save(self, directory: Path) -> None:
@@ -362,6 +445,10 @@ class NamespaceIndex:
             )
             np.save(tmp / "lexical_labels.npy", self.lexical_labels)
             np.save(tmp / "delta_labels.npy", np.asarray(self.delta_labels, dtype=np.int64))
+            for view in sorted(self.views):
+                # each view's index is saved whole (with its own manifest) inside this one's folder
+                (tmp / "views").mkdir(exist_ok=True)
+                self.views[view].save(tmp / "views" / view)
             manifest = {**self.manifest(), "files": _file_digests(tmp)}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
             old = directory.with_name(tag + ".old")
@@ -384,11 +471,25 @@ class NamespaceIndex:
             return None
         if not (directory / MANIFEST).is_file():
             raise IndexDamaged(f"{MANIFEST} is missing")
-        manifest = verify(directory, namespace or directory.name)
+        namespace = namespace or directory.name
+        manifest = verify(directory, namespace)
         if manifest.get("config") != to_dict(config):
             return None
+        parts = split_views(chunks)
+        views = manifest.get("views") or []
+        if set(parts) - {""} - set(views):
+            return None  # the store holds a view this index was saved without: rebuild
         try:
-            return cls._load(directory, chunks, config, manifest)
+            idx = cls._load(directory, parts[""], config, manifest)
+            for view in views:
+                sub = directory / "views" / view
+                if not (sub / MANIFEST).is_file():
+                    raise IndexDamaged(f"the index of view {view!r} is missing")
+                child = cls._load(sub, parts.get(view, chunks.clear()), config, verify(sub, namespace), view)
+                if idx is None or child is None:
+                    return None
+                idx.views[view] = child
+            return idx
         except IndexDamaged:
             raise
         except Exception as exc:  # hnswlib, bm25s, pyarrow and numpy raise many types on a bad file
@@ -396,11 +497,11 @@ class NamespaceIndex:
 
     @classmethod
     def _load(cls, directory: Path, chunks: pl.DataFrame, config: IndexConfig,
-              manifest: dict[str, Any]) -> "NamespaceIndex | None":
+              manifest: dict[str, Any], view: str = "") -> "NamespaceIndex | None":
         labels = pq.read_table(directory / "labels.parquet")
         if labels.num_rows != manifest.get("n_labels"):
             raise IndexDamaged(f"labels.parquet has {labels.num_rows} rows, the manifest says {manifest.get('n_labels')}")
-        idx = cls(manifest["namespace"], manifest["dim"], config, manifest["embed_model"])
+        idx = cls(manifest["namespace"], manifest["dim"], config, manifest["embed_model"], view)
         idx.chunk_ids = labels["chunk_id"].to_pylist()
         idx.memory_of = labels["memory_id"].to_pylist()
         idx.live = labels["live"].to_numpy(zero_copy_only=False).astype(bool)

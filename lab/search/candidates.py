@@ -22,7 +22,7 @@ from lab.config import SearchConfig
 from lab.errors import ValidationError
 from lab.index.namespace import NamespaceIndex
 from lab.search.analysis import INTENTS, QueryAnalysis, analyze
-from lab.search.signal_registry import SIGNALS, SignalInput
+from lab.search.signal_registry import SIGNALS, SignalInput, view_lists
 from lab.search.view import NamespaceView
 from lab.store.records import parse_time, validate_namespace
 
@@ -122,6 +122,8 @@ def candidates(
             ranked = signal.fn(signal_input)
             if ranked is not None:
                 lists[signal.name] = ranked
+        for view in config.views:
+            lists.update(view_lists(signal_input, view))
         for name, (positions, scores) in lists.items():
             _rows(out, q.qid, ids, name, positions, scores)
         # features of every candidate, for query-time post-processing

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from lab.config import SIGNALS as SIGNAL_NAMES
-from lab.config import SearchConfig
+from lab.config import VIEW_SIGNALS, SearchConfig
 from lab.errors import ValidationError
 from lab.index.namespace import NamespaceIndex
 from lab.search import signals as sig
@@ -107,3 +107,65 @@ for _signal in (
     Signal("graph", _graph, "breadth-first walk over typed edges from the top vector and lexical hits"),
 ):
     register(_signal)
+
+
+# ---------------------------------------------------------------------------- views
+def _labels_allowed(q: SignalInput, index: NamespaceIndex, mask: np.ndarray) -> np.ndarray:
+    """Per label of ``index``: does its memory pass ``mask`` (a per-position mask)?"""
+    label_pos = q.view.label_positions(id(index), index.memory_of)
+    allowed = np.zeros(len(label_pos), dtype=bool)
+    ok = label_pos >= 0
+    allowed[ok] = mask[label_pos[ok]]
+    return allowed
+
+
+def _index_view(q: SignalInput, view: str, wanted: list[str]) -> dict[str, Ranked]:
+    child = q.index.views.get(view)
+    if child is None:
+        if q.index.n_live == 0:
+            return {}  # an empty namespace has no view indexes yet
+        raise ValidationError(
+            f"namespace {q.view.namespace!r} has no {view!r} index view: save the store with "
+            f"chunk.views: [{view}] (then `lab store build`), or drop {view!r} from the configuration's views")
+    allowed = _labels_allowed(q, child, q.allowed)
+    out = {}
+    if "vector" in wanted:
+        out[f"vector@{view}"] = _from_hits(q.view, child.search_vector(q.vector, q.depth, allowed))
+    if "lexical" in wanted:
+        out[f"lexical@{view}"] = _from_hits(q.view, child.search_lexical(q.text, q.depth, allowed))
+    return out
+
+
+def _derived_view(q: SignalInput, wanted: list[str]) -> dict[str, Ranked]:
+    """Derived facts ranked by vector and by BM25, each hit credited to the memories it was derived
+    from: a turn is found by what was distilled from it, without the fact taking its place."""
+    nsview = q.view
+    if not nsview.derived_from:
+        return {}
+    allowed = _labels_allowed(q, q.index, q.allowed & nsview.derived_mask)
+    out = {}
+    for name in wanted:
+        # facts of one source share its credit, so fetch beyond depth to fill depth sources
+        hits = (q.index.search_vector(q.vector, 2 * q.depth, allowed) if name == "vector"
+                else q.index.search_lexical(q.text, 2 * q.depth, allowed))
+        positions, scores, seen = [], [], set()
+        for mid, score in hits:
+            for source in nsview.derived_from.get(nsview.pos[mid], ()):
+                if source not in seen and q.allowed[source]:
+                    seen.add(source)
+                    positions.append(source)
+                    scores.append(score)
+        out[f"{name}@derived"] = (np.asarray(positions[: q.depth], dtype=np.int64),
+                                  np.asarray(scores[: q.depth], dtype=np.float64))
+    return out
+
+
+def view_lists(q: SignalInput, view: str) -> dict[str, Ranked]:
+    """The ranked lists of one view (``SearchConfig.views``): its vector and lexical lists, for
+    those of the two the configuration's signals enable."""
+    wanted = [s for s in VIEW_SIGNALS if s in q.config.signals]
+    if not wanted:
+        return {}
+    if view == "derived":
+        return _derived_view(q, wanted)
+    return _index_view(q, view, wanted)

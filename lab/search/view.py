@@ -29,6 +29,8 @@ class NamespaceView:
     neighbours: dict[int, list[tuple[int, str, float]]]
     contradicts: dict[int, set[int]]
     key: tuple
+    # a derived memory's position -> the positions it was derived from (derived_from edges, src -> dst)
+    derived_from: dict[int, list[int]] = field(default_factory=dict)
     rows: pl.DataFrame = field(default_factory=pl.DataFrame)  # the memory rows, in position order
     by_newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions, newest first
     by_access: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # most accessed first
@@ -37,6 +39,7 @@ class NamespaceView:
     _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
     _episodes: list[str | None] | None = None
     _members: dict[str, list[int]] | None = None
+    _derived_mask: np.ndarray | None = None
 
     def contains(self, needle: str) -> np.ndarray:
         """Which memories hold ``needle`` (lower-case) in title or content; memoised per view,
@@ -75,6 +78,15 @@ class NamespaceView:
                     members.setdefault(ep, []).append(p)
             self._members = members
         return self._members
+
+    @property
+    def derived_mask(self) -> np.ndarray:
+        """Which memories are derived from others (have a derived_from edge), by position."""
+        if self._derived_mask is None:
+            mask = np.zeros(len(self.ids), dtype=bool)
+            mask[list(self.derived_from)] = True
+            self._derived_mask = mask
+        return self._derived_mask
 
     def rows_at(self, positions: list[int]) -> list[dict]:
         """The memory rows at ``positions``, as dicts, in that order."""
@@ -121,10 +133,13 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
     superseded = memories["superseded_by"].is_not_null().to_numpy().copy()
     neighbours: dict[int, list[tuple[int, str, float]]] = defaultdict(list)
     contradicts: dict[int, set[int]] = defaultdict(set)
+    derived_from: dict[int, list[int]] = defaultdict(list)
     for src, dst, relation, weight in edges.select("src", "dst", "relation", "weight").iter_rows():
         a, b = pos.get(src), pos.get(dst)
         if a is None or b is None:
             continue
+        if relation == "derived_from":
+            derived_from[a].append(b)
         # walks go both ways: a hit on an old fact must reach the fact that supersedes it
         neighbours[a].append((b, relation, weight))
         neighbours[b].append((a, relation, weight))
@@ -134,6 +149,8 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
             contradicts[a].add(b)
             contradicts[b].add(a)
     for lst in neighbours.values():
+        lst.sort()
+    for lst in derived_from.values():
         lst.sort()
     access = memories["access_count"].to_numpy().astype(np.int64) if ids else np.zeros(0, dtype=np.int64)
     created = memories["created_at"].dt.epoch("us").to_numpy().astype(np.float64) / 1e6 if ids else np.zeros(0)
@@ -150,6 +167,7 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
         text_lower=(memories["title"] + "\n" + memories["content"]).str.to_lowercase(),
         neighbours=dict(neighbours),
         contradicts=dict(contradicts),
+        derived_from=dict(derived_from),
         key=key,
         rows=memories,
         # stable sorts: equal times or counts stay in id order, the order ties break in

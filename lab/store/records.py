@@ -333,9 +333,22 @@ def episode_expr(column: str = "metadata") -> "pl.Expr":
     return pl.coalesce(meta.json_path_match("$.episode"), meta.json_path_match("$.session"))
 
 
-def chunk_id(memory_id: str, index_hash_: str, ordinal: int) -> str:
-    """A chunk's id: its memory, the index hash it was made from (12 hex digits), its ordinal."""
-    return f"{memory_id}#{index_hash_[:12]}#{ordinal}"
+# A chunk of an extra index view (ChunkConfig.views) carries the view's name after its ordinal:
+# "{memory}#{hash}#{ordinal}~{view}". Chunks of the main view have no suffix, so stores written
+# before views existed read unchanged.
+VIEW_MARK = "~"
+
+
+def chunk_id(memory_id: str, index_hash_: str, ordinal: int, view: str = "") -> str:
+    """A chunk's id: its memory, the index hash it was made from (12 hex digits), its ordinal,
+    and the index view it belongs to ("" for the main view)."""
+    return f"{memory_id}#{index_hash_[:12]}#{ordinal}" + (f"{VIEW_MARK}{view}" if view else "")
+
+
+def chunk_view(chunk_id_: str) -> str:
+    """The index view of a chunk id ("" for the main view); memory ids may hold '~', the ordinal not."""
+    last = chunk_id_.rsplit("#", 1)[-1]
+    return last.split(VIEW_MARK, 1)[1] if VIEW_MARK in last else ""
 
 
 def chunk_index_hash(chunk_id_: str) -> str:

@@ -1,13 +1,13 @@
 """From validated memory rows to chunk rows: index-time context, token windows, embeddings."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from lab.chunking import chunk_text
+from lab.chunking import Chunk, chunk_text
 from lab.config import ChunkConfig
 from lab.embed.base import Tokenizer
 from lab.schema import chunks_schema
@@ -64,21 +64,28 @@ def chunk_records(
     texts: list[str] = []
     context = index_context(store, rows, cfg)
     for row in rows:
-        for chunk in chunk_text(row["content"], tokenizer, cfg, title=row["title"], tags=row["tags"],
-                                context=context.get(row["id"], "")):
-            records.append({
-                "chunk_id": chunk_id(row["id"], row["index_hash"], chunk.ordinal),
-                "memory_id": row["id"],
-                "namespace": row["namespace"],
-                "index_hash": row["index_hash"],
-                "ordinal": chunk.ordinal,
-                "text": chunk.text,
-                "start_char": chunk.start_char,
-                "end_char": chunk.end_char,
-                "n_tokens": chunk.n_tokens,
-            })
-            texts.append(chunk.text)
+        # the main view (with its index-time context), then each extra view (ChunkConfig.views)
+        for view, ctx in (("", context.get(row["id"], "")), *((v, "") for v in cfg.views)):
+            _add_chunks(records, texts, row, view, chunk_text(row["content"], tokenizer, cfg, title=row["title"],
+                                                              tags=row["tags"], context=ctx))
     return records, texts
+
+
+def _add_chunks(records: list[dict[str, Any]], texts: list[str], row: dict[str, Any], view: str,
+                chunks: Iterable[Chunk]) -> None:
+    for chunk in chunks:
+        records.append({
+            "chunk_id": chunk_id(row["id"], row["index_hash"], chunk.ordinal, view),
+            "memory_id": row["id"],
+            "namespace": row["namespace"],
+            "index_hash": row["index_hash"],
+            "ordinal": chunk.ordinal,
+            "text": chunk.text,
+            "start_char": chunk.start_char,
+            "end_char": chunk.end_char,
+            "n_tokens": chunk.n_tokens,
+        })
+        texts.append(chunk.text)
 
 
 def chunk_rows(

@@ -265,7 +265,7 @@ class Writer:
             idx = self.indexes.loaded().get(row["namespace"])
             old_chunks = []
             if idx is not None:
-                old_chunks = [c for c, m in zip(idx.chunk_ids, idx.memory_of)
+                old_chunks = [c for c, m in idx.chunk_owners()
                               if m == memory_id and chunk_index_hash(c) != row["index_hash"][:12]]
             self._index_added(pl.from_arrow(chunks), old_chunks, version)
         else:
@@ -285,7 +285,7 @@ class Writer:
         if hard:
             namespaces = set(self.store.get_many(ids)["namespace"].to_list())
             loaded = self.indexes.loaded()
-            chunk_ids = {ns: [c for c, m in zip(loaded[ns].chunk_ids, loaded[ns].memory_of) if m in present]
+            chunk_ids = {ns: [c for c, m in loaded[ns].chunk_owners() if m in present]
                          for ns in namespaces if ns in loaded}
             n = self.store.hard_delete(ids)
             version = self.store.known_version()
