@@ -358,6 +358,9 @@ class FusionConfig:
     superseded: str = "demote"  # demote | hide | keep
     demote_factor: float = 0.5
     rerank_depth: int = 0  # re-order the top-n by query-memory cosine before cutting to top_k
+    # 0..1: a memory gains this share of the better fused score of the turns just before and after
+    # it in its episode (metadata "episode"/"session"), so a question and its answer lift each other
+    neighbour_boost: float = 0.0
     top_k: int = 10
 
     def __post_init__(self) -> None:
@@ -369,6 +372,7 @@ class FusionConfig:
         check_number("fusion.recent_hours", self.recent_hours, low=0)
         check_number("fusion.demote_factor", self.demote_factor, low=0, high=1)
         check_number("fusion.rerank_depth", self.rerank_depth, low=0)
+        check_number("fusion.neighbour_boost", self.neighbour_boost, low=0, high=1)
         if self.superseded not in ("demote", "hide", "keep"):
             raise ValidationError(f"fusion.superseded must be demote, hide or keep, got {self.superseded!r}")
         if self.top_k < 1:

@@ -29,7 +29,12 @@ def tables(draw):
             for rank, (m, sc) in enumerate(zip(members, scores), start=1):
                 rows.append((qid, f"m{m}", s, rank, sc))
                 seen.add(m)
-        for m in sorted(seen):
+        # turns next to candidates: features, no list (only a neighbour boost makes them live)
+        around = set(draw(st.lists(st.integers(0, n_m - 1), unique=True, max_size=2))) - seen
+        for m in sorted(seen | around):
+            feats.append((qid, f"m{m}", "_episode", 0, float(m // 3)))
+            feats.append((qid, f"m{m}", "_turn", 0, float(m % 3)))
+        for m in sorted(seen | around):
             feats.append((qid, f"m{m}", "_coverage", 0, draw(st.sampled_from([0.0, 0.5, 1.0]))))
             feats.append((qid, f"m{m}", "_superseded", 0, draw(st.sampled_from([0.0, 0.0, 1.0]))))
             feats.append((qid, f"m{m}", "_age_hours", 0, draw(st.sampled_from([1.0, 30.0, 500.0]))))
@@ -44,9 +49,9 @@ def tables(draw):
 
 
 configs = st.builds(
-    lambda method, k, w, bonus, boost, sup, factor, gating: FusionConfig(
+    lambda method, k, w, bonus, boost, sup, factor, gating, neighbour: FusionConfig(
         method=method, k=k, weights=dict(zip(SIGNALS, w)), coverage_bonus=bonus, recent_boost=boost,
-        superseded=sup, demote_factor=factor, intent_gating=gating),
+        superseded=sup, demote_factor=factor, intent_gating=gating, neighbour_boost=neighbour),
     st.sampled_from(["rrf", "rrf", "weighted_sum", "dbsf", "combmnz"]),
     st.sampled_from([0.0, 1.0, 2.5, 60.0]),
     st.tuples(*[st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0])] * 3),
@@ -55,6 +60,7 @@ configs = st.builds(
     st.sampled_from(["demote", "hide", "keep"]),
     st.sampled_from([0.5, 0.0]),
     st.booleans(),
+    st.sampled_from([0.0, 0.0, 0.3]),
 )
 
 

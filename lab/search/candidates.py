@@ -3,8 +3,10 @@
 The table ``(qid, memory_id, signal, rank, score)`` is the candidate cache: fusion, assembly and
 metrics for any query-time configuration run on it without re-embedding or re-searching.
 Rows whose signal starts with '_' are features, not ranked lists: ``_coverage`` (share of query
-terms in the memory), ``_cosine`` (query vs best chunk), ``_superseded``, ``_age_hours`` and, with
-memory_id '', the query's ``_intent``.
+terms in the memory), ``_cosine`` (query vs best chunk), ``_superseded``, ``_age_hours``,
+``_episode`` and ``_turn`` (where the memory sits in its episode), and, with memory_id '', the
+query's ``_intent``. The turns next to a candidate carry features but no list: only a neighbour
+boost (``FusionConfig.neighbour_boost``) can make them results.
 
 Search reads a ``NamespaceSnapshot`` per namespace (its array view and its index), handed over by
 the read side: nothing here opens, builds, syncs or saves anything.
@@ -26,7 +28,7 @@ from lab.search.signal_registry import SIGNALS, SignalInput, view_lists
 from lab.search.view import NamespaceView
 from lab.store.records import parse_time, validate_namespace
 
-FEATURES = ("_coverage", "_cosine", "_superseded", "_age_hours", "_intent")
+FEATURES = ("_coverage", "_cosine", "_superseded", "_age_hours", "_episode", "_turn", "_intent")
 CANDIDATE_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "signal": pl.String, "rank": pl.Int32,
                     "score": pl.Float64}
 
@@ -128,6 +130,17 @@ def candidates(
             _rows(out, q.qid, ids, name, positions, scores)
         # features of every candidate, for query-time post-processing
         pool = sorted({int(p) for positions, _ in lists.values() for p in positions})
+        ep_of, turn_of = nsview.episode_turns()
+        if pool and (ep_of >= 0).any():
+            # the turns just before and after each candidate join the pool (features only, no
+            # list): a neighbour boost can then lift an answer next to its question
+            members, episodes = nsview.episode_members(), nsview.episodes
+            around = set()
+            for p in pool:
+                if ep_of[p] >= 0:
+                    group, t = members[episodes[p]], int(turn_of[p])
+                    around.update(group[u] for u in (t - 1, t + 1) if 0 <= u < len(group) and allowed[group[u]])
+            pool = sorted(set(pool) | around)
         if pool:
             pool_ids = [ids[p] for p in pool]
             terms = set(idx.analyzer.tokens([q.text])[0])
@@ -136,8 +149,11 @@ def candidates(
             cos = idx.best_cosine(qvec, pool_ids)
             age = np.maximum(ref.timestamp() - nsview.created_s[pool], 0.0) / 3600.0
             for p, mid, c, a in zip(pool, pool_ids, cover, age):
-                for name, value in (("_coverage", c), ("_cosine", cos.get(mid, 0.0)),
-                                    ("_superseded", float(nsview.superseded[p])), ("_age_hours", float(a))):
+                values = [("_coverage", c), ("_cosine", cos.get(mid, 0.0)),
+                          ("_superseded", float(nsview.superseded[p])), ("_age_hours", float(a))]
+                if ep_of[p] >= 0:
+                    values += [("_episode", ep_of[p]), ("_turn", turn_of[p])]
+                for name, value in values:
                     out["qid"].append(q.qid); out["memory_id"].append(mid); out["signal"].append(name)
                     out["rank"].append(0); out["score"].append(float(value))
         out["qid"].append(q.qid); out["memory_id"].append(""); out["signal"].append("_intent")

@@ -40,6 +40,7 @@ class NamespaceView:
     _episodes: list[str | None] | None = None
     _members: dict[str, list[int]] | None = None
     _derived_mask: np.ndarray | None = None
+    _episode_turns: tuple[np.ndarray, np.ndarray] | None = None
 
     def contains(self, needle: str) -> np.ndarray:
         """Which memories hold ``needle`` (lower-case) in title or content; memoised per view,
@@ -78,6 +79,18 @@ class NamespaceView:
                     members.setdefault(ep, []).append(p)
             self._members = members
         return self._members
+
+    def episode_turns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per position: a number naming its episode (its first turn's position; -1 for none) and
+        its turn in it (0-based, over the episode's valid memories by time)."""
+        if self._episode_turns is None:
+            ep = np.full(len(self.ids), -1.0)
+            turn = np.full(len(self.ids), -1.0)
+            for members in self.episode_members().values():
+                ep[members] = float(members[0])
+                turn[members] = np.arange(len(members), dtype=np.float64)
+            self._episode_turns = (ep, turn)
+        return self._episode_turns
 
     @property
     def derived_mask(self) -> np.ndarray:

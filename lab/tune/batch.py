@@ -42,7 +42,9 @@ def metric_names(ks: Sequence[int]) -> list[str]:
 
 def batchable(config: FusionConfig) -> bool:
     """Whether ``config`` is inside the vectorised domain (else it is scored through `fuse`)."""
-    return config.rerank_depth == 0  # weights, demote factor and boost are >= 0 by FusionConfig's contract
+    # weights, demote factor and boost are >= 0 by FusionConfig's contract; a neighbour boost makes a
+    # pair's score depend on another pair's, outside the per-pair dominance the batch path prunes by
+    return config.rerank_depth == 0 and config.neighbour_boost == 0
 
 
 @dataclass
@@ -110,6 +112,8 @@ class BatchScorer:
             at_c = np.minimum(at, len(pair_key) - 1)
             ok = pair_key[at_c] == np.asarray(keys)
             self.pair_rel[at_c[ok]] = np.asarray(gains)[ok]
+        # a pair no list ranked (a turn next to a candidate) is dead to every configuration scored here
+        self.pair_rel[np.bincount(prepared.rows.pair, minlength=prepared.n_pairs) == 0] = 0.0
         self._pruned: dict[tuple, _Comparisons] = {}
         self._rows: tuple[np.ndarray, ...] | None = None
         self._base_cache: dict[tuple[str, float], np.ndarray] = {}
@@ -174,6 +178,8 @@ class BatchScorer:
             good_rows = -rows.rank  # 1 / (k + rank) falls with rank for every k >= 0
         else:
             good_rows = fuser.base(rows, FusionConfig(method=method))
+        if len(good_rows) == 0:  # pairs with features only: every dimension is -inf below
+            good_rows = np.zeros(1)
         dims_list = [np.where(row_of[:, s] >= 0, good_rows[np.maximum(row_of[:, s], 0)], -np.inf)
                      for s in range(n_sig)]
         coverage, boosts, superseded, demote_up = dims

@@ -80,6 +80,13 @@ def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | Non
     if config.coverage_bonus:
         # multiplicative, so the bonus can never outweigh the fused score it scales
         score = score * (1.0 + config.coverage_bonus * _feature(prep, "_coverage"))
+    if config.neighbour_boost:
+        # from the scores before the boost, so the order of pairs cannot matter
+        prev, nxt = prep.adjacent()
+        around = np.maximum(np.where(prev >= 0, score[np.maximum(prev, 0)] * alive[np.maximum(prev, 0)], 0.0),
+                            np.where(nxt >= 0, score[np.maximum(nxt, 0)] * alive[np.maximum(nxt, 0)], 0.0))
+        score = score + config.neighbour_boost * around
+        alive = alive | (around > 0)  # a turn next to a hit is a candidate, though no list ranked it
     if config.recent_boost != 1.0:
         score = np.where(_feature(prep, "_age_hours") < config.recent_hours, score * config.recent_boost, score)
     if config.superseded == "demote":

@@ -10,7 +10,9 @@ from lab.errors import ValidationError
 from lab.search.fusion.registry import RankedLists
 
 # a pair without a feature row gets these; a huge age means "not recent" for the recency boost
-FEATURE_DEFAULTS = {"_coverage": 0.0, "_cosine": 0.0, "_superseded": 0.0, "_age_hours": 1e18}
+FEATURE_DEFAULTS = {"_coverage": 0.0, "_cosine": 0.0, "_superseded": 0.0, "_age_hours": 1e18,
+                    # a memory's episode (a number naming it within its namespace) and its turn in it
+                    "_episode": -1.0, "_turn": -1.0}
 
 
 @dataclass
@@ -29,9 +31,28 @@ class PreparedCandidates:
     intent: np.ndarray  # per query: index into INTENTS, -1 when unknown
     encodings: dict[str, tuple[pl.Series, np.ndarray]] = field(default_factory=dict, repr=False)
 
+    _adjacent: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
     @property
     def n_pairs(self) -> int:
         return len(self.pair_q)
+
+    def adjacent(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per pair, the pair of the same query holding the previous and the next turn of its
+        episode (-1 where there is none among the candidates)."""
+        if self._adjacent is None:
+            prev = np.full(self.n_pairs, -1, dtype=np.int64)
+            nxt = np.full(self.n_pairs, -1, dtype=np.int64)
+            ep, turn = self.features.get("_episode"), self.features.get("_turn")
+            if ep is not None and turn is not None:
+                has = np.flatnonzero(ep >= 0)
+                order = has[np.lexsort((turn[has], ep[has], self.pair_q[has]))]
+                a, b = order[:-1], order[1:]
+                linked = (self.pair_q[a] == self.pair_q[b]) & (ep[a] == ep[b]) & (turn[b] == turn[a] + 1)
+                nxt[a[linked]] = b[linked]
+                prev[b[linked]] = a[linked]
+            self._adjacent = (prev, nxt)
+        return self._adjacent
 
 
 def _codes(column: pl.Series) -> tuple[pl.Series, np.ndarray]:
@@ -92,7 +113,12 @@ def prepare(candidates: pl.DataFrame, encodings: dict[str, tuple[pl.Series, np.n
     rm, fm = m_code[:n_rank], m_code[n_rank:]
     signals, s_code = encode("signal", ranked["signal"])
     n_sig = max(len(signals), 1)
-    pair_key, row_pair = _dense_unique(rq * len(memory_ids) + rm, len(qids) * len(memory_ids))
+    # pairs: every (query, memory) with a ranked row or a feature row (a turn next to a candidate
+    # has features and no list; only a neighbour boost can make it live)
+    fkey = fq * len(memory_ids) + fm
+    pair_key, inverse = _dense_unique(np.r_[rq * len(memory_ids) + rm, fkey].astype(np.int64),
+                                      len(qids) * len(memory_ids))
+    row_pair, f_pair = inverse[:n_rank], inverse[n_rank:]
     rank = ranked["rank"].to_numpy().astype(np.float64)
     score = ranked["score"].to_numpy().astype(np.float64)
     slot = row_pair * n_sig + s_code
@@ -115,17 +141,13 @@ def prepare(candidates: pl.DataFrame, encodings: dict[str, tuple[pl.Series, np.n
                        list_id=rq * n_sig + s_code, n_lists=len(qids) * n_sig)
     feats: dict[str, np.ndarray] = {}
     if n_feat:
-        f_key = fq * len(memory_ids) + fm
-        f_pair = np.searchsorted(pair_key, f_key)
-        f_pair_c = np.minimum(f_pair, max(len(pair_key) - 1, 0))
-        hit = (f_pair < len(pair_key)) & (pair_key[f_pair_c] == f_key) if len(pair_key) else np.zeros(n_feat, bool)
         f_names = features["signal"]
         f_values = features["score"].to_numpy().astype(np.float64)
         for name, default in FEATURE_DEFAULTS.items():
-            sel = hit & (f_names == name).to_numpy()
+            sel = (f_names == name).to_numpy()
             if sel.any():
                 arr = np.full(len(pair_key), default)
-                arr[f_pair_c[sel]] = f_values[sel]
+                arr[f_pair[sel]] = f_values[sel]
                 feats[name] = arr
     intent = np.full(len(qids), -1, dtype=np.int64)
     if intents.height:
