@@ -107,17 +107,22 @@ def test_views_survive_a_reload_updates_and_deletes(plain_pipe):
         again.close()
 
 
-def test_a_view_the_store_was_not_indexed_with_is_a_clear_error(pipe):
-    pipe.save_many(turns(), progress=False)
-    with pytest.raises(ValidationError, match=r"no 'plain' index view.*chunk.views"):
-        lists(pipe, "lighthouse", views_config("plain"))
+def test_a_store_without_the_view_ranks_no_lists_for_it(tmp_path):
+    # without index-time context the plain view would equal the main one: it is not built
+    flat = SaveConfig(chunk=ChunkConfig(context_turns=0, views=("plain",)))
+    with Pipeline.open(tmp_path / "flat", flat, embedder=FakeEmbedder(), create=True) as p:
+        p.save_many(turns(), progress=False)
+        assert p.index("c").views == {}
+        assert all(chunk_view(c) == "" for c in p.store.chunks("c")["chunk_id"].to_list())
+        got = lists(p, "lighthouse", views_config("plain"))
+        assert "lexical" in got and not any("@" in s for s in got)
 
 
 def test_view_configuration_errors_name_the_bad_value():
     with pytest.raises(ValidationError, match=r"chunk.views: unknown view\(s\) \['summary'\]"):
         ChunkConfig(views=("summary",))
-    with pytest.raises(ValidationError, match="context_turns is 0"):
-        ChunkConfig(context_turns=0, views=("plain",))
+    with pytest.raises(ValidationError, match="lists a view twice"):
+        ChunkConfig(views=("plain", "plain"))
     with pytest.raises(ValidationError, match=r"views: unknown view\(s\) \['side'\]"):
         SearchConfig(views=("side",))
     with pytest.raises(ValidationError, match=r"unknown signal\(s\) \['vector@side'\]"):

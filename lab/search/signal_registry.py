@@ -122,11 +122,10 @@ def _labels_allowed(q: SignalInput, index: NamespaceIndex, mask: np.ndarray) -> 
 def _index_view(q: SignalInput, view: str, wanted: list[str]) -> dict[str, Ranked]:
     child = q.index.views.get(view)
     if child is None:
-        if q.index.n_live == 0:
-            return {}  # an empty namespace has no view indexes yet
-        raise ValidationError(
-            f"namespace {q.view.namespace!r} has no {view!r} index view: save the store with "
-            f"chunk.views: [{view}] (then `lab store build`), or drop {view!r} from the configuration's views")
+        # like a signal that does not apply: a store indexed without this view (older, or without
+        # index-time context, where the view would equal the main one) ranks no lists for it;
+        # an evaluation's signal health shows the lists missing
+        return {}
     allowed = _labels_allowed(q, child, q.allowed)
     out = {}
     if "vector" in wanted:

@@ -209,7 +209,8 @@ class Store:
         """The save configuration the store was created with (chunking, embedding, indexes)."""
         recorded = dict(self.info.save_config)
         # stores made before context_turns existed were indexed without context: keep them so
-        recorded["chunk"] = {"context_turns": 0, **recorded.get("chunk", {})}
+        # and so were they without extra index views
+        recorded["chunk"] = {"context_turns": 0, "views": [], **recorded.get("chunk", {})}
         return from_dict(SaveConfig, recorded, where=f"{self.root / INFO_FILE} save_config")
 
     def write_lock(self, timeout: float | None = None):

@@ -56,6 +56,11 @@ def index_context(store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig) ->
     return out
 
 
+def index_views(cfg: ChunkConfig) -> tuple[str, ...]:
+    """The extra views ``cfg`` indexes: none without index-time context ('plain' would be the main view)."""
+    return cfg.views if (cfg.context_turns or cfg.time_in_text) else ()
+
+
 def chunk_records(
     store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig, tokenizer: Tokenizer,
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -65,7 +70,7 @@ def chunk_records(
     context = index_context(store, rows, cfg)
     for row in rows:
         # the main view (with its index-time context), then each extra view (ChunkConfig.views)
-        for view, ctx in (("", context.get(row["id"], "")), *((v, "") for v in cfg.views)):
+        for view, ctx in (("", context.get(row["id"], "")), *((v, "") for v in index_views(cfg))):
             _add_chunks(records, texts, row, view, chunk_text(row["content"], tokenizer, cfg, title=row["title"],
                                                               tags=row["tags"], context=ctx))
     return records, texts
