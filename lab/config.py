@@ -66,9 +66,10 @@ class ChunkConfig:
     context at all (``context_turns`` 0, ``time_in_text`` off) the plain view would equal the main
     one, so it is not built, and search ranks no lists for it.
 
-    ``views`` defaults to ``("plain",)``: under leave-one-conversation-out cross-validation on
-    LoCoMo dev, its lists (with the neighbour boost) lift ``lab``'s held-out recall@10 on every
-    conversation (benchmarks/quality_cv.py).
+    Under leave-one-conversation-out cross-validation on LoCoMo dev, the plain view's lists (with
+    the neighbour boost) lift ``lab``'s held-out recall@10 on every conversation
+    (benchmarks/quality_cv.py), but searching a second pair of indexes doubles the search time at
+    100,000 memories, past its 30 ms budget: so it is off by default until that cost is cut.
     """
 
     size: int = 350
@@ -76,7 +77,7 @@ class ChunkConfig:
     prepend_title_tags: bool = True
     context_turns: int = 2
     time_in_text: bool = False
-    views: tuple[str, ...] = ("plain",)
+    views: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.size < 1:

@@ -90,10 +90,14 @@ def _episode(pipe_, ids, start=0):
              "metadata": {"episode": "s1"}} for n, i in enumerate(ids, start=start)]
 
 
-def _indexed(p, memory_id):
+def _indexed(p, memory_id, view=""):
+    """The texts indexed for a memory in one index view ("" the main one, "plain" without context)."""
     import polars as pl
 
-    return p.store.chunks("ns").filter(pl.col("memory_id") == memory_id)["text"].to_list()
+    from lab.store.records import chunk_view
+
+    rows = p.store.chunks("ns").filter(pl.col("memory_id") == memory_id)
+    return [t for c, t in rows.select("chunk_id", "text").iter_rows() if chunk_view(c) == view]
 
 
 def test_context_turns_index_earlier_turns_of_the_episode_but_return_the_memory(tmp_path):

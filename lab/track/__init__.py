@@ -135,7 +135,8 @@ def run(name: str, kind: str, *, params: dict[str, Any] | None = None, tags: dic
 def log_params(c, run_id: str, params: dict[str, Any]) -> None:
     from mlflow.entities import Param
 
-    items = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
+    # MLflow names allow no '@': a view's list ("fusion.weights.vector@plain") is logged with ':'
+    items = [Param(k.replace("@", ":")[:250], str(v)[:6000]) for k, v in sorted(params.items())]
     for i in range(0, len(items), 100):
         c.log_batch(run_id, params=items[i:i + 100])
 
