@@ -104,3 +104,15 @@ def test_bad_cutoffs_are_named():
     table = pl.DataFrame({"qid": ["q"], "memory_id": ["a"], "signal": ["vector"], "rank": [1], "score": [1.0]})
     with pytest.raises(Exception, match="cutoffs"):
         BatchScorer(prepare(table), pl.DataFrame({"qid": ["q"], "memory_id": ["a"], "relevance": [1]}), ["q"], ks=(0,))
+
+
+def test_a_boosted_neighbour_counts_on_the_single_path_and_a_list_less_gold_never_on_the_batch_path():
+    # reproduces a case hypothesis found: gold m1 is in no list, only a turn next to the hit m0
+    table = pl.DataFrame({"qid": ["q"] * 5, "memory_id": ["m0", "m0", "m0", "m1", "m1"],
+                          "signal": ["lexical", "_episode", "_turn", "_episode", "_turn"],
+                          "rank": [1, 0, 0, 0, 0], "score": [1.0, 0.0, 0.0, 0.0, 1.0]})
+    qrels = pl.DataFrame({"qid": ["q", "q"], "memory_id": ["m0", "m1"], "relevance": [1, 1]})
+    scorer = BatchScorer(prepare(table), qrels, ["q"], ks=(3,))
+    boosted = FusionConfig(weights={"lexical": 1.0}, neighbour_boost=0.3)
+    got = scorer.evaluate([boosted, FusionConfig(weights={"lexical": 1.0})])
+    assert got["recall@3"][:, 0].tolist() == [1.0, 0.5]

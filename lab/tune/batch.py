@@ -112,8 +112,9 @@ class BatchScorer:
             at_c = np.minimum(at, len(pair_key) - 1)
             ok = pair_key[at_c] == np.asarray(keys)
             self.pair_rel[at_c[ok]] = np.asarray(gains)[ok]
-        # a pair no list ranked (a turn next to a candidate) is dead to every configuration scored here
-        self.pair_rel[np.bincount(prepared.rows.pair, minlength=prepared.n_pairs) == 0] = 0.0
+        # a pair no list ranked (a turn next to a candidate) is dead to every batchable configuration
+        # (only a neighbour boost, scored through `fuse`, can make it live)
+        self._listed = np.bincount(prepared.rows.pair, minlength=prepared.n_pairs) > 0
         self._pruned: dict[tuple, _Comparisons] = {}
         self._rows: tuple[np.ndarray, ...] | None = None
         self._base_cache: dict[tuple[str, float], np.ndarray] = {}
@@ -195,7 +196,7 @@ class BatchScorer:
             if demote_up:
                 dims_list.append(-sup)
         good = np.ascontiguousarray(np.stack(dims_list, axis=1), dtype=np.float64)
-        gold = np.flatnonzero(self.pair_rel > 0)
+        gold = np.flatnonzero((self.pair_rel > 0) & self._listed)
         q_start = np.searchsorted(prep.pair_q, np.arange(len(prep.qids) + 1)).astype(np.int64)
         always, comp_start, comp = dominance(q_start, prep.pair_q.astype(np.int64), good,
                                              prep.pair_m.astype(np.int64), gold.astype(np.int64), self.depth)
