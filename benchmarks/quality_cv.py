@@ -16,7 +16,7 @@ Levers measured:
 - derived view (LoCoMo observations as derived facts credited to their source turns; the
   with-observations setting, against `lab` on the same store);
 - plain view 1 + boost 0.3 at lab's k 5 (fixed settings, fold by fold): the candidate for adoption.
-The baseline of every fold is `lab` before these levers (no views, no neighbour boost).
+The baseline of every fold is `lab` (no views, no neighbour boost).
 Results go to stdout and benchmarks/results/quality_cv.json.
 """
 from __future__ import annotations
@@ -38,12 +38,6 @@ from lab.eval.stores import eval_retriever, save_config  # noqa: E402
 from lab.search.presets import preset  # noqa: E402
 
 METRICS = ("recall@10", "ndcg@10")
-
-
-def before_levers(lab):
-    """`lab` as it was before these levers: no views, no neighbour boost (the baseline of every fold)."""
-    weights = {s: w for s, w in lab.fusion.weights.items() if "@" not in s}
-    return replace(lab, name="lab-before", views=(), fusion=replace(lab.fusion, weights=weights, neighbour_boost=0.0))
 
 
 def variant(base, *, plain: float = 0.0, boost: float = 0.0, derived: float = 0.0, k: float | None = None):
@@ -88,7 +82,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--objective", default="recall@10", choices=METRICS)
     args = ap.parse_args()
-    lab = before_levers(preset("lab"))
+    lab = preset("lab")
     results = {"objective": args.objective, "levers": {}}
     for with_obs in (False, True):
         dataset = load_locomo(DATASETS / "locomo" / "locomo10-dev.json", observations=with_obs)
@@ -96,7 +90,7 @@ def main() -> None:
         options = EvalOptions(ks=(10,), credit_derived=with_obs)
         folds, cats, base = per_question(retriever, dataset, lab, options)
         setting = "observations" if with_obs else "turns"
-        results[f"lab_before_{setting}"] = {m: round(float(v.mean()), 4) for m, v in base.items()}
+        results[f"lab_{setting}"] = {m: round(float(v.mean()), 4) for m, v in base.items()}
         levers = {
             "plain view": {f"plain={w}": dict(plain=w) for w in (0.3, 0.5, 1.0)},
             "neighbour boost": {f"boost={b}": dict(boost=b) for b in (0.1, 0.2, 0.3, 0.5)},

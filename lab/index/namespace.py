@@ -18,6 +18,7 @@ from lab.version import __version__
 from lab.config import IndexConfig, to_dict
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
 from lab.index.vector import VectorIndex
+from lab.store.records import CHUNK_VIEW_PATTERN, chunk_view
 
 MANIFEST = "manifest.json"
 
@@ -97,21 +98,16 @@ def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: in
         m *= 4
 
 
-_VIEW_OF_CHUNK = r"#\d+~([^#~]+)$"  # lab.store.records.chunk_id: "{memory}#{hash}#{ordinal}~{view}"
-
-
 def split_views(chunks: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """A chunks table by index view ("" is the main view, always present, maybe empty)."""
     if chunks.height == 0:
         return {"": chunks}
-    view = chunks["chunk_id"].str.extract(_VIEW_OF_CHUNK, 1).fill_null("")
+    view = chunks["chunk_id"].str.extract(CHUNK_VIEW_PATTERN, 1).fill_null("")
     names = sorted(set(view.unique().to_list()) | {""})
     return {v: chunks.filter(view == v) for v in names}
 
 
 def _by_view(chunk_ids: list[str]) -> dict[str, list[str]]:
-    from lab.store.records import chunk_view
-
     out: dict[str, list[str]] = {}
     for cid in chunk_ids:
         out.setdefault(chunk_view(cid), []).append(cid)

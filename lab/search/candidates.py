@@ -129,28 +129,33 @@ def candidates(
         for name, (positions, scores) in lists.items():
             _rows(out, q.qid, ids, name, positions, scores)
         # features of every candidate, for query-time post-processing
-        pool = sorted({int(p) for positions, _ in lists.values() for p in positions})
+        listed = sorted({int(p) for positions, _ in lists.values() for p in positions})
+        pool = listed
         ep_of, turn_of = nsview.episode_turns()
-        if pool and (ep_of >= 0).any():
+        members = nsview.episode_members()
+        if listed and members:
             # the turns just before and after each candidate join the pool (features only, no
             # list): a neighbour boost can then lift an answer next to its question
-            members, episodes = nsview.episode_members(), nsview.episodes
+            episodes = nsview.episodes
             around = set()
-            for p in pool:
+            for p in listed:
                 if ep_of[p] >= 0:
                     group, t = members[episodes[p]], int(turn_of[p])
                     around.update(group[u] for u in (t - 1, t + 1) if 0 <= u < len(group) and allowed[group[u]])
-            pool = sorted(set(pool) | around)
+            pool = sorted(set(listed) | around)
         if pool:
             pool_ids = [ids[p] for p in pool]
+            # coverage scales a fused score, which a turn in no list does not have: listed ones only
             terms = set(idx.analyzer.tokens([q.text])[0])
-            cover = ([len(terms & t) / len(terms) for t in nsview.terms(pool, idx.analyzer.tokens)]
-                     if terms else [0.0] * len(pool))
+            cover = dict(zip(listed, [len(terms & t) / len(terms) for t in nsview.terms(listed, idx.analyzer.tokens)]
+                             if terms else [0.0] * len(listed)))
             cos = idx.best_cosine(qvec, pool_ids)
             age = np.maximum(ref.timestamp() - nsview.created_s[pool], 0.0) / 3600.0
-            for p, mid, c, a in zip(pool, pool_ids, cover, age):
-                values = [("_coverage", c), ("_cosine", cos.get(mid, 0.0)),
-                          ("_superseded", float(nsview.superseded[p])), ("_age_hours", float(a))]
+            for p, mid, a in zip(pool, pool_ids, age):
+                values = [("_cosine", cos.get(mid, 0.0)), ("_superseded", float(nsview.superseded[p])),
+                          ("_age_hours", float(a))]
+                if p in cover:
+                    values.append(("_coverage", cover[p]))
                 if ep_of[p] >= 0:
                     values += [("_episode", ep_of[p]), ("_turn", turn_of[p])]
                 for name, value in values:

@@ -337,6 +337,8 @@ def episode_expr(column: str = "metadata") -> "pl.Expr":
 # "{memory}#{hash}#{ordinal}~{view}". Chunks of the main view have no suffix, so stores written
 # before views existed read unchanged.
 VIEW_MARK = "~"
+# the view at the end of a chunk id (group 1); ordinals are digits, so a '~' in a memory id never matches
+CHUNK_VIEW_PATTERN = r"#\d+~([^#~]+)$"
 
 
 def chunk_id(memory_id: str, index_hash_: str, ordinal: int, view: str = "") -> str:
@@ -347,8 +349,8 @@ def chunk_id(memory_id: str, index_hash_: str, ordinal: int, view: str = "") -> 
 
 def chunk_view(chunk_id_: str) -> str:
     """The index view of a chunk id ("" for the main view); memory ids may hold '~', the ordinal not."""
-    last = chunk_id_.rsplit("#", 1)[-1]
-    return last.split(VIEW_MARK, 1)[1] if VIEW_MARK in last else ""
+    found = re.search(CHUNK_VIEW_PATTERN, chunk_id_)
+    return found.group(1) if found else ""
 
 
 def chunk_index_hash(chunk_id_: str) -> str:
