@@ -57,19 +57,17 @@ class ChunkConfig:
     ``context_turns`` defaults to 2: on LoCoMo dev it lifts recall@10 of the presets by 3 to 14
     points (``lab`` 0.643 -> 0.738), and it changes nothing for memories without an episode.
 
-    ``views`` indexes every memory again, once per named view, into indexes of its own, so search
+    ``views`` indexes a memory again, once per named view, into indexes of its own, so search
     can rank each view as separate vector and lexical lists (``SearchConfig.views``). The one
     index-time view is ``plain``: the memory without the index-time context above. The
     contextual view finds a reply by the question it answers; the plain view keeps a turn's own
-    words from being drowned by its neighbours'. It costs a second embedding per chunk that has
-    context (identical texts are embedded once) and a second pair of indexes. With no index-time
-    context at all (``context_turns`` 0, ``time_in_text`` off) the plain view would equal the main
-    one, so it is not built, and search ranks no lists for it.
-
-    Under leave-one-conversation-out cross-validation on LoCoMo dev, the plain view's lists (with
-    the neighbour boost) lift ``lab``'s held-out recall@10 on every conversation
-    (benchmarks/quality_cv.py), but searching a second pair of indexes doubles the search time at
-    100,000 memories, past its 30 ms budget: so it is off by default until that cost is cut.
+    words from being drowned by its neighbours'. Only memories that have index-time context get
+    a second chunk (one more embedding each; identical texts are embedded once): for the others
+    the plain text is the main one, and search reads their plain-view ranks from the main lists.
+    A store of memories without episodes (and without ``time_in_text``) therefore pays nothing
+    for the view, at index or at query time. With no index-time context configured at all
+    (``context_turns`` 0, ``time_in_text`` off) the view is not declared, and search ranks no
+    lists for it (``indexed_views``).
     """
 
     size: int = 350
@@ -93,6 +91,12 @@ class ChunkConfig:
             raise ValidationError(f"chunk.views: unknown view(s) {bad}; index-time views: {list(INDEX_VIEWS)}")
         if len(set(self.views)) != len(self.views):
             raise ValidationError(f"chunk.views lists a view twice: {list(self.views)}")
+
+    @property
+    def indexed_views(self) -> tuple[str, ...]:
+        """The extra views a store with this configuration declares: none without index-time
+        context (the plain view would be the main one)."""
+        return self.views if (self.context_turns or self.time_in_text) else ()
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,11 @@ def test_the_plain_view_indexes_each_memory_without_its_context(plain_pipe):
     main = {m: t for c, m, t in chunks.select("chunk_id", "memory_id", "text").iter_rows() if chunk_view(c) == ""}
     assert plain["c:t3"] == "Ben: seals on the rocks and a red kayak"
     assert main["c:t3"].startswith("Ana: did you ever") is False and "what did you see?" in main["c:t3"]
+    # the episode's first turn has no context: its main chunk is its plain one, indexed once
+    assert "c:t0" not in plain and main["c:t0"] == "Ana: did you ever get to the lighthouse?"
     idx = plain_pipe.index("c")
-    assert set(idx.memory_of) == set(idx.views["plain"].memory_of) == {f"c:t{i}" for i in range(6)}
+    assert set(idx.memory_of) == {f"c:t{i}" for i in range(6)}
+    assert set(idx.views["plain"].memory_of) == {f"c:t{i}" for i in range(1, 6)}
     assert all(chunk_view(c) == "" for c in idx.chunk_ids)
     assert all(chunk_view(c) == "plain" for c in idx.views["plain"].chunk_ids)
 
@@ -85,26 +88,49 @@ def test_views_survive_a_reload_updates_and_deletes(plain_pipe):
     reopened = Pipeline.open(plain_pipe.store.root, embedder=FakeEmbedder())
     try:
         idx = reopened.index("c")
-        assert "plain" in idx.views and idx.views["plain"].n_live == 6
+        assert "plain" in idx.views and idx.views["plain"].n_live == 5
         assert lists(reopened, "seals kayak", config) == before
         reopened.update("c:t3", content="Ben: an albatross over the harbour")
         got = lists(reopened, "albatross", config)
         assert got["lexical@plain"] == ["c:t3"]
         assert "c:t3" not in lists(reopened, "seals kayak", config).get("lexical@plain", [])
-        assert reopened.index("c").views["plain"].n_live == 6  # the old plain chunk is masked
+        assert reopened.index("c").views["plain"].n_live == 5  # the old plain chunk is masked
         reopened.delete("c:t3", hard=True)
         assert "c:t3" not in lists(reopened, "albatross", config).get("lexical@plain", [])
-        assert reopened.index("c").views["plain"].n_live == 5
+        assert reopened.index("c").views["plain"].n_live == 4
+        # no episode, no context: no plain chunk, and the plain lists rank it from the main ones
         reopened.save("Ana: the albatross came back", namespace="c", id="c:t9")
+        assert reopened.index("c").views["plain"].n_live == 4
         assert lists(reopened, "albatross", config)["lexical@plain"] == ["c:t9"]
     finally:
         reopened.close()
     again = Pipeline.open(plain_pipe.store.root, embedder=FakeEmbedder())
     try:
-        assert again.index("c").views["plain"].n_live == 6
+        assert again.index("c").views["plain"].n_live == 4
         assert lists(again, "albatross", config)["lexical@plain"] == ["c:t9"]
     finally:
         again.close()
+
+
+def test_memories_without_context_cost_the_view_nothing_and_rank_in_it_by_their_main_lists(tmp_path):
+    loose = [{**t, "metadata": {}} for t in turns()]  # no episodes: no memory has index-time context
+    with Pipeline.open(tmp_path / "loose", PLAIN, embedder=FakeEmbedder(), create=True) as p:
+        p.save_many(loose, progress=False)
+        child = p.index("c").views["plain"]  # declared, and empty
+        assert child.n_live == 0 and child.chunk_ids == []
+        assert all(chunk_view(c) == "" for c in p.store.chunks("c")["chunk_id"].to_list())
+        got = lists(p, "lighthouse kayak", views_config("plain"))
+        assert got["vector@plain"] == got["vector"] and got["lexical@plain"] == got["lexical"]
+        # an episode arrives: its later turns get plain chunks; the loose memories keep their main ranks
+        p.save_many([{**t, "namespace": "c", "id": f"e{i}", "content": t["content"].replace(":", " again:")}
+                     for i, t in enumerate(turns("c2"))], progress=False)
+        assert set(p.index("c").views["plain"].memory_of) == {f"e{i}" for i in range(1, 6)}
+        got = lists(p, "lighthouse", views_config("plain"))
+        assert set(got["lexical@plain"]) == {"c:t0", "e0"}  # the loose memory and the question
+        assert not {"e1", "e2"} & set(got["lexical@plain"])  # replies indexed with the question, not plainly
+        assert {"e1", "e2"} <= set(got["lexical"])
+    with Pipeline.open(tmp_path / "loose", embedder=FakeEmbedder()) as again:  # the empty view survives a reload
+        assert "plain" in again.index("c").views
 
 
 def test_a_store_without_the_view_ranks_no_lists_for_it(tmp_path):
@@ -162,7 +188,7 @@ def test_a_damaged_view_index_is_rebuilt_and_nothing_stored_is_lost(plain_pipe, 
     labels.write_bytes(b"not parquet")
     with Pipeline.open(root, embedder=FakeEmbedder()) as again:
         assert lists(again, "seals kayak", views_config("plain")) == before
-        assert again.index("c").views["plain"].n_live == 6
+        assert again.index("c").views["plain"].n_live == 5
         assert "failed verification" in caplog.text
 
 

@@ -62,6 +62,8 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
     config = config or SaveConfig()
     model = embedder.model_id if embedder is not None else config.embed.model
     parts: list[Any] = [dataset.fingerprint(), to_dict(config.chunk), model]
+    if config.chunk.views:
+        parts.append("view chunks only for memories with context")  # stores of the older layout are rebuilt
     if dataset.saves:
         parts.append(sorted(dataset.saves.items()))
     path = root / "stores" / f"{dataset.name}-{digest(*parts)}"

@@ -120,18 +120,30 @@ def _labels_allowed(q: SignalInput, index: NamespaceIndex, mask: np.ndarray) -> 
 
 
 def _index_view(q: SignalInput, view: str, wanted: list[str]) -> dict[str, Ranked]:
+    """The view's lists: its child index ranks the memories it holds (those with index-time
+    context); every other memory's text in the view is its main text, so its rank comes from the
+    main list. The two are merged by score (both cosines, or both BM25 over the same texts)."""
     child = q.index.views.get(view)
     if child is None:
         # like a signal that does not apply: a store indexed without this view (older, or without
         # index-time context, where the view would equal the main one) ranks no lists for it;
         # an evaluation's signal health shows the lists missing
         return {}
-    allowed = _labels_allowed(q, child, q.allowed)
+    covered = q.view.covered(id(child), child.memory_of, child.live) if child.n_live else None
+    allowed = _labels_allowed(q, child, q.allowed) if covered is not None else None
     out = {}
-    if "vector" in wanted:
-        out[f"vector@{view}"] = _from_hits(q.view, child.search_vector(q.vector, q.depth, allowed))
-    if "lexical" in wanted:
-        out[f"lexical@{view}"] = _from_hits(q.view, child.search_lexical(q.text, q.depth, allowed))
+    for name in wanted:
+        main = q.lists.get(name) or (_vector(q) if name == "vector" else _lexical(q))
+        if covered is None:  # no memory differs in this view: its list is the main one, at no cost
+            out[f"{name}@{view}"] = main
+            continue
+        own = _from_hits(q.view, child.search_vector(q.vector, q.depth, allowed) if name == "vector"
+                         else child.search_lexical(q.text, q.depth, allowed))
+        keep = ~covered[main[0]]
+        positions = np.concatenate([own[0], main[0][keep]])
+        scores = np.concatenate([own[1], main[1][keep]])
+        order = np.lexsort((positions, -scores))[: q.depth]  # by score, ties by position
+        out[f"{name}@{view}"] = (positions[order], scores[order])
     return out
 
 

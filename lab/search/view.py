@@ -35,6 +35,7 @@ class NamespaceView:
     by_newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions, newest first
     by_access: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # most accessed first
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
+    _covered: dict[int, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
     _contains: dict[str, np.ndarray] = field(default_factory=dict)
     _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
     _episodes: list[str | None] | None = None
@@ -118,6 +119,18 @@ class NamespaceView:
             cached = np.fromiter((self.pos.get(m, -1) for m in memory_of), dtype=np.int64, count=len(memory_of))
             self._label_maps[index_id] = cached
         return cached
+
+    def covered(self, index_id: int, memory_of: list[str], live: np.ndarray) -> np.ndarray:
+        """Per position: has the memory a live chunk in the index ``index_id`` (a view's child index)?"""
+        key = (len(memory_of), int(live.sum()))
+        cached = self._covered.get(index_id)
+        if cached is None or cached[0] != key:
+            label_pos = self.label_positions(index_id, memory_of)
+            mask = np.zeros(len(self.ids), dtype=bool)
+            mask[label_pos[live & (label_pos >= 0)]] = True
+            cached = (key, mask)
+            self._covered[index_id] = cached
+        return cached[1]
 
     def mask(self, filters: FilterConfig) -> np.ndarray:
         """Memories passing every filter (before any ranking)."""

@@ -56,11 +56,6 @@ def index_context(store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig) ->
     return out
 
 
-def index_views(cfg: ChunkConfig) -> tuple[str, ...]:
-    """The extra views ``cfg`` indexes: none without index-time context ('plain' would be the main view)."""
-    return cfg.views if (cfg.context_turns or cfg.time_in_text) else ()
-
-
 def chunk_records(
     store: Store, rows: list[dict[str, Any]], cfg: ChunkConfig, tokenizer: Tokenizer,
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -69,10 +64,12 @@ def chunk_records(
     texts: list[str] = []
     context = index_context(store, rows, cfg)
     for row in rows:
-        # the main view (with its index-time context), then each extra view (ChunkConfig.views)
-        for view, ctx in (("", context.get(row["id"], "")), *((v, "") for v in index_views(cfg))):
+        # the main view (with its index-time context), then each extra view (ChunkConfig.views):
+        # a memory without context has no view chunks, its main chunks are its plain ones
+        ctx = context.get(row["id"], "")
+        for view, view_ctx in (("", ctx), *((v, "") for v in (cfg.indexed_views if ctx else ()))):
             _add_chunks(records, texts, row, view, chunk_text(row["content"], tokenizer, cfg, title=row["title"],
-                                                              tags=row["tags"], context=ctx))
+                                                              tags=row["tags"], context=view_ctx))
     return records, texts
 
 
