@@ -1,10 +1,13 @@
 """Search latency at 10k/100k memories, BM25 queries per second, and fusion time for 1,000 queries.
 
-    .venv/bin/python benchmarks/search.py [--sizes 10000 100000] [--queries 200]
+    .venv/bin/python benchmarks/search.py [--sizes 10000 100000] [--queries 200] [--layouts loose episodes]
 
 Stores are filled with LoCoMo turn texts (and numbered variants) and deterministic random unit
 vectors of the real model's dimension (384): index and fusion costs are those of real vectors,
-without spending minutes embedding 100,000 texts. Query embedding with the real model is timed
+without spending minutes embedding 100,000 texts. Two layouts: "loose" memories (no episodes, so
+no index-time context and nothing in the plain view's own index) and "episodes" (20 turns per
+episode, as a conversation store: every turn but an episode's first is indexed twice, with its
+context and plain, and search ranks both views' indexes). Query embedding with the real model is timed
 separately. Fusion of 1,000 queries is timed on a prepared (integer-encoded) candidate table, as
 a sweep uses it, with the one-off preparation and the from-table path reported beside it.
 Results go to stdout and benchmarks/results/search.json.
@@ -49,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--layouts", nargs="+", default=["loose", "episodes"], choices=["loose", "episodes"])
     args = parser.parse_args()
     convs = load_conversations(DATASETS / "locomo" / "locomo10-dev.json")
     turns = [t for c in convs for t in c.turns]
@@ -66,13 +70,14 @@ def main() -> None:
         samples.append(t.seconds)
     results["query_embedding_real_model"] = percentiles(samples)
 
-    for size in args.sizes:
+    for size, layout in [(n, lay) for n in args.sizes for lay in args.layouts]:
         with tempfile.TemporaryDirectory() as tmp:
             emb = RandomEmbedder()
             pipe = Pipeline.open(Path(tmp) / "s", SaveConfig(), embedder=emb, create=True)
             records = [
                 {"namespace": "bench", "content": f"{turns[i % len(turns)]['content']} (#{i})",
-                 "created_at": turns[i % len(turns)]["created_at"], "access_count": i % 7}
+                 "created_at": turns[i % len(turns)]["created_at"], "access_count": i % 7,
+                 "metadata": {"episode": f"e{i // 20}"} if layout == "episodes" else {}}
                 for i in range(size)
             ]
             with Timer() as t_build:
@@ -96,14 +101,16 @@ def main() -> None:
             with Timer() as t_vec:
                 for v in qvecs:
                     idx.search_vector(v, 50)
-            results[f"search_{size}"] = {
+            key = f"search_{size}" + ("_episodes" if layout == "episodes" else "")
+            results[key] = {
                 "build_s": round(t_build.seconds, 1),
+                "plain_view_chunks": idx.views["plain"].n_live if "plain" in idx.views else 0,
                 "lab_preset_excluding_query_embedding": percentiles(lat),
                 "bm25_queries_per_s": round(len(questions) / t_bm25.seconds, 1),
                 "vector_queries_per_s": round(len(questions) / t_vec.seconds, 1),
             }
-            print(size, results[f"search_{size}"], file=sys.stderr)
-            if size == args.sizes[0]:
+            print(size, layout, results[key], file=sys.stderr)
+            if size == args.sizes[0] and layout == args.layouts[0]:
                 # fusion of 1,000 queries: candidate lists of the lab preset, replicated to 1,000 qids
                 base = pipe.candidates([Query(f"q{i}", q, "bench") for i, q in enumerate(questions)], cfg,
                                        query_vectors=qvecs)

@@ -296,6 +296,10 @@ class NamespaceIndex:
                 self._labels_of, self._labels_of_n = by_memory, len(self.chunk_ids)
             return [label for label in self._labels_of.get(memory_id, []) if self.live[label]]
 
+    def cosines(self, query_vector: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Cosine between the query and the chunks at ``labels`` (exact, from stored vectors)."""
+        return self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
+
     def best_cosine(self, query_vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:
         """Cosine between the query and each memory's best chunk (exact, from stored vectors)."""
         owners, labels = [], []

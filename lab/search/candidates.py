@@ -73,12 +73,53 @@ def check_queries(queries: Sequence[Query]) -> None:
 
 
 def _rows(out: dict[str, list], qid: str, ids: list[str], signal: str, positions, scores) -> None:
-    for rank, (p, s) in enumerate(zip(positions, scores), start=1):
-        out["qid"].append(qid)
-        out["memory_id"].append(ids[int(p)])
-        out["signal"].append(signal)
-        out["rank"].append(rank)
-        out["score"].append(float(s))
+    n = len(positions)
+    out["qid"].extend([qid] * n)
+    out["memory_id"].extend([ids[p] for p in np.asarray(positions, dtype=np.int64).tolist()])
+    out["signal"].extend([signal] * n)
+    out["rank"].extend(range(1, n + 1))
+    out["score"].extend(np.asarray(scores, dtype=np.float64).tolist())
+
+
+def best_cosines(nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """Per position in ``pool``: the cosine of the query and the memory's best chunk (0 without one)."""
+    labels, indptr = nsview.labels_by_position(id(idx), idx.memory_of, idx.live)
+    counts = indptr[pool + 1] - indptr[pool]
+    out = np.zeros(len(pool))
+    if not counts.sum():
+        return out
+    seg = np.cumsum(counts) - counts  # where each position's labels start in the gathered run
+    gathered = labels[np.repeat(indptr[pool] - seg, counts) + np.arange(counts.sum())]
+    sims = idx.cosines(qvec, gathered)
+    has = counts > 0
+    out[has] = np.maximum.reduceat(sims, seg[has])
+    return out
+
+
+def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray,
+                  ref: datetime, pool: np.ndarray, listed: np.ndarray, ep_of: np.ndarray, turn_of: np.ndarray) -> None:
+    """The feature rows of the pooled candidates (columns at a time: a pool runs to hundreds)."""
+    ids = nsview.ids
+    features: list[tuple[str, np.ndarray, np.ndarray]] = [  # (name, positions, values)
+        ("_cosine", pool, best_cosines(nsview, idx, qvec, pool)),
+        ("_superseded", pool, nsview.superseded[pool].astype(np.float64)),
+        ("_age_hours", pool, np.maximum(ref.timestamp() - nsview.created_s[pool], 0.0) / 3600.0),
+    ]
+    if len(listed):
+        # coverage scales a fused score, which a turn in no list does not have: listed ones only
+        terms = set(idx.analyzer.tokens([q.text])[0])
+        cover = ([len(terms & t) / len(terms) for t in nsview.terms(listed.tolist(), idx.analyzer.tokens)]
+                 if terms else [0.0] * len(listed))
+        features.append(("_coverage", listed, np.asarray(cover, dtype=np.float64)))
+    in_episode = pool[ep_of[pool] >= 0]
+    features += [("_episode", in_episode, ep_of[in_episode]), ("_turn", in_episode, turn_of[in_episode])]
+    for name, positions, values in features:
+        n = len(positions)
+        out["qid"].extend([q.qid] * n)
+        out["memory_id"].extend([ids[p] for p in positions.tolist()])
+        out["signal"].extend([name] * n)
+        out["rank"].extend([0] * n)
+        out["score"].extend(np.asarray(values, dtype=np.float64).tolist())
 
 
 def candidates(
@@ -129,38 +170,19 @@ def candidates(
         for name, (positions, scores) in lists.items():
             _rows(out, q.qid, ids, name, positions, scores)
         # features of every candidate, for query-time post-processing
-        listed = sorted({int(p) for positions, _ in lists.values() for p in positions})
+        listed = np.unique(np.concatenate([positions for positions, _ in lists.values()] or [np.zeros(0)])
+                           ).astype(np.int64)
         pool = listed
         ep_of, turn_of = nsview.episode_turns()
-        members = nsview.episode_members()
-        if listed and members:
+        if len(listed) and nsview.episode_members():
             # the turns just before and after each candidate join the pool (features only, no
             # list): a neighbour boost can then lift an answer next to its question
-            episodes = nsview.episodes
-            around = set()
-            for p in listed:
-                if ep_of[p] >= 0:
-                    group, t = members[episodes[p]], int(turn_of[p])
-                    around.update(group[u] for u in (t - 1, t + 1) if 0 <= u < len(group) and allowed[group[u]])
-            pool = sorted(set(listed) | around)
-        if pool:
-            pool_ids = [ids[p] for p in pool]
-            # coverage scales a fused score, which a turn in no list does not have: listed ones only
-            terms = set(idx.analyzer.tokens([q.text])[0])
-            cover = dict(zip(listed, [len(terms & t) / len(terms) for t in nsview.terms(listed, idx.analyzer.tokens)]
-                             if terms else [0.0] * len(listed)))
-            cos = idx.best_cosine(qvec, pool_ids)
-            age = np.maximum(ref.timestamp() - nsview.created_s[pool], 0.0) / 3600.0
-            for p, mid, a in zip(pool, pool_ids, age):
-                values = [("_cosine", cos.get(mid, 0.0)), ("_superseded", float(nsview.superseded[p])),
-                          ("_age_hours", float(a))]
-                if p in cover:
-                    values.append(("_coverage", cover[p]))
-                if ep_of[p] >= 0:
-                    values += [("_episode", ep_of[p]), ("_turn", turn_of[p])]
-                for name, value in values:
-                    out["qid"].append(q.qid); out["memory_id"].append(mid); out["signal"].append(name)
-                    out["rank"].append(0); out["score"].append(float(value))
+            before, after = nsview.adjacent_turns()
+            around = np.concatenate([before[listed], after[listed]])
+            around = around[around >= 0]
+            pool = np.union1d(listed, around[allowed[around]])
+        if len(pool):
+            _feature_rows(out, q, nsview, idx, qvec, ref, pool, listed, ep_of, turn_of)
         out["qid"].append(q.qid); out["memory_id"].append(""); out["signal"].append("_intent")
         out["rank"].append(0); out["score"].append(float(INTENTS.index(analysis.intent)))
     return pl.DataFrame(out, schema=CANDIDATE_SCHEMA)

@@ -36,12 +36,14 @@ class NamespaceView:
     by_access: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # most accessed first
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
     _covered: dict[int, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
+    _by_position: dict[int, tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     _contains: dict[str, np.ndarray] = field(default_factory=dict)
     _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
     _episodes: list[str | None] | None = None
     _members: dict[str, list[int]] | None = None
     _derived_mask: np.ndarray | None = None
     _episode_turns: tuple[np.ndarray, np.ndarray] | None = None
+    _adjacent: tuple[np.ndarray, np.ndarray] | None = None
 
     def contains(self, needle: str) -> np.ndarray:
         """Which memories hold ``needle`` (lower-case) in title or content; memoised per view,
@@ -93,6 +95,18 @@ class NamespaceView:
             self._episode_turns = (ep, turn)
         return self._episode_turns
 
+    def adjacent_turns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per position: the position of the turn just before it and just after it in its
+        episode (-1 for none)."""
+        if self._adjacent is None:
+            before = np.full(len(self.ids), -1, dtype=np.int64)
+            after = np.full(len(self.ids), -1, dtype=np.int64)
+            for members in self.episode_members().values():
+                before[members[1:]] = members[:-1]
+                after[members[:-1]] = members[1:]
+            self._adjacent = (before, after)
+        return self._adjacent
+
     @property
     def derived_mask(self) -> np.ndarray:
         """Which memories are derived from others (have a derived_from edge), by position."""
@@ -130,6 +144,21 @@ class NamespaceView:
             mask[label_pos[live & (label_pos >= 0)]] = True
             cached = (key, mask)
             self._covered[index_id] = cached
+        return cached[1]
+
+    def labels_by_position(self, index_id: int, memory_of: list[str], live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The live labels of index ``index_id`` grouped by memory position, CSR-style: the labels
+        of position p are ``labels[indptr[p]:indptr[p + 1]]``."""
+        key = (len(memory_of), int(live.sum()))
+        cached = self._by_position.get(index_id)
+        if cached is None or cached[0] != key:
+            label_pos = self.label_positions(index_id, memory_of)
+            labels = np.flatnonzero(live & (label_pos >= 0))
+            labels = labels[np.argsort(label_pos[labels], kind="stable")]
+            indptr = np.zeros(len(self.ids) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(label_pos[labels], minlength=len(self.ids)), out=indptr[1:])
+            cached = (key, (labels, indptr))
+            self._by_position[index_id] = cached
         return cached[1]
 
     def mask(self, filters: FilterConfig) -> np.ndarray:

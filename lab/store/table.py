@@ -12,6 +12,11 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from lab.errors import ConflictError, StoreError
 
 
+# a version check that finds no next commit file still re-reads the log this often (a log whose
+# old commit files were cleaned up after a checkpoint has no file for the next version to stat)
+FULL_CHECK_SECONDS = 1.0
+
+
 class DeltaFrame:
     """A Delta table plus a cached DataFrame of its rows at ``version``.
 
@@ -61,8 +66,14 @@ class DeltaFrame:
         writer lock is held)."""
         if not self.pinned and not self._held:
             if self.refresh_seconds <= 0 or time.monotonic() - self._checked_at >= self.refresh_seconds:
-                self._update()
+                if self._next_commit_exists() or time.monotonic() - self._checked_at >= FULL_CHECK_SECONDS:
+                    self._update()
         return self._dt.version()
+
+    def _next_commit_exists(self) -> bool:
+        """Has anyone committed past our version? A Delta commit is the log file named by the next
+        version, so one stat answers (a full log read costs about a millisecond per table)."""
+        return (self.path / "_delta_log" / f"{self._dt.version() + 1:020d}.json").exists()
 
     def _update(self) -> None:
         """Read the log tail: commits other processes made since our last look."""
