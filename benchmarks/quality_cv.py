@@ -15,7 +15,9 @@ Levers measured:
 - both together (the plain-view weight and the boost chosen jointly);
 - derived view (LoCoMo observations as derived facts credited to their source turns; the
   with-observations setting, against `lab` on the same store);
-- plain view 1 + boost 0.3 at lab's k 5 (fixed settings, fold by fold): the candidate for adoption.
+- plain view 1 + boost 0.3 at lab's k 5 (fixed settings, fold by fold);
+- the adopted form: main and plain lists at 0.5 each (a memory's text weight split between its
+  contextual and its plain text) + boost 0.3 at k 5.
 The baseline of every fold is `lab` without the levers (no views, no neighbour boost), as it
 was before they were adopted.
 Results go to stdout and benchmarks/results/quality_cv.json.
@@ -41,9 +43,14 @@ from lab.search.presets import preset  # noqa: E402
 METRICS = ("recall@10", "ndcg@10")
 
 
-def variant(base, *, plain: float = 0.0, boost: float = 0.0, derived: float = 0.0, k: float | None = None):
-    """``base`` without views or neighbour boost, plus the levers given."""
-    weights = {name: w for name, w in base.fusion.weights.items() if "@" not in name}
+def variant(base, *, plain: float = 0.0, boost: float = 0.0, derived: float = 0.0, k: float | None = None,
+            main: float | None = None):
+    """``base`` without views or neighbour boost (a view list's weight goes back to its main list),
+    plus the levers given (``main``: the weight of the main vector and lexical lists)."""
+    weights = {name: w + sum(v for n, v in base.fusion.weights.items() if n.startswith(f"{name}@"))
+               for name, w in base.fusion.weights.items() if "@" not in name}
+    if main is not None:
+        weights.update({"vector": main, "lexical": main})
     views = []
     if plain:
         views.append("plain")
@@ -106,6 +113,10 @@ def main() -> None:
                                                   for d, w, b in itertools.product((0.3, 0.5), (0.5,), (0.0, 0.3))}}
         # the candidate for adoption at lab's own k, judged fold by fold like a one-point grid
         levers["plain 1 + boost 0.3, k 5"] = {"candidate": dict(plain=1.0, boost=0.3, k=5.0)}
+        # the adopted form: each memory's text weight split evenly between its contextual and its
+        # plain list, so a memory without context (ranked the same in both) weighs as before
+        # against the other signals
+        levers["split .5/.5 + boost 0.3, k 5"] = {"candidate": dict(main=0.5, plain=0.5, boost=0.3, k=5.0)}
         for lever, points in levers.items():
             grid = {name: per_question(retriever, dataset, variant(lab, **kw), options)[2] for name, kw in points.items()}
             got = loco(grid, base, folds, args.objective)

@@ -206,10 +206,12 @@ def test_on_locomo_dev_labs_plain_view_and_neighbour_boost_lift_recall():
     retriever = eval_retriever(dataset, save_config(views=("plain",)))
     lab = preset("lab")  # it ranks the plain view's lists with the neighbour boost
     assert lab.views == ("plain",) and lab.fusion.neighbour_boost > 0
-    weights = {name: w for name, w in lab.fusion.weights.items() if "@" not in name}
+    # the same text weight on the main lists alone: lab as it was before the view
+    weights = {name: w + lab.fusion.weights.get(f"{name}@plain", 0.0)
+               for name, w in lab.fusion.weights.items() if "@" not in name}
     without = replace(lab, views=(), fusion=replace(lab.fusion, weights=weights, neighbour_boost=0.0))
     options = EvalOptions(ks=(10,))
     base = evaluate(retriever, dataset, without, options).metrics["metrics"]["recall@10"]
     got = evaluate(retriever, dataset, lab, options).metrics["metrics"]["recall@10"]
-    # measured: 0.738 -> 0.789 (benchmarks/quality_cv.py: every held-out conversation gains)
+    # measured: 0.738 -> 0.791 (benchmarks/quality_cv.py: every held-out conversation gains)
     assert base == pytest.approx(0.738, abs=0.01) and got >= 0.78 and got - base >= 0.04

@@ -72,17 +72,21 @@ PRESETS: dict[str, SearchConfig] = {
     "lab": SearchConfig(
         name="lab",
         description="lab's default: vector + BM25 by RRF, over each memory with its episode context and "
-        "plain (the 'plain' view's own lists), helped by exact entity matches, the query's time window "
-        "and the graph; adjacent turns lift each other; superseded memories demoted. The view, its "
-        "weight and the neighbour boost won on every fold of leave-one-conversation-out "
+        "plain (the 'plain' view's own lists; the two share the text's weight), helped by exact entity "
+        "matches, the query's time window and the graph; adjacent turns lift each other; superseded "
+        "memories demoted. The view, its weight and the neighbour boost won on every fold of "
+        "leave-one-conversation-out "
         "cross-validation on LoCoMo dev (benchmarks/quality_cv.py); k stays 5, where the demo goldens "
         "hold (LoCoMo alone prefers 10).",
         signals=("vector", "lexical", "recency", "graph", "entity", "temporal"),
         views=("plain",),
         fusion=FusionConfig(
             method="rrf", k=5.0, coverage_bonus=0.1, neighbour_boost=0.3,
-            weights={**_w(vector=1.0, lexical=1.0, recency=0.05, graph=0.3, entity=0.3, temporal=0.5),
-                     "vector@plain": 1.0, "lexical@plain": 1.0},
+            # each memory's text weight (1 for vector, 1 for BM25) split evenly between its text with
+            # context and its plain text: a memory without context, ranked alike in both, weighs
+            # against the other signals as it did before the view
+            weights={**_w(vector=0.5, lexical=0.5, recency=0.05, graph=0.3, entity=0.3, temporal=0.5),
+                     "vector@plain": 0.5, "lexical@plain": 0.5},
         ),
     ),
 }
