@@ -42,20 +42,21 @@ def _(TuneSession, dataset_pick, mo, preset_pick):
 def _(mo, session, start):
     method = mo.ui.dropdown(session.methods(), value=start["fusion.method"], label="fusion method")
     rrf_k = mo.ui.slider(0, 100, 1, value=int(start["fusion.k"]), label="RRF k", show_value=True, include_input=True)
+    boost = mo.ui.slider(0.0, 1.0, 0.05, value=start["fusion.neighbour_boost"], label="neighbour boost", show_value=True)
     weights = mo.ui.dictionary({s: mo.ui.slider(0.0, 2.0, 0.05, value=start[f"fusion.weights.{s}"], show_value=True)
                                 for s in session.signals}, label="signal weights")
     critical = mo.ui.slider(0.0, 1.0, 0.05, value=start["assemble.critical_ratio"], label="critical zone", show_value=True)
     recency = mo.ui.slider(0.0, 1.0, 0.05, value=start["assemble.recency_ratio"], label="recency zone", show_value=True)
     budget = mo.ui.slider(100, 8000, 100, value=int(start["assemble.budget"]), label="token budget", show_value=True)
-    mo.hstack([mo.vstack([mo.md("**Fusion**"), method, rrf_k, weights]),
+    mo.hstack([mo.vstack([mo.md("**Fusion**"), method, rrf_k, boost, weights]),
                mo.vstack([mo.md("**Assembly** (the middle zone takes the rest)"), critical, recency, budget])],
               justify="start", gap=3)
-    return budget, critical, method, recency, rrf_k, weights
+    return boost, budget, critical, method, recency, rrf_k, weights
 
 
 @app.cell
-def _(budget, critical, method, recency, rrf_k, session, weights):
-    knobs = {"fusion.method": method.value, "fusion.k": rrf_k.value,
+def _(boost, budget, critical, method, recency, rrf_k, session, weights):
+    knobs = {"fusion.method": method.value, "fusion.k": rrf_k.value, "fusion.neighbour_boost": boost.value,
              **{f"fusion.weights.{s}": w for s, w in weights.value.items()},
              "assemble.critical_ratio": critical.value, "assemble.recency_ratio": recency.value,
              "assemble.budget": budget.value}

@@ -39,7 +39,7 @@ def test_prepared_tables_round_trip(tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"dataset": "nope"}, "profiles has no entry for dataset 'nope'"),
     ({"extra": 1}, "unknown key"),
-    ({"index": {"context_turns": 2, "stem": True}}, "index takes context_turns and time_in_text only"),
+    ({"index": {"context_turns": 2, "stem": True}}, "index takes context_turns, time_in_text and views only"),
 ])
 def test_bad_params_name_the_problem(tmp_path, change, message):
     import yaml

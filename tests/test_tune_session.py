@@ -46,7 +46,8 @@ def _check_equal_to_eval(session: TuneSession, knobs: dict) -> None:
 
 @pytest.mark.parametrize("knobs", [{}, {"fusion.k": 60, "fusion.weights.lexical": 0.2},
                                    {"fusion.method": "weighted_sum", "assemble.budget": 500},
-                                   {"fusion.k": 0, "assemble.critical_ratio": 0.6, "assemble.recency_ratio": 0.0}])
+                                   {"fusion.k": 0, "assemble.critical_ratio": 0.6, "assemble.recency_ratio": 0.0},
+                                   {"fusion.neighbour_boost": 0.6, "fusion.weights.lexical@plain": 2.0}])
 def test_session_numbers_equal_lab_eval(demo, knobs):
     _check_equal_to_eval(demo, knobs)
 

@@ -154,6 +154,10 @@ def test_view_configuration_errors_name_the_bad_value():
     with pytest.raises(ValidationError, match=r"unknown signal\(s\) \['vector@side'\]"):
         FusionConfig(weights={"vector@side": 1.0})
     FusionConfig(weights={"vector@plain": 0.5, "lexical@derived": 0.5})  # view lists take weights
+    from lab.eval.stores import save_config
+
+    with pytest.raises(ValidationError, match="a list of view names, got the string 'plain'"):
+        save_config(views="plain")
 
 
 def test_the_derived_view_credits_facts_to_their_sources(pipe):

@@ -50,15 +50,16 @@ def load_params(path: str | Path) -> dict[str, Any]:
         if not isinstance(profile, dict) or not profile.get(key):
             raise ValidationError(f"{p}: profiles.{data['dataset']}.{key} is required (a file path)")
     index = data.get("index") or {}
-    if not isinstance(index, dict) or set(index) - {"context_turns", "time_in_text"}:
-        raise ValidationError(f"{p}: index takes context_turns and time_in_text only, got {index!r}")
+    if not isinstance(index, dict) or set(index) - {"context_turns", "time_in_text", "views"}:
+        raise ValidationError(f"{p}: index takes context_turns, time_in_text and views only, got {index!r}")
     return {**data, "index": index, "profile": profile}
 
 
 def _save(params: dict[str, Any]):
     from lab.eval.stores import save_config
 
-    return save_config(params["index"].get("context_turns"), bool(params["index"].get("time_in_text", False)))
+    index = params["index"]
+    return save_config(index.get("context_turns"), bool(index.get("time_in_text", False)), index.get("views"))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from lab.config import ChunkConfig, SaveConfig, to_dict
 from lab.embed import make_embedder
 from lab.embed.cache import EmbeddingCache
+from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
@@ -35,6 +36,8 @@ def save_config(context_turns: int | None = None, time_in_text: bool = False,
                 views: tuple[str, ...] | list[str] | None = None) -> SaveConfig:
     """The save configuration of an evaluation store with these index-time levers (None: the defaults)."""
     default = ChunkConfig()
+    if isinstance(views, str):
+        raise ValidationError(f"views must be a list of view names, got the string {views!r}")
     turns = default.context_turns if context_turns is None else int(context_turns)
     return SaveConfig(chunk=ChunkConfig(context_turns=turns, time_in_text=bool(time_in_text),
                                         views=default.views if views is None else tuple(views)))
@@ -45,7 +48,7 @@ def index_suffix(chunk: ChunkConfig) -> str:
     default = ChunkConfig()
     return ((f"+ctx{chunk.context_turns}" if chunk.context_turns != default.context_turns else "")
             + ("+time" if chunk.time_in_text != default.time_in_text else "")
-            + ("".join(f"+{v}" for v in chunk.views) if chunk.views != default.views else ""))
+            + (("".join(f"+{v}" for v in chunk.views) or "+noviews") if chunk.views != default.views else ""))
 
 
 def embeddings_dir(root: Path) -> Path:

@@ -34,8 +34,8 @@ DEPTH = max(DEFAULT_KS)  # the run `lab eval` scores and assembles: the top 100
 # the metrics table of the tune notebook, in this order; context metrics at the session's budget
 HEADLINE: tuple[str, ...] = ("recall@5", "recall@10", "ndcg@10", "mrr", "context_recall", "context_tokens")
 # query-time knobs a notebook exposes, as sweep-space names (``fusion.weights.<signal>`` too)
-KNOBS: tuple[str, ...] = ("fusion.method", "fusion.k", "assemble.critical_ratio", "assemble.recency_ratio",
-                          "assemble.budget")
+KNOBS: tuple[str, ...] = ("fusion.method", "fusion.k", "fusion.neighbour_boost", "assemble.critical_ratio",
+                          "assemble.recency_ratio", "assemble.budget")
 
 
 @dataclass
@@ -143,7 +143,7 @@ class TuneSession:
     def knobs(self) -> dict[str, Any]:
         """The preset's own knob values, by sweep-space name (the notebook's starting position)."""
         f, a = self.candidate.search.fusion, self.base_assemble
-        out: dict[str, Any] = {"fusion.method": f.method, "fusion.k": f.k}
+        out: dict[str, Any] = {"fusion.method": f.method, "fusion.k": f.k, "fusion.neighbour_boost": f.neighbour_boost}
         out.update({f"fusion.weights.{s}": float(f.weights.get(s, 1.0)) for s in self.signals})
         out.update({"assemble.critical_ratio": a.critical_ratio, "assemble.recency_ratio": a.recency_ratio,
                     "assemble.budget": a.budget})

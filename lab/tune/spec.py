@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.config import SIGNALS
+from lab.config import LISTS
 from lab.errors import ValidationError
 
 # every parameter a sweep can vary, with its kind; the kind decides what a change costs
 FUSION_PARAMS = {"fusion.k": float, "fusion.method": str, "fusion.coverage_bonus": float,
                  "fusion.recent_boost": float, "fusion.recent_hours": float, "fusion.superseded": str,
                  "fusion.demote_factor": float, "fusion.rerank_depth": int, "fusion.intent_gating": bool,
-                 **{f"fusion.weights.{s}": float for s in SIGNALS}}
+                 "fusion.neighbour_boost": float,
+                 **{f"fusion.weights.{s}": float for s in LISTS}}  # view lists ("vector@plain") too
 INDEX_PARAMS = {"index.context_turns": int, "index.time_in_text": bool, "index.chunk_size": int,
                 "index.chunk_overlap": int, "index.ef_search": int, "index.depth": int}
 ASSEMBLE_PARAMS = {"assemble.budget": int, "assemble.critical_ratio": float, "assemble.recency_ratio": float,
