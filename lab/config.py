@@ -66,8 +66,8 @@ class ChunkConfig:
     the plain text is the main one, and search reads their plain-view ranks from the main lists.
     A store of memories without episodes (and without ``time_in_text``) therefore pays nothing
     for the view, at index or at query time. With no index-time context configured at all
-    (``context_turns`` 0, ``time_in_text`` off) the view is not declared, and search ranks no
-    lists for it (``indexed_views``).
+    (``context_turns`` 0, ``time_in_text`` off) nothing is indexed for it (``indexed_views``), and
+    search ranks the main lists in the view's place.
 
     ``views`` defaults to ``("plain",)``: under leave-one-conversation-out cross-validation on
     LoCoMo dev, its lists (with the neighbour boost) lift ``lab``'s held-out recall@10 on every

@@ -39,9 +39,6 @@ class IndexManager:
         self.config = config
         self.dim = dim
         self.embed_model = embed_model
-        # the extra index views the store declares: each namespace's index gets a child for each,
-        # even an empty one (search then knows the view is indexed, see NamespaceIndex.declare_views)
-        self.views = store.recorded_config().chunk.indexed_views
         self._indexes: dict[str, NamespaceIndex] = {}
         self._saved: dict[str, str] = {}  # namespace -> store version of its snapshot on disk
         self._changed: set[str] = set()  # changed by a write or a build since last saved
@@ -89,7 +86,6 @@ class IndexManager:
                     self._saved[namespace] = idx.store_version
                     if _pair(idx.store_version) != _pair(seen):
                         idx.sync(chunks, seen)
-                    idx.declare_views(self.views)  # a snapshot saved before any chunk of a view existed
                 self._indexes[namespace] = idx
             elif self._behind(idx):
                 idx.sync(self.store.chunks(namespace), str(self.store.known_version()))  # another process wrote
@@ -126,9 +122,7 @@ class IndexManager:
         if chunks is None:
             chunks = self.store.chunks(namespace)
             seen = str(self.store.known_version())
-        idx = NamespaceIndex.build(namespace, chunks, self.dim, self.config, self.embed_model, seen)
-        idx.declare_views(self.views)
-        return idx
+        return NamespaceIndex.build(namespace, chunks, self.dim, self.config, self.embed_model, seen)
 
     # ------------------------------------------------------------------ the write side's calls
     def build(self, namespace: str) -> NamespaceIndex:

@@ -18,7 +18,6 @@ from lab.version import __version__
 from lab.config import IndexConfig, to_dict
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
 from lab.index.vector import VectorIndex
-from lab.schema import chunks_schema
 from lab.store.records import CHUNK_VIEW_PATTERN, chunk_view
 
 MANIFEST = "manifest.json"
@@ -167,16 +166,6 @@ class NamespaceIndex:
         for view, part in parts.items():
             idx.views[view] = cls._build_view(namespace, part, dim, config, embed_model, store_version, view)
         return idx
-
-    def declare_views(self, views: tuple[str, ...] | list[str]) -> None:
-        """Give every declared view a child index, empty where none of its chunks exist yet: an
-        index-time view only holds the memories that differ in it (those with context), and an
-        empty child still tells search the view is indexed (the main lists stand in for it)."""
-        for view in views:
-            if view not in self.views:
-                empty = pl.from_arrow(chunks_schema(self.dim).empty_table())
-                self.views[view] = self._build_view(self.namespace, empty, self.dim, self.config,
-                                                    self.embed_model, self.store_version, view)
 
     @classmethod
     def _build_view(cls, namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,

@@ -124,12 +124,10 @@ def _index_view(q: SignalInput, view: str, wanted: list[str]) -> dict[str, Ranke
     context); every other memory's text in the view is its main text, so its rank comes from the
     main list. The two are merged by score (both cosines, or both BM25 over the same texts)."""
     child = q.index.views.get(view)
-    if child is None:
-        # like a signal that does not apply: a store indexed without this view (older, or without
-        # index-time context, where the view would equal the main one) ranks no lists for it;
-        # an evaluation's signal health shows the lists missing
-        return {}
-    covered = q.view.covered(id(child), child.memory_of, child.live) if child.n_live else None
+    # a store that does not declare the view (no index-time context, where the view would equal
+    # the main one, or a store made before views) ranks its main lists in the view's place: a
+    # configuration's weights keep their balance against the other signals on any store
+    covered = q.view.covered(id(child), child.memory_of, child.live) if child is not None and child.n_live else None
     allowed = _labels_allowed(q, child, q.allowed) if covered is not None else None
     out = {}
     for name in wanted:
