@@ -47,12 +47,17 @@ class StandIn:
 
 
 def build_store(path: Path, size: int, turns: list[dict]) -> None:
-    from lab.pipeline import Pipeline
+    import shutil
 
-    if (path / "lab-store.json").is_file():
-        return
-    started = time.perf_counter()
+    from lab.pipeline import Pipeline
+    from lab.store.store import Store
+
     config = SaveConfig(embed=EmbedConfig(model=DEFAULT_MODEL, cache=False))
+    if (path / "lab-store.json").is_file():
+        if Store.open(path, read_only=True).recorded_config().chunk == config.chunk:
+            return
+        shutil.rmtree(path)  # made with other chunk settings than the gated default: the server would refuse it
+    started = time.perf_counter()
     with Pipeline.open(path, config, embedder=StandIn(), create=True) as pipe:
         records = [{"namespace": "bench", "content": f"{turns[i % len(turns)]['content']} (#{i})",
                     "created_at": turns[i % len(turns)]["created_at"]} for i in range(size)]
