@@ -153,3 +153,23 @@ def test_memories_of_only_stopwords_or_symbols_are_saved_and_searched_without_er
     assert "lexical" in pipe.search("postgres", "n")[0].signals
     pipe.build("n")
     assert pipe.search("the and", "n") is not None
+
+
+def test_candidate_cosines_are_each_memorys_best_live_chunk(tmp_path):
+    # the array path candidates use (labels grouped by position) against the per-memory one
+    from lab.config import ChunkConfig
+    from lab.search.candidates import Query
+
+    pipe = Pipeline.open(tmp_path / "s", SaveConfig(chunk=ChunkConfig(size=20, overlap=5)), embedder=FakeEmbedder(),
+                         create=True)
+    fill(pipe, 20)
+    rid = pipe.save(" ".join(f"filler{i}" for i in range(100)) + " item3 needle", namespace="n").created[0]
+    assert len(pipe.index("n").labels_of(rid)) > 3
+    pipe.update(pipe.search("item4", "n", k=1)[0].memory_id, content="item4 rewritten, older chunk masked")
+    pipe.delete(pipe.search("item5", "n", k=1)[0].memory_id, hard=True)
+    cands = pipe.retriever.candidates([Query("q", "item3 needle item4", "n")], pipe.retriever.search_config)
+    got = dict(cands.filter(pl.col("signal") == "_cosine").select("memory_id", "score").iter_rows())
+    assert rid in got and len(got) > 5
+    q = pipe.embedder.embed(["item3 needle item4"])[0]
+    assert got == pytest.approx(pipe.index("n").best_cosine(q, list(got)), abs=1e-6)
+    pipe.close()

@@ -136,3 +136,21 @@ def test_the_public_api(tmp_path):
     assert lab.fuse is __import__("lab.search.fusion", fromlist=["fuse"]).fuse
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         lab.nope  # noqa: B018
+
+
+def test_a_reader_sees_each_commit_of_another_writer_at_its_next_search(tmp_path, monkeypatch):
+    from lab.store import table
+
+    store = tmp_path / "s"
+    fill(store, 5)
+    reader = Retriever.open(store, embedder=FakeEmbedder(), search="bm25")
+    assert reader.search("item3", "n", k=1)[0].memory_id == "m3"
+    with Pipeline.open(store, embedder=FakeEmbedder()) as writer:
+        for i in range(3):  # no waiting: the next commit's log file is there the moment it lands
+            writer.save(f"a numbat number{i} arrived", namespace="n", id=f"w{i}")
+            assert reader.search(f"numbat number{i}", "n", k=1)[0].memory_id == f"w{i}"
+        # a log whose next commit file is gone (cleaned up after a checkpoint) is still re-read whole
+        monkeypatch.setattr(table.DeltaFrame, "_next_commit_exists", lambda self: False)
+        monkeypatch.setattr(table, "FULL_CHECK_SECONDS", 0.0)
+        writer.save("a quokka came last", namespace="n", id="w9")
+        assert reader.search("quokka", "n", k=1)[0].memory_id == "w9"

@@ -131,7 +131,7 @@ def _index_view(q: SignalInput, view: str, wanted: list[str]) -> dict[str, Ranke
     allowed = _labels_allowed(q, child, q.allowed) if covered is not None else None
     out = {}
     for name in wanted:
-        main = q.lists.get(name) or (_vector(q) if name == "vector" else _lexical(q))
+        main = q.lists[name]  # the main signal ran first (views are ranked after every signal)
         if covered is None:  # no memory differs in this view: its list is the main one, at no cost
             out[f"{name}@{view}"] = main
             continue

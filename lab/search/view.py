@@ -35,8 +35,7 @@ class NamespaceView:
     by_newest: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions, newest first
     by_access: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # most accessed first
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
-    _covered: dict[int, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
-    _by_position: dict[int, tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    _by_position: dict[int, tuple[tuple[int, int], tuple[np.ndarray, ...]]] = field(default_factory=dict)
     _contains: dict[str, np.ndarray] = field(default_factory=dict)
     _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
     _episodes: list[str | None] | None = None
@@ -134,22 +133,17 @@ class NamespaceView:
             self._label_maps[index_id] = cached
         return cached
 
-    def covered(self, index_id: int, memory_of: list[str], live: np.ndarray) -> np.ndarray:
-        """Per position: has the memory a live chunk in the index ``index_id`` (a view's child index)?"""
-        key = (len(memory_of), int(live.sum()))
-        cached = self._covered.get(index_id)
-        if cached is None or cached[0] != key:
-            label_pos = self.label_positions(index_id, memory_of)
-            mask = np.zeros(len(self.ids), dtype=bool)
-            mask[label_pos[live & (label_pos >= 0)]] = True
-            cached = (key, mask)
-            self._covered[index_id] = cached
-        return cached[1]
-
     def labels_by_position(self, index_id: int, memory_of: list[str], live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The live labels of index ``index_id`` grouped by memory position, CSR-style: the labels
         of position p are ``labels[indptr[p]:indptr[p + 1]]``."""
-        key = (len(memory_of), int(live.sum()))
+        return self._by_label_group(index_id, memory_of, live)[:2]
+
+    def covered(self, index_id: int, memory_of: list[str], live: np.ndarray) -> np.ndarray:
+        """Per position: has the memory a live chunk in the index ``index_id`` (a view's child index)?"""
+        return self._by_label_group(index_id, memory_of, live)[2]
+
+    def _by_label_group(self, index_id: int, memory_of: list[str], live: np.ndarray) -> tuple[np.ndarray, ...]:
+        key = (len(memory_of), int(live.sum()))  # labels added or masked since: recompute
         cached = self._by_position.get(index_id)
         if cached is None or cached[0] != key:
             label_pos = self.label_positions(index_id, memory_of)
@@ -157,7 +151,7 @@ class NamespaceView:
             labels = labels[np.argsort(label_pos[labels], kind="stable")]
             indptr = np.zeros(len(self.ids) + 1, dtype=np.int64)
             np.cumsum(np.bincount(label_pos[labels], minlength=len(self.ids)), out=indptr[1:])
-            cached = (key, (labels, indptr))
+            cached = (key, (labels, indptr, np.diff(indptr) > 0))
             self._by_position[index_id] = cached
         return cached[1]
 
