@@ -25,7 +25,7 @@ from lab.errors import ConflictError, ValidationError
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, reference_time
-from lab.search.engine import Result, SearchResponse, search
+from lab.search.engine import Result, SearchRequest, SearchResponse, search, search_many
 from lab.search.presets import resolve
 from lab.search.view import NamespaceView, build_view
 from lab.store.records import item_text, validate_namespace
@@ -161,6 +161,22 @@ class Retriever:
         snap = self.snapshot(namespace)
         vector = self.embed_queries([query])[0] if query_vector is None else query_vector
         return search(snap, query, vector, self.resolve_config(config, preset), k=k, explain=explain)
+
+    def search_many(self, requests: Sequence[SearchRequest], namespace: str, *, config: SearchConfig | None = None,
+                    preset: str | None = None) -> list[SearchResponse]:
+        """Several queries of one namespace answered together (one candidate table, one fusion);
+        each response is the one ``search_response`` gives for its query alone. Requests without a
+        vector are embedded here, in one model call."""
+        missing = [i for i, r in enumerate(requests) if r.vector is None]
+        if missing:
+            for i, r in enumerate(requests):
+                if not isinstance(r.query, str) or not r.query.strip():
+                    raise ValidationError(f"search request {i}: query must be a non-empty string")
+            vectors = self.embed_queries([requests[i].query for i in missing])
+            requests = list(requests)
+            for i, vector in zip(missing, vectors):
+                requests[i] = replace(requests[i], vector=vector)
+        return search_many(self.snapshot(namespace), requests, self.resolve_config(config, preset))
 
     def search(self, query: str, namespace: str, k: int | None = None, *, config: SearchConfig | None = None,
                preset: str | None = None, explain: bool = False, query_vector: np.ndarray | None = None) -> list[Result]:

@@ -40,6 +40,13 @@ class HFTokenizer:
         return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
 
+def set_model_threads(n: int) -> None:
+    """Threads each model call may use (process-wide: torch has one intra-op pool)."""
+    import torch
+
+    torch.set_num_threads(n)
+
+
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 on the CPU, normalised vectors, batched. The model loads on first use.
 

@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from lab.embed.worker import EmbedderProcessError
 from lab.errors import LabError, StoreError
 from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
@@ -171,6 +172,10 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
 
     @app.exception_handler(LabError)
     async def lab_error(request: Request, exc: LabError) -> JSONResponse:
+        if isinstance(exc, EmbedderProcessError):
+            log.error("query embedding failed on %s %s: %s", request.method, request.url.path, exc)
+            return error_response(503, "query embedding failed (the model process is restarted); retry the request",
+                                  headers={"Retry-After": "1"})
         if isinstance(exc, StoreError) or exc.http_status >= 500:
             log.error("store error on %s %s: %s", request.method, request.url.path, exc)
             return error_response(500, "the store could not be read or written; the server log has the details")

@@ -38,6 +38,8 @@ class Metrics(Observer):
                                  ["route", "method"], buckets=FAST, registry=r)
         self.search = Histogram("lab_search_duration_seconds", "search (candidates and fusion), without query embedding",
                                 buckets=FAST, registry=r)
+        self.search_batch = Histogram("lab_search_batch_size", "queries answered together (one candidate table, one fusion)",
+                                      buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.assemble = Histogram("lab_assemble_duration_seconds", "context assembly", buckets=FAST, registry=r)
         self.embed = Histogram("lab_query_embedding_duration_seconds", "one model call embedding a batch of queries",
                                buckets=FAST, registry=r)
@@ -53,8 +55,10 @@ class Metrics(Observer):
     def count_memories(self, counts: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_Memories(counts))
 
-    def searched(self, seconds: float) -> None:
-        self.search.observe(seconds)
+    def searched(self, queries: int, seconds: float) -> None:
+        self.search_batch.observe(queries)
+        for _ in range(queries):  # the histogram is per search: each its share of the batch
+            self.search.observe(seconds / queries)
 
     def assembled(self, seconds: float) -> None:
         self.assemble.observe(seconds)

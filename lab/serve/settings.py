@@ -36,6 +36,8 @@ class Settings:
     group_max: int = 256  # memories committed together at most
     group_wait_ms: float = 2.0  # how long a commit waits for more writes to join it
     query_batch: int = 32  # queries embedded in one model call at most
+    query_embedders: int = 1  # model processes embedding queries (0: in the server process)
+    model_threads: int = 1  # threads per query-embedding model call
     snapshot_seconds: float = 30.0  # idle time after writes before index snapshots are saved
     refresh_seconds: float = 1.0  # other processes' commits to the store are seen within this
     tracking_uri: str | None = None
@@ -46,10 +48,10 @@ class Settings:
             raise ValidationError(f"setting auth must be on, off or auto, got {self.auth!r}")
         if not 0 <= self.port <= 65535:
             raise ValidationError(f"setting port must be 0-65535, got {self.port}")
-        for name in ("rate", "burst", "max_body_bytes", "group_max", "query_batch"):
+        for name in ("rate", "burst", "max_body_bytes", "group_max", "query_batch", "model_threads"):
             if getattr(self, name) <= 0:
                 raise ValidationError(f"setting {name} must be > 0, got {getattr(self, name)}")
-        for name in ("group_wait_ms", "snapshot_seconds", "refresh_seconds"):
+        for name in ("group_wait_ms", "snapshot_seconds", "refresh_seconds", "query_embedders"):
             if getattr(self, name) < 0:
                 raise ValidationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if not self.model.startswith("models:/"):
@@ -89,6 +91,7 @@ def _coerce(name: str, raw: Any, kind: type, where: str) -> Any:
 
 
 _KINDS = {"port": int, "burst": int, "max_body_bytes": int, "group_max": int, "query_batch": int,
+          "query_embedders": int, "model_threads": int,
           "rate": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float}
 
 
