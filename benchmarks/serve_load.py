@@ -2,7 +2,13 @@
 16 concurrent clients at 10,000 and 100,000 memories (and search latency with one client, nothing
 queued), and write throughput with group commit.
 
-    .venv/bin/python benchmarks/serve_load.py [--sizes 10000 100000] [--seconds 20] [--clients 16]
+    .venv/bin/python benchmarks/serve_load.py [--sizes 10000 100000] [--seconds 20] [--clients 16] [--rate 100]
+
+Phases per size, after a 2 s warm-up that is not counted: search with ``--clients`` closed-loop
+clients (each sends its next request when its last is answered: the throughput, and with 16
+clients a latency of 16 / throughput by Little's law); search with one client; search at a
+steady offered rate (open loop, latency counted from when each request was due); context with
+``--clients`` clients; and, at the first size, writes.
 
 The server runs the real model (every query is embedded by it, batched across concurrent
 requests). Its stores are filled with LoCoMo turn texts (and numbered variants) whose stored
@@ -66,6 +72,47 @@ def build_store(path: Path, size: int, turns: list[dict]) -> None:
     print(f"  built {size:,} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
+async def paced(url: str, rate: float, seconds: float, make_request) -> dict:
+    """Open loop: requests sent at ``rate`` per second, evenly spaced, whatever the answers take;
+    latency counts from when a request was due, so a server falling behind shows in it."""
+    import httpx
+
+    latencies: list[float] = []
+    errors: dict[int, int] = {}
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        async def one(i: int, due: float) -> None:
+            method, path, body = make_request(i)
+            r = await client.request(method, path, json=body)
+            if r.status_code >= 300:
+                errors[r.status_code] = errors.get(r.status_code, 0) + 1
+            else:
+                latencies.append(time.perf_counter() - due)
+
+        started = time.perf_counter()
+        tasks = []
+        for i in range(int(rate * seconds)):
+            due = started + i / rate
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            tasks.append(asyncio.create_task(one(i, due)))
+        await asyncio.gather(*tasks)
+    return {"offered_per_s": rate, "answered_per_s": round(len(latencies) / seconds, 1), **percentiles(latencies),
+            "errors": errors}
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds used so far by the server process and its children (the query-embedding process)."""
+    import os
+
+    def own(p: int) -> float:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    # a child is listed under the thread that started it
+    children = {int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()}
+    return own(pid) + sum(own(c) for c in children)
+
+
 async def drive(url: str, clients: int, seconds: float, make_request) -> dict:
     """``clients`` concurrent loops sending ``make_request(i)`` for ``seconds``; latency and rate."""
     import httpx
@@ -98,6 +145,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--rate", type=float, default=100, help="offered searches per second of the paced phase")
     args = parser.parse_args()
     convs = load_conversations(DATASETS / "locomo" / "locomo10-dev.json")
     turns = [t for c in convs for t in c.turns]
@@ -105,22 +153,31 @@ def main() -> None:
     random.Random(7).shuffle(questions)
     bench = ROOT / ".lab" / "bench"
     bundle = write_bundle(bench / "serve-bundle", model=DEFAULT_MODEL)
-    results: dict = {"clients": args.clients, "seconds_per_phase": args.seconds}
+    results: dict = {"clients": args.clients, "seconds_per_phase": args.seconds, "paced_rate": args.rate}
     for size in args.sizes:
         store = bench / f"serve-{size}"
         build_store(store, size, turns)
         with Server(bundle, store, "--rate", "1000000", "--burst", "1000000", log=bench / f"serve-{size}.log") as srv:
-            search = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
-                "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10})))
+            def ask(i: int):
+                return "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10}
+
+            # warm-up, not counted: connections opened, the first requests' one-time costs paid
+            asyncio.run(drive(srv.url, args.clients, 2, lambda i: ask(i + 5000)))
+            cpu, wall = server_cpu(srv.proc.pid), time.perf_counter()
+            search = asyncio.run(drive(srv.url, args.clients, args.seconds, ask))
+            search["server_cpu_cores"] = round((server_cpu(srv.proc.pid) - cpu) / (time.perf_counter() - wall), 2)
             print(size, "search", search, file=sys.stderr)
             # one client: the latency of a request with nothing queued before it (embedding included)
-            alone = asyncio.run(drive(srv.url, 1, args.seconds / 3, lambda i: (
-                "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10})))
+            alone = asyncio.run(drive(srv.url, 1, args.seconds / 3, ask))
             print(size, "search, one client", alone, file=sys.stderr)
+            # a steady offered load below saturation: the latency a caller sees at that rate
+            steady = asyncio.run(paced(srv.url, args.rate, args.seconds, ask))
+            print(size, f"search at {args.rate:g}/s offered", steady, file=sys.stderr)
             context = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
                 "POST", "/v1/context", {"namespace": "bench", "query": questions[i % len(questions)], "budget": 2000})))
             print(size, "context", context, file=sys.stderr)
-            results[f"memories_{size}"] = {"search": search, "search_one_client": alone, "context": context}
+            results[f"memories_{size}"] = {"search": search, "search_one_client": alone, "search_paced": steady,
+                                           "context": context}
             if size == args.sizes[0]:
                 # writes: each request one new memory, embedded by the real model; group commit
                 # lets concurrent requests share one model call and one pair of Delta commits

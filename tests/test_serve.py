@@ -60,6 +60,11 @@ def test_settings_come_from_flags_then_environment_then_file(tmp_path):
     assert not load_settings({}, env={}).auth_on  # loopback by default: auth off
     with pytest.raises(ValidationError, match=r"setting port from \$LAB_SERVE_PORT: 'eighty' is not an integer"):
         load_settings({}, env={"LAB_SERVE_PORT": "eighty"})
+    assert load_settings({}, env={"LAB_SERVE_QUERY_EMBEDDERS": "0"}).query_embedders == 0  # in process
+    with pytest.raises(ValidationError, match=r"setting query_embedders must be >= 0, got -1"):
+        load_settings({}, env={"LAB_SERVE_QUERY_EMBEDDERS": "-1"})
+    with pytest.raises(ValidationError, match=r"setting model_threads must be > 0, got 0"):
+        load_settings({}, env={"LAB_SERVE_MODEL_THREADS": "0"})
     conf.write_text(yaml.safe_dump({"prot": 1}))
     with pytest.raises(ValidationError, match=r"unknown setting\(s\) \['prot'\]"):
         load_settings({}, env={}, config_file=conf)
@@ -219,6 +224,61 @@ def test_errors_name_the_problem_and_leak_nothing(server):
         assert ready["served"]["source"] == "bundle bundle" and "/" not in str(ready["served"])
 
 
+def _batched(c) -> tuple[int, int]:
+    """(searches, searches answered alone) from the server's metrics."""
+    lines = dict(line.rsplit(" ", 1) for line in c.get("/metrics").text.splitlines()
+                 if line.startswith("lab_search_batch_size_"))
+    return int(float(lines["lab_search_batch_size_sum"])), int(float(lines['lab_search_batch_size_bucket{le="1.0"}']))
+
+
+def test_concurrent_searches_are_answered_together_as_each_would_be_alone(server):
+    topics = ["billing runs on postgres", "deploys happen on tuesdays", "the cache is redis", "Priya owns payments",
+              "the outage was ERR-4471", "backups run nightly"]
+    with server.client() as c:
+        for ns in ("burst-a", "burst-b"):
+            c.post("/v1/namespaces", json={"name": ns})
+            r = c.post("/v1/memories/batch", json={"memories": [
+                {"namespace": ns, "content": f"{t} ({ns} note {i})", "type": "event" if i % 2 else "fact"}
+                for i, t in enumerate(topics * 3)]})
+            assert r.status_code == 201, r.text
+        asks = [{"namespace": ns, "query": q, "k": k, **({"filters": {"types": ["event"]}} if f else {})}
+                for ns in ("burst-a", "burst-b") for q, k, f in
+                [("billing database", 3, False), ("who owns payments", 5, True), ("deploy day", 1, False),
+                 ("outage code", 8, True), ("redis", 4, False), ("nightly backups", 2, True), ("tuesday", 7, False)]]
+        asks.append({"namespace": "burst-none", "query": "billing"})  # its error must stay its own
+
+        def ask(body):
+            r = c.post("/v1/search", json=body)
+            return r.status_code, [(h["memory_id"], h["score"]) for h in r.json().get("results", [])]
+
+        alone = [ask(body) for body in asks]
+        assert [code for code, _ in alone] == [200] * (len(asks) - 1) + [404]
+        assert all(len(hits) == body["k"] for (_, hits), body in zip(alone[:-1], asks))
+        before = _batched(c)
+        for _ in range(10):  # until the server has answered some of them in one batch
+            with cf.ThreadPoolExecutor(len(asks)) as pool:
+                assert list(pool.map(ask, asks)) == alone
+            total, single = (a - b for a, b in zip(_batched(c), before))
+            if single < total:
+                break
+        assert single < total, "no two concurrent searches were answered together"
+
+        # the query-embedding process killed under load: no 500, at worst a 503 asking to retry,
+        # and the next searches are answered by a new process
+        worker = subprocess.run(["pgrep", "-P", str(server.proc.pid), "-f", "lab.embed.worker"],
+                                capture_output=True, text=True).stdout.split()
+        assert len(worker) == 1, worker
+        with cf.ThreadPoolExecutor(8) as pool:
+            pending = [pool.submit(c.post, "/v1/search", json=body) for body in asks[:-1] * 2]
+            os.kill(int(worker[0]), 9)
+            answers = [f.result() for f in pending]
+        assert {r.status_code for r in answers} <= {200, 503}
+        for r in answers:
+            if r.status_code == 503:
+                assert r.headers["Retry-After"] == "1" and "retry" in r.json()["error"]["message"]
+        assert [ask(body) for body in asks] == alone
+
+
 def test_metrics_and_openapi(server):
     with server.client() as c:
         c.post("/v1/namespaces", json={"name": "met"})
@@ -258,7 +318,9 @@ def test_keys_namespaces_scopes_and_rate_limit(bundle, tmp_path):
     admin = add_key(keys, "admin", "write", ["*"])
     team = add_key(keys, "team", "write", ["team-a/*"])
     reader = add_key(keys, "reader", "read", ["*"])
-    with Server(bundle, tmp_path / "store", "--auth", "on", "--keys-file", str(keys), "--rate", "2", "--burst", "20") as srv:
+    # this server embeds queries in its own process (query_embedders 0), the other path
+    with Server(bundle, tmp_path / "store", "--auth", "on", "--keys-file", str(keys), "--rate", "2", "--burst", "20",
+                env={"LAB_SERVE_QUERY_EMBEDDERS": "0"}) as srv:
         with srv.client(admin) as c:
             for ns in ("team-a/x", "other"):
                 assert c.post("/v1/namespaces", json={"name": ns}).status_code == 201

@@ -40,8 +40,8 @@ class EmbedderProcessError(LabError):
 class ProcessEmbedder:
     """Embeds with ``model`` in a child process; one call at a time (calls queue on a lock).
 
-    The process starts on the first call or on ``start()``; should it die, the call in flight
-    fails with a clear error and the next call starts a new one.
+    The process starts on the first call or on ``start()``. Should it die, the call in flight
+    fails with a clear error; the next call (or one after it died idle) starts a new one.
     """
 
     def __init__(self, model: str, dim: int, *, threads: int = 1, batch_size: int = 8) -> None:
@@ -66,21 +66,20 @@ class ProcessEmbedder:
             [sys.executable, "-m", "lab.embed.worker", self.model_id, str(self.threads), str(self.batch_size)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
         # the first message says the model is loaded; a child that dies first gives EOF
-        kind = self._read(1)
-        if kind != b"R":
+        if self._read(1, "starting") != b"R":
             raise self._died("starting")
-        dim = _LENGTH.unpack(self._read(4))[0]
+        dim = _LENGTH.unpack(self._read(4, "starting"))[0]
         if dim != self.dim:
             self.close()
             raise EmbedderProcessError(f"the embedding process's model {self.model_id!r} gives {dim}-dimensional "
                                        f"vectors, {self.dim} expected")
         return self._proc
 
-    def _read(self, n: int) -> bytes:
+    def _read(self, n: int, doing: str = "embedding") -> bytes:
         assert self._proc is not None and self._proc.stdout is not None
         data = self._proc.stdout.read(n)
         if data is None or len(data) < n:
-            raise self._died("embedding")
+            raise self._died(doing)
         return data
 
     def _died(self, doing: str) -> EmbedderProcessError:

@@ -23,7 +23,7 @@ from lab.serve import schemas as S
 from lab.serve.app import ApiError, AppState
 from lab.serve.auth import ApiKey
 
-ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 422, 429, 500)}
+ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 422, 429, 500, 503)}
 
 
 async def get_state(request: Request) -> AppState:

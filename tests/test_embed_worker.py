@@ -1,0 +1,61 @@
+"""The query-embedding process: the same vectors as the model in process, a clear error when it
+dies or cannot start, and a new process for the next call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lab.config import FAKE_MODEL
+from lab.embed.fake import FakeEmbedder
+from lab.embed.worker import EmbedderProcessError, ProcessEmbedder
+
+
+@pytest.fixture
+def worker():
+    w = ProcessEmbedder(FAKE_MODEL, FakeEmbedder().dim)
+    yield w
+    w.close()
+
+
+def test_vectors_are_those_of_the_model_in_process(worker):
+    texts = ["the puppy is called Biscuit", "naïve café — ünïcode", "x" * 5000, "the puppy is called Biscuit"]
+    got = worker.embed(texts)
+    assert got.dtype == np.float32 and got.shape == (4, worker.dim)
+    assert np.array_equal(got, FakeEmbedder().embed(texts))
+    assert worker.embed([]).shape == (0, worker.dim)
+
+
+def test_a_dead_process_fails_the_call_in_flight_and_the_next_call_starts_a_new_one(worker):
+    worker.start()
+    first = worker._proc
+    send = first.stdin.write
+
+    def die_then_send(data):  # the process dies as the texts are sent
+        first.kill()
+        first.wait()
+        return send(data)
+
+    first.stdin.write = die_then_send
+    with pytest.raises(EmbedderProcessError, match=r"exited with code -9 while (receiving texts|embedding)"):
+        worker.embed(["after the kill"])
+    again = worker.embed(["after the kill"])  # a new process
+    second = worker._proc
+    assert second is not first and second.poll() is None
+    assert np.array_equal(again, FakeEmbedder().embed(["after the kill"]))
+    second.kill()  # one that died idle is replaced without failing a call
+    second.wait()
+    assert np.array_equal(worker.embed(["idle death"]), FakeEmbedder().embed(["idle death"]))
+    assert worker._proc is not second
+
+
+def test_a_model_that_cannot_load_is_named_and_close_ends_the_process(worker):
+    bad = ProcessEmbedder("no-such-model", 8)
+    with pytest.raises(EmbedderProcessError, match=r"no-such-model\) exited with code 1 while starting"):
+        bad.start()
+    wrong_dim = ProcessEmbedder(FAKE_MODEL, 7)
+    with pytest.raises(EmbedderProcessError, match=r"gives \d+-dimensional vectors, 7 expected"):
+        wrong_dim.start()
+    worker.start()
+    proc = worker._proc
+    worker.close()
+    assert proc.poll() == 0  # ended by closing its input, not killed

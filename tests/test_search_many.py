@@ -1,0 +1,74 @@
+"""Searches answered together (one candidate table, one fusion) give what each gives alone."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from lab.config import FilterConfig
+from lab.errors import ValidationError
+from lab.search.engine import SearchRequest, search_many
+from lab.search.presets import resolve
+
+TOPICS = ["the puppy is called Biscuit", "we moved to Lisbon in May", "the billing job runs nightly on postgres",
+          "Priya owns the Ledgerline service", "my sister plays the cello", "the outage code was ERR-4471",
+          "we hiked the Alps last summer", "the deploy freeze starts friday"]
+QUERIES = ["what is the puppy called", "where did we move", "which database does billing use",
+           "who owns Ledgerline", "what does my sister play", "error code of the outage", "deploy freeze"]
+
+
+@pytest.fixture
+def conversations(pipe):
+    """Three episodes of turns (so the plain view, episode context and neighbour boost all play)."""
+    t0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    rows = []
+    for e in range(3):
+        for t, topic in enumerate(TOPICS):
+            rows.append({"id": f"e{e}t{t}", "namespace": "c", "content": f"{topic} (episode {e}, turn {t})",
+                         "created_at": t0 + timedelta(days=e, minutes=t), "type": "fact" if t % 3 else "event",
+                         "metadata": {"episode": f"E{e}"}})
+    pipe.save_many(rows, progress=False)
+    return pipe
+
+
+def test_a_batch_answers_each_query_as_it_would_be_answered_alone(conversations):
+    r = conversations.retriever
+    config = resolve("lab")
+    vectors = r.embed_queries(QUERIES)
+    ks = [3, None, 10, 1, 5, 2, 24]
+    explain = [False, True, False, False, True, False, False]
+    requests = [SearchRequest(q, v, k, x) for q, v, k, x in zip(QUERIES, vectors, ks, explain)]
+    together = r.search_many(requests, "c", config=config)
+    assert [t.query for t in together] == QUERIES
+    for req, got in zip(requests, together):
+        alone = r.search_response(req.query, "c", req.k, config=config, explain=req.explain, query_vector=req.vector)
+        assert got.results == alone.results, req.query  # ids, ranks, scores, signals, counterfactuals
+        assert got.analysis == alone.analysis
+        assert len(got.results) == min(req.k or config.fusion.top_k, 24)
+        assert all((h.counterfactual is not None) == req.explain for h in got.results)
+    # each query keeps its own ranking: the batch is not one ranking cut in pieces
+    assert together[0].results[0].memory_id != together[3].results[0].memory_id
+
+
+def test_a_batch_under_filters_and_the_retriever_embedding_what_is_missing(conversations):
+    r = conversations.retriever
+    config = replace(resolve("lab"), filters=FilterConfig(types=("event",)))
+    requests = [SearchRequest(q) for q in QUERIES[:3]]
+    together = r.search_many(requests, "c", config=config)
+    for req, got in zip(requests, together):
+        assert got.results and {h.type for h in got.results} == {"event"}
+        assert got.results == r.search(req.query, "c", config=config)
+
+
+def test_a_bad_request_in_a_batch_is_named(conversations):
+    r = conversations.retriever
+    snap, config = r.snapshot("c"), resolve("lab")
+    v = r.embed_queries(["x"])[0]
+    with pytest.raises(ValidationError, match=r"request 1 \('who'\) has no query vector"):
+        search_many(snap, [SearchRequest("what", v), SearchRequest("who")], config)
+    with pytest.raises(ValidationError, match="k must be >= 1, got 0"):
+        search_many(snap, [SearchRequest("what", v), SearchRequest("who", v, k=0)], config)
+    with pytest.raises(ValidationError, match="search request 1: query must be a non-empty string"):
+        r.search_many([SearchRequest("what"), SearchRequest("  ")], "c")
+    assert search_many(snap, [], config) == []
