@@ -100,6 +100,24 @@ async def paced(url: str, rate: float, seconds: float, make_request) -> dict:
             "errors": errors}
 
 
+def embedding_floor(questions: list[str]) -> dict:
+    """CPU milliseconds per query of the real model on one thread, alone on the machine, one by
+    one and in batches: what the serving figures cannot go below."""
+    from lab.embed.st import SentenceTransformerEmbedder, set_model_threads
+
+    set_model_threads(1)
+    model = SentenceTransformerEmbedder(batch_size=8)
+    model.embed(questions[:16])
+    out = {}
+    for batch in (1, 8, 16, 32):
+        sample = questions[:256]
+        started = time.process_time()
+        for i in range(0, len(sample), batch):
+            model.embed(sample[i:i + batch])
+        out[f"batch_{batch}_cpu_ms_per_query"] = round((time.process_time() - started) / len(sample) * 1000, 2)
+    return out
+
+
 def server_cpu(pid: int) -> float:
     """CPU seconds used so far by the server process and its children (the query-embedding process)."""
     import os
@@ -152,8 +170,11 @@ def main() -> None:
     questions = [qa["question"] for c in convs for qa in c.raw["qa"]]
     random.Random(7).shuffle(questions)
     bench = ROOT / ".lab" / "bench"
+    floor = embedding_floor(questions)
+    print("query embedding, one thread", floor, file=sys.stderr)
     bundle = write_bundle(bench / "serve-bundle", model=DEFAULT_MODEL)
-    results: dict = {"clients": args.clients, "seconds_per_phase": args.seconds, "paced_rate": args.rate}
+    results: dict = {"clients": args.clients, "seconds_per_phase": args.seconds, "paced_rate": args.rate,
+                     "query_embedding": floor}
     for size in args.sizes:
         store = bench / f"serve-{size}"
         build_store(store, size, turns)
