@@ -72,6 +72,16 @@ def build_store(path: Path, size: int, turns: list[dict]) -> None:
     print(f"  built {size:,} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
+async def send(client, request: tuple, since: float, latencies: list[float], errors: dict[int, int]) -> None:
+    """One request; its latency counted from ``since``, or its status among the errors."""
+    method, path, body = request
+    r = await client.request(method, path, json=body)
+    if r.status_code >= 300:
+        errors[r.status_code] = errors.get(r.status_code, 0) + 1
+    else:
+        latencies.append(time.perf_counter() - since)
+
+
 async def paced(url: str, rate: float, seconds: float, make_request) -> dict:
     """Open loop: requests sent at ``rate`` per second, evenly spaced, whatever the answers take;
     latency counts from when a request was due, so a server falling behind shows in it."""
@@ -81,20 +91,12 @@ async def paced(url: str, rate: float, seconds: float, make_request) -> dict:
     errors: dict[int, int] = {}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-        async def one(i: int, due: float) -> None:
-            method, path, body = make_request(i)
-            r = await client.request(method, path, json=body)
-            if r.status_code >= 300:
-                errors[r.status_code] = errors.get(r.status_code, 0) + 1
-            else:
-                latencies.append(time.perf_counter() - due)
-
         started = time.perf_counter()
         tasks = []
         for i in range(int(rate * seconds)):
             due = started + i / rate
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            tasks.append(asyncio.create_task(one(i, due)))
+            tasks.append(asyncio.create_task(send(client, make_request(i), due, latencies, errors)))
         await asyncio.gather(*tasks)
     return {"offered_per_s": rate, "answered_per_s": round(len(latencies) / seconds, 1), **percentiles(latencies),
             "errors": errors}
@@ -143,14 +145,8 @@ async def drive(url: str, clients: int, seconds: float, make_request) -> dict:
         async def loop(worker: int) -> None:
             i = worker
             while time.perf_counter() < stop:
-                method, path, body = make_request(i)
+                await send(client, make_request(i), time.perf_counter(), latencies, errors)
                 i += clients
-                t = time.perf_counter()
-                r = await client.request(method, path, json=body)
-                if r.status_code >= 300:
-                    errors[r.status_code] = errors.get(r.status_code, 0) + 1
-                else:
-                    latencies.append(time.perf_counter() - t)
 
         started = time.perf_counter()
         await asyncio.gather(*(loop(w) for w in range(clients)))
