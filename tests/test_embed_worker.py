@@ -7,7 +7,7 @@ import pytest
 
 from lab.config import FAKE_MODEL
 from lab.embed.fake import FakeEmbedder
-from lab.embed.worker import EmbedderProcessError, ProcessEmbedder
+from lab.embed.worker import EmbedderModelError, EmbedderProcessError, ProcessEmbedder
 
 
 @pytest.fixture
@@ -53,9 +53,22 @@ def test_a_model_that_cannot_load_is_named_and_close_ends_the_process(worker):
     with pytest.raises(EmbedderProcessError, match=r"no-such-model\) exited with code 1 while starting"):
         bad.start()
     wrong_dim = ProcessEmbedder(FAKE_MODEL, 7)
-    with pytest.raises(EmbedderProcessError, match=r"gives \d+-dimensional vectors, 7 expected"):
+    with pytest.raises(EmbedderModelError, match=r"gives \d+-dimensional vectors, 7 expected"):
         wrong_dim.start()
+    assert wrong_dim._proc is None  # ended, not left running
     worker.start()
     proc = worker._proc
     worker.close()
     assert proc.poll() == 0  # ended by closing its input, not killed
+    with pytest.raises(EmbedderProcessError, match="is closed"):
+        worker.embed(["after close"])
+
+
+def test_a_process_that_stops_speaking_the_protocol_is_killed_not_read_again(worker):
+    worker.start()
+    first = worker._proc
+    worker._proc.stdout.read = lambda n: b"?" * n  # a garbled stream
+    with pytest.raises(EmbedderProcessError, match=r"exited with code -9 while answering"):
+        worker.embed(["garbled"])
+    assert first.poll() == -9 and worker._proc is None
+    assert np.array_equal(worker.embed(["clean again"]), FakeEmbedder().embed(["clean again"]))

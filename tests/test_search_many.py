@@ -8,7 +8,9 @@ import pytest
 
 from lab.config import FilterConfig
 from lab.errors import ValidationError
+from lab.search.candidates import Query
 from lab.search.engine import SearchRequest, search_many
+from lab.search.fusion import fuse
 from lab.search.presets import resolve
 
 TOPICS = ["the puppy is called Biscuit", "we moved to Lisbon in May", "the billing job runs nightly on postgres",
@@ -49,6 +51,13 @@ def test_a_batch_answers_each_query_as_it_would_be_answered_alone(conversations)
         assert all((h.counterfactual is not None) == req.explain for h in got.results)
     # each query keeps its own ranking: the batch is not one ranking cut in pieces
     assert together[0].results[0].memory_id != together[3].results[0].memory_id
+    # and it is the ranking of evaluation's own path (candidates, then fuse), which shares no
+    # code with search_many past the candidate table
+    for qid, (req, got) in enumerate(zip(requests, together)):
+        cands = r.candidates([Query(str(qid), req.query, "c")], config, query_vectors=req.vector[None, :])
+        ranked = fuse(cands, replace(config.fusion, top_k=req.k or config.fusion.top_k))
+        assert ranked["memory_id"].to_list() == [h.memory_id for h in got.results]
+        assert ranked["score"].to_list() == [h.score for h in got.results]
 
 
 def test_a_batch_under_filters_and_the_retriever_embedding_what_is_missing(conversations):

@@ -32,9 +32,14 @@ _LENGTH = struct.Struct("<I")
 
 
 class EmbedderProcessError(LabError):
-    """The embedding process died, could not start, or its model failed (a server answers 503)."""
+    """The embedding process died or could not start (a server answers 503: a retry gets a new one)."""
 
     http_status = 503
+
+
+class EmbedderModelError(LabError):
+    """The process is alive but its model failed on the texts, or gives vectors of another size
+    (a retry would fail the same way)."""
 
 
 class ProcessEmbedder:
@@ -54,24 +59,29 @@ class ProcessEmbedder:
         self.batch_size = batch_size
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        self._closed = False
 
     def start(self) -> None:
         with self._lock:
             self._ensure()
 
     def _ensure(self) -> subprocess.Popen:
+        if self._closed:
+            raise EmbedderProcessError(f"the embedding process ({self.model_id}) is closed")
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
+        # a session of its own: a Ctrl-C or a SIGTERM sent to the server's process group must not
+        # end the model while the server drains its queue; the child still ends with its stdin
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "lab.embed.worker", self.model_id, str(self.threads), str(self.batch_size)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, start_new_session=True)
         # the first message says the model is loaded; a child that dies first gives EOF
         if self._read(1, "starting") != b"R":
             raise self._died("starting")
         dim = _LENGTH.unpack(self._read(4, "starting"))[0]
         if dim != self.dim:
-            self.close()
-            raise EmbedderProcessError(f"the embedding process's model {self.model_id!r} gives {dim}-dimensional "
+            self._stop()
+            raise EmbedderModelError(f"the embedding process's model {self.model_id!r} gives {dim}-dimensional "
                                        f"vectors, {self.dim} expected")
         return self._proc
 
@@ -83,9 +93,9 @@ class ProcessEmbedder:
         return data
 
     def _died(self, doing: str) -> EmbedderProcessError:
-        proc = self._proc
-        code = proc.wait(timeout=10) if proc is not None else None
-        self._proc = None
+        """The child stopped speaking the protocol: it is ended (killed should it still run, so
+        a garbled stream is never read again) and the next call starts a new one."""
+        code = self._stop(kill=True)
         return EmbedderProcessError(f"the embedding process ({self.model_id}) exited with code {code} while {doing}; "
                                     "the next call starts a new one (its error is in the server log)")
 
@@ -102,26 +112,44 @@ class ProcessEmbedder:
             except (BrokenPipeError, OSError):
                 raise self._died("receiving texts") from None
             kind = self._read(1)
+            if kind not in (b"V", b"E"):
+                raise self._died("answering (it sent something other than vectors or an error)")
             size = _LENGTH.unpack(self._read(4))[0]
             if kind == b"E":
-                raise EmbedderProcessError(f"the embedding process failed: {self._read(size).decode('utf-8', 'replace')}")
+                raise EmbedderModelError(f"the embedding model failed: {self._read(size).decode('utf-8', 'replace')}")
             rows = np.frombuffer(self._read(size * self.dim * 4), dtype=np.float32).reshape(size, self.dim)
             return rows.copy()
 
     def close(self) -> None:
-        """End the child: close its stdin and wait for it (killed if it does not end)."""
+        """End the child (after the call in flight, if any): close its stdin and wait for it,
+        killed should it not end. Later calls fail."""
+        with self._lock:
+            self._closed = True
+            self._stop()
+
+    def _stop(self, kill: bool = False) -> int | None:
+        """End the child if there is one (``kill``: at once, should it still run); its exit code."""
         proc, self._proc = self._proc, None
         if proc is None:
-            return
+            return None
+        if kill:
+            try:  # a child that closed its output is usually exiting: its own exit code is the story
+                proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         try:
             if proc.stdin is not None:
                 proc.stdin.close()
-            proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
+        except OSError:
+            pass
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            code = proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+        return code
 
 
 def _serve(model: str, threads: int, batch_size: int, inp: IO[bytes], out: IO[bytes]) -> int:

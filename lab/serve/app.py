@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lab.embed.worker import EmbedderProcessError
+from lab.embed.worker import EmbedderModelError, EmbedderProcessError
 from lab.errors import LabError, StoreError
 from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
@@ -176,6 +176,9 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
             log.error("query embedding failed on %s %s: %s", request.method, request.url.path, exc)
             return error_response(503, "query embedding failed (the model process is restarted); retry the request",
                                   headers={"Retry-After": "1"})
+        if isinstance(exc, EmbedderModelError):
+            log.error("the query embedding model failed on %s %s: %s", request.method, request.url.path, exc)
+            return error_response(500, "the query embedding model failed; the server log has the details")
         if isinstance(exc, StoreError) or exc.http_status >= 500:
             log.error("store error on %s %s: %s", request.method, request.url.path, exc)
             return error_response(500, "the store could not be read or written; the server log has the details")

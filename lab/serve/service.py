@@ -249,7 +249,13 @@ class MemoryService:
                 batch = list(self._embedded)
                 self._embedded.clear()
             for group in _groups(batch):
-                self._answer_group(group)
+                try:
+                    self._answer_group(group)
+                except BaseException as exc:  # never leave a caller waiting, nor end the only searcher
+                    log.exception("answering %d queries failed", len(group))
+                    for job, _ in group:
+                        if not job.future.done():
+                            job.future.set_exception(exc)
 
     def _answer_group(self, group: list[tuple[Job, Any]]) -> None:
         """Answer queries of one namespace and configuration together; should that fail, each
