@@ -107,8 +107,8 @@ def embedding_floor(questions: list[str]) -> dict:
     one and in batches: what the serving figures cannot go below."""
     from lab.embed.st import SentenceTransformerEmbedder, set_model_threads
 
-    set_model_threads(1)
     model = SentenceTransformerEmbedder(batch_size=8)
+    set_model_threads(model, 1)
     model.embed(questions[:16])
     out = {}
     for batch in (1, 8, 16, 32):

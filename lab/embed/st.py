@@ -40,13 +40,6 @@ class HFTokenizer:
         return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
 
-def set_model_threads(n: int) -> None:
-    """Threads each model call may use (process-wide: torch has one intra-op pool)."""
-    import torch
-
-    torch.set_num_threads(n)
-
-
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 on the CPU, normalised vectors, batched. The model loads on first use.
 
@@ -91,3 +84,12 @@ class SentenceTransformerEmbedder:
             show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+
+def set_model_threads(embedder: object, n: int) -> None:
+    """Threads each call of ``embedder``'s model may use, when it is this module's model
+    (process-wide: torch has one intra-op pool); other embedders have no threads to set."""
+    if isinstance(embedder, SentenceTransformerEmbedder):
+        import torch
+
+        torch.set_num_threads(n)

@@ -155,12 +155,10 @@ class ProcessEmbedder:
 def _serve(model: str, threads: int, batch_size: int, inp: IO[bytes], out: IO[bytes]) -> int:
     from lab.config import EmbedConfig
     from lab.embed import make_embedder
+    from lab.embed.st import set_model_threads
 
     embedder = make_embedder(EmbedConfig(model=model, batch_size=batch_size, cache=False))
-    if type(embedder).__name__ == "SentenceTransformerEmbedder":
-        from lab.embed.st import set_model_threads
-
-        set_model_threads(threads)
+    set_model_threads(embedder, threads)
     embedder.embed(["warm up"])  # load the model before saying so
     out.write(b"R" + _LENGTH.pack(embedder.dim))
     out.flush()

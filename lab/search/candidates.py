@@ -72,12 +72,13 @@ def check_queries(queries: Sequence[Query]) -> None:
         raise ValidationError("query ids must be unique")
 
 
-def _rows(out: dict[str, list], qid: str, ids: list[str], signal: str, positions, scores) -> None:
+def _rows(out: dict[str, list], qid: str, ids: list[str], signal: str, positions, scores, ranked: bool = True) -> None:
+    """Append one run of rows: a ranked list (ranks 1..n) or a feature (rank 0)."""
     n = len(positions)
     out["qid"].extend([qid] * n)
     out["memory_id"].extend([ids[p] for p in np.asarray(positions, dtype=np.int64).tolist()])
     out["signal"].extend([signal] * n)
-    out["rank"].extend(range(1, n + 1))
+    out["rank"].extend(range(1, n + 1) if ranked else [0] * n)
     out["score"].extend(np.asarray(scores, dtype=np.float64).tolist())
 
 
@@ -99,7 +100,6 @@ def best_cosines(nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray, p
 def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray,
                   ref: datetime, pool: np.ndarray, listed: np.ndarray, ep_of: np.ndarray, turn_of: np.ndarray) -> None:
     """The feature rows of the pooled candidates (columns at a time: a pool runs to hundreds)."""
-    ids = nsview.ids
     features: list[tuple[str, np.ndarray, np.ndarray]] = [  # (name, positions, values)
         ("_cosine", pool, best_cosines(nsview, idx, qvec, pool)),
         ("_superseded", pool, nsview.superseded[pool].astype(np.float64)),
@@ -114,12 +114,7 @@ def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: Na
     in_episode = pool[ep_of[pool] >= 0]
     features += [("_episode", in_episode, ep_of[in_episode]), ("_turn", in_episode, turn_of[in_episode])]
     for name, positions, values in features:
-        n = len(positions)
-        out["qid"].extend([q.qid] * n)
-        out["memory_id"].extend([ids[p] for p in positions.tolist()])
-        out["signal"].extend([name] * n)
-        out["rank"].extend([0] * n)
-        out["score"].extend(np.asarray(values, dtype=np.float64).tolist())
+        _rows(out, q.qid, nsview.ids, name, positions, values, ranked=False)
 
 
 def candidates(
@@ -154,10 +149,7 @@ def candidates(
         if config.analysis.temporal == "filter" and analysis.window is not None:
             w = analysis.window
             allowed = allowed & (nsview.created_s >= w.start.timestamp()) & (nsview.created_s < w.end.timestamp())
-        label_pos = nsview.label_positions(id(idx), idx.memory_of)
-        allowed_labels = np.zeros(len(label_pos), dtype=bool)
-        ok = label_pos >= 0
-        allowed_labels[ok] = allowed[label_pos[ok]]
+        allowed_labels = nsview.labels_passing(id(idx), idx.memory_of, allowed)
         lists: dict = {}
         signal_input = SignalInput(q.text, qvec, nsview, idx, allowed, allowed_labels, analysis, ref, config,
                                    depth, lists)

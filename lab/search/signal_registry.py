@@ -110,15 +110,6 @@ for _signal in (
 
 
 # ---------------------------------------------------------------------------- views
-def _labels_allowed(q: SignalInput, index: NamespaceIndex, mask: np.ndarray) -> np.ndarray:
-    """Per label of ``index``: does its memory pass ``mask`` (a per-position mask)?"""
-    label_pos = q.view.label_positions(id(index), index.memory_of)
-    allowed = np.zeros(len(label_pos), dtype=bool)
-    ok = label_pos >= 0
-    allowed[ok] = mask[label_pos[ok]]
-    return allowed
-
-
 def _index_view(q: SignalInput, view: str, wanted: list[str]) -> dict[str, Ranked]:
     """The view's lists: its child index ranks the memories it holds (those with index-time
     context); every other memory's text in the view is its main text, so its rank comes from the
@@ -128,7 +119,7 @@ def _index_view(q: SignalInput, view: str, wanted: list[str]) -> dict[str, Ranke
     # the main one, or a store made before views) ranks its main lists in the view's place: a
     # configuration's weights keep their balance against the other signals on any store
     covered = q.view.covered(id(child), child.memory_of, child.live) if child is not None and child.n_live else None
-    allowed = _labels_allowed(q, child, q.allowed) if covered is not None else None
+    allowed = q.view.labels_passing(id(child), child.memory_of, q.allowed) if covered is not None else None
     out = {}
     for name in wanted:
         main = q.lists[name]  # the main signal ran first (views are ranked after every signal)
@@ -151,7 +142,7 @@ def _derived_view(q: SignalInput, wanted: list[str]) -> dict[str, Ranked]:
     nsview = q.view
     if not nsview.derived_from:
         return {}
-    allowed = _labels_allowed(q, q.index, q.allowed & nsview.derived_mask)
+    allowed = nsview.labels_passing(id(q.index), q.index.memory_of, q.allowed & nsview.derived_mask)
     out = {}
     for name in wanted:
         # facts of one source share its credit, so fetch beyond depth to fill depth sources

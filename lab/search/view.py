@@ -133,6 +133,15 @@ class NamespaceView:
             self._label_maps[index_id] = cached
         return cached
 
+    def labels_passing(self, index_id: int, memory_of: list[str], mask: np.ndarray) -> np.ndarray:
+        """Per label of index ``index_id``: does its memory pass ``mask`` (a per-position mask)?
+        Labels of memories no longer here do not."""
+        label_pos = self.label_positions(index_id, memory_of)
+        passing = np.zeros(len(label_pos), dtype=bool)
+        ok = label_pos >= 0
+        passing[ok] = mask[label_pos[ok]]
+        return passing
+
     def labels_by_position(self, index_id: int, memory_of: list[str], live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The live labels of index ``index_id`` grouped by memory position, CSR-style: the labels
         of position p are ``labels[indptr[p]:indptr[p + 1]]``."""

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder
+from lab.embed.st import set_model_threads
 from lab.embed.worker import ProcessEmbedder
 from lab.errors import ConflictError, LabError
 from lab.pipeline import Pipeline
@@ -117,10 +118,7 @@ class MemoryService:
         # in this process, under embed_lock (shared with the committer)
         self._query_embedders: list[tuple[Embedder, threading.Lock]]
         if settings.query_embedders == 0 or embedder is not None:
-            if type(self.pipeline.embedder).__name__ == "SentenceTransformerEmbedder":
-                from lab.embed.st import set_model_threads
-
-                set_model_threads(settings.model_threads)
+            set_model_threads(self.pipeline.embedder, settings.model_threads)
             self._query_embedders = [(self.pipeline.embedder, self.embed_lock)]
         else:
             model = self.pipeline.embedder
@@ -145,11 +143,12 @@ class MemoryService:
                     self.retriever.index(ns)
                     self.retriever.view(ns)
             # the store's model (writes) and the query models load now, not at the first request
-            vector = None
-            for model, model_lock in {id(m): (m, lk) for m, lk in [(self.pipeline.embedder, self.embed_lock),
-                                                                  *self._query_embedders]}.values():
-                with model_lock:
-                    vector = model.embed(["warm up"])[0]
+            with self.embed_lock:
+                vector = self.pipeline.embedder.embed(["warm up"])[0]
+            for model, model_lock in self._query_embedders:
+                if model is not self.pipeline.embedder:
+                    with model_lock:
+                        model.embed(["warm up"])
             # one search per namespace: the first search's one-time costs (query plans, caches
             # of the view) are paid here, not by the first caller
             with self.lock:
