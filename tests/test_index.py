@@ -173,3 +173,36 @@ def test_candidate_cosines_are_each_memorys_best_live_chunk(tmp_path):
     q = pipe.embedder.embed(["item3 needle item4"])[0]
     assert got == pytest.approx(pipe.index("n").best_cosine(q, list(got)), abs=1e-6)
     pipe.close()
+
+
+@pytest.mark.parametrize("stemmer", ["english", None])
+def test_the_analyzer_tokenizes_exactly_like_bm25s_on_real_text(stemmer):
+    """The analyzer re-implements bm25s.tokenize for speed; the index's scores depend on the two
+    agreeing token for token (stopwords, the word pattern, lower-casing, stems)."""
+    import bm25s
+    import Stemmer
+
+    from conftest import require_dataset
+    from lab.config import LexicalIndexConfig
+    from lab.index.lexical import LexicalAnalyzer
+
+    texts = []
+    with open(require_dataset("scifact/corpus.jsonl"), encoding="utf-8") as f:
+        for line, _ in zip(f, range(1500)):
+            doc = json.loads(line)
+            texts.append(doc["title"] + " " + doc["text"])
+    conv = json.loads(require_dataset("locomo/locomo10-dev.json").read_text(encoding="utf-8"))[0]["conversation"]
+    texts += [t["text"] for turns in conv.values() if isinstance(turns, list) for t in turns]
+    texts += ["", "the and of", "DON'T stop -- me now!!", "Ünïcödé naïve CAFÉ 2023-05-08 x y zz", "running runs ran"]
+    config = LexicalIndexConfig(stemmer=stemmer)
+    want = bm25s.tokenize(texts, stopwords=config.stopwords, stemmer=Stemmer.Stemmer(stemmer) if stemmer else None,
+                          return_ids=False, show_progress=False)
+    analyzer = LexicalAnalyzer(config)
+    assert analyzer.tokens(texts) == want
+    assert analyzer.tokens(texts) == want  # again, from the stem cache
+    assert [analyzer.tokens([t])[0] for t in texts[:50]] == want[:50]  # one text at a time
+    sets = analyzer.term_sets(texts[:40] + texts[:10])
+    assert sets == [frozenset(w) for w in want[:40] + want[:10]]
+    analyzer.TERM_SET_CACHE = 5  # past the bound the memo starts over, answers unchanged
+    assert analyzer.term_sets(texts[40:60]) == [frozenset(w) for w in want[40:60]]
+    assert len(analyzer._term_sets) <= 20

@@ -88,13 +88,13 @@ def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: in
             sel = np.flatnonzero(scores >= cut)
         else:
             sel = np.arange(n)
-        best: dict[str, float] = {}
-        for label, score in zip(labels[sel].tolist(), scores[sel].tolist()):
-            mid = memory_of[label]
-            if score > best.get(mid, -np.inf):
-                best[mid] = score
-        if len(best) >= k or len(sel) == n:
-            return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        sc = scores[sel]
+        mids = np.array([memory_of[label] for label in labels[sel].tolist()])
+        order = np.lexsort((mids, -sc))  # best score first, ties by memory id
+        _, first = np.unique(mids[order], return_index=True)  # each memory's best chunk
+        if len(first) >= k or len(sel) == n:
+            best = order[np.sort(first)[:k]]
+            return list(zip(mids[best].tolist(), sc[best].tolist()))
         m *= 4
 
 

@@ -108,7 +108,7 @@ def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: Na
     if len(listed):
         # coverage scales a fused score, which a turn in no list does not have: listed ones only
         terms = set(idx.analyzer.tokens([q.text])[0])
-        cover = ([len(terms & t) / len(terms) for t in nsview.terms(listed.tolist(), idx.analyzer.tokens)]
+        cover = ([len(terms & t) / len(terms) for t in nsview.terms(listed.tolist(), idx.analyzer.term_sets)]
                  if terms else [0.0] * len(listed))
         features.append(("_coverage", listed, np.asarray(cover, dtype=np.float64)))
     in_episode = pool[ep_of[pool] >= 0]

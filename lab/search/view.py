@@ -55,13 +55,13 @@ class NamespaceView:
             self._contains[needle] = hit
         return hit
 
-    def terms(self, positions: list[int], analyze) -> list[frozenset[str]]:
-        """The analysed terms of title + content at ``positions``, memoised per view (``analyze``
-        maps texts to token lists: the lexical index's analyzer)."""
+    def terms(self, positions: list[int], term_sets) -> list[frozenset[str]]:
+        """The analysed terms of title + content at ``positions``, memoised per view (``term_sets``
+        maps texts to their term sets: the lexical index's analyzer, which memoises by text)."""
         missing = [p for p in positions if p not in self._terms]
         if missing:
-            for p, toks in zip(missing, analyze([self.text_lower[p] for p in missing])):
-                self._terms[p] = frozenset(toks)
+            for p, terms in zip(missing, term_sets([self.text_lower[p] for p in missing])):
+                self._terms[p] = terms
         return [self._terms[p] for p in positions]
 
     @property
