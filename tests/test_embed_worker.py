@@ -2,6 +2,10 @@
 dies or cannot start, and a new process for the next call."""
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -64,11 +68,31 @@ def test_a_model_that_cannot_load_is_named_and_close_ends_the_process(worker):
         worker.embed(["after close"])
 
 
-def test_a_process_that_stops_speaking_the_protocol_is_killed_not_read_again(worker):
+def test_a_process_that_stops_speaking_the_protocol_is_killed_not_read_again(worker, monkeypatch):
     worker.start()
     first = worker._proc
-    worker._proc.stdout.read = lambda n: b"?" * n  # a garbled stream
-    with pytest.raises(EmbedderProcessError, match=r"exited with code -9 while answering"):
-        worker.embed(["garbled"])
+    fd, real_read = first.stdout.fileno(), os.read
+    with monkeypatch.context() as m:  # the child's answers arrive garbled
+        m.setattr(os, "read", lambda f, n: b"?" * n if f == fd else real_read(f, n))
+        with pytest.raises(EmbedderProcessError, match=r"exited with code -9 while answering"):
+            worker.embed(["garbled"])
     assert first.poll() == -9 and worker._proc is None
     assert np.array_equal(worker.embed(["clean again"]), FakeEmbedder().embed(["clean again"]))
+
+
+def test_a_hung_process_is_killed_after_the_timeout_and_the_next_call_starts_a_new_one():
+    worker = ProcessEmbedder(FAKE_MODEL, FakeEmbedder().dim, timeout_s=1.0)
+    try:
+        worker.start()
+        first = worker._proc
+        os.kill(first.pid, signal.SIGSTOP)  # alive, but it will never answer
+        started = time.monotonic()
+        with pytest.raises(EmbedderProcessError, match=r"did not answer within 1 s while embedding; it was killed"):
+            worker.embed(["hung"])
+        assert 1.0 <= time.monotonic() - started < 10
+        assert first.wait(timeout=5) == -signal.SIGKILL and worker._proc is None
+        assert np.array_equal(worker.embed(["answered"]), FakeEmbedder().embed(["answered"]))
+    finally:
+        worker.close()
+    with pytest.raises(ValueError, match="timeout_s must be > 0 seconds, got 0"):
+        ProcessEmbedder(FAKE_MODEL, 8, timeout_s=0)

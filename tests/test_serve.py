@@ -65,6 +65,9 @@ def test_settings_come_from_flags_then_environment_then_file(tmp_path):
         load_settings({}, env={"LAB_SERVE_QUERY_EMBEDDERS": "-1"})
     with pytest.raises(ValidationError, match=r"setting model_threads must be > 0, got 0"):
         load_settings({}, env={"LAB_SERVE_MODEL_THREADS": "0"})
+    assert load_settings({}, env={"LAB_SERVE_EMBED_TIMEOUT_S": "2.5"}).embed_timeout_s == 2.5
+    with pytest.raises(ValidationError, match=r"setting embed_timeout_s must be > 0, got -1.0"):
+        load_settings({}, env={"LAB_SERVE_EMBED_TIMEOUT_S": "-1"})
     conf.write_text(yaml.safe_dump({"prot": 1}))
     with pytest.raises(ValidationError, match=r"unknown setting\(s\) \['prot'\]"):
         load_settings({}, env={}, config_file=conf)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import IO, Sequence
 
 import numpy as np
@@ -49,8 +51,14 @@ class ProcessEmbedder:
     fails with a clear error; the next call (or one after it died idle) starts a new one.
     """
 
-    def __init__(self, model: str, dim: int, *, threads: int = 1, batch_size: int = 8) -> None:
+    START_TIMEOUT_S = 300.0  # loading the model: seconds on a warm disk, far more on a cold one
+
+    def __init__(self, model: str, dim: int, *, threads: int = 1, batch_size: int = 8,
+                 timeout_s: float = 30.0) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.model_id = model
+        self.timeout_s = timeout_s  # a call not answered by then: the process is taken as hung
         self.dim = dim
         self.threads = threads
         # the model pads each batch to its longest text, and sorts a call's texts by length
@@ -76,25 +84,45 @@ class ProcessEmbedder:
             [sys.executable, "-m", "lab.embed.worker", self.model_id, str(self.threads), str(self.batch_size)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, start_new_session=True)
         # the first message says the model is loaded; a child that dies first gives EOF
-        if self._read(1, "starting") != b"R":
+        deadline = time.monotonic() + self.START_TIMEOUT_S
+        if self._read(1, deadline, "starting") != b"R":
             raise self._died("starting")
-        dim = _LENGTH.unpack(self._read(4, "starting"))[0]
+        dim = _LENGTH.unpack(self._read(4, deadline, "starting"))[0]
         if dim != self.dim:
             self._stop()
             raise EmbedderModelError(f"the embedding process's model {self.model_id!r} gives {dim}-dimensional "
                                        f"vectors, {self.dim} expected")
         return self._proc
 
-    def _read(self, n: int, doing: str = "embedding") -> bytes:
-        assert self._proc is not None and self._proc.stdout is not None
-        data = self._proc.stdout.read(n)
-        if data is None or len(data) < n:
-            raise self._died(doing)
-        return data
+    def _read(self, n: int, deadline: float, doing: str = "embedding") -> bytes:
+        """``n`` bytes from the child, by ``deadline`` (time.monotonic): a child that does not
+        answer in time is taken as hung, and ended like one that died.
 
-    def _died(self, doing: str) -> EmbedderProcessError:
+        Reads go to the raw descriptor (the buffered reader is never used, so select() sees
+        every byte that has not been read yet)."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        parts: list[bytes] = []
+        left = n
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise self._died(doing, hung=True)
+            data = os.read(fd, left)
+            if not data:
+                raise self._died(doing)
+            parts.append(data)
+            left -= len(data)
+        return b"".join(parts)
+
+    def _died(self, doing: str, hung: bool = False) -> EmbedderProcessError:
         """The child stopped speaking the protocol: it is ended (killed should it still run, so
         a garbled stream is never read again) and the next call starts a new one."""
+        if hung:
+            self._stop(kill=True, at_once=True)
+            limit = self.START_TIMEOUT_S if doing == "starting" else self.timeout_s
+            return EmbedderProcessError(f"the embedding process ({self.model_id}) did not answer within {limit:g} s "
+                                        f"while {doing}; it was killed and the next call starts a new one")
         code = self._stop(kill=True)
         return EmbedderProcessError(f"the embedding process ({self.model_id}) exited with code {code} while {doing}; "
                                     "the next call starts a new one (its error is in the server log)")
@@ -111,13 +139,15 @@ class ProcessEmbedder:
                 proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 raise self._died("receiving texts") from None
-            kind = self._read(1)
+            deadline = time.monotonic() + self.timeout_s
+            kind = self._read(1, deadline)
             if kind not in (b"V", b"E"):
                 raise self._died("answering (it sent something other than vectors or an error)")
-            size = _LENGTH.unpack(self._read(4))[0]
+            size = _LENGTH.unpack(self._read(4, deadline))[0]
             if kind == b"E":
-                raise EmbedderModelError(f"the embedding model failed: {self._read(size).decode('utf-8', 'replace')}")
-            rows = np.frombuffer(self._read(size * self.dim * 4), dtype=np.float32).reshape(size, self.dim)
+                message = self._read(size, deadline).decode("utf-8", "replace")
+                raise EmbedderModelError(f"the embedding model failed: {message}")
+            rows = np.frombuffer(self._read(size * self.dim * 4, deadline), dtype=np.float32).reshape(size, self.dim)
             return rows.copy()
 
     def close(self) -> None:
@@ -127,12 +157,15 @@ class ProcessEmbedder:
             self._closed = True
             self._stop()
 
-    def _stop(self, kill: bool = False) -> int | None:
-        """End the child if there is one (``kill``: at once, should it still run); its exit code."""
+    def _stop(self, kill: bool = False, at_once: bool = False) -> int | None:
+        """End the child if there is one (``kill``: soon, should it still run; ``at_once``: without
+        waiting for it to exit by itself); its exit code."""
         proc, self._proc = self._proc, None
         if proc is None:
             return None
-        if kill:
+        if at_once:
+            proc.kill()
+        elif kill:
             try:  # a child that closed its output is usually exiting: its own exit code is the story
                 proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:

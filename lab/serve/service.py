@@ -122,7 +122,8 @@ class MemoryService:
             self._query_embedders = [(self.pipeline.embedder, self.embed_lock)]
         else:
             model = self.pipeline.embedder
-            self._query_embedders = [(ProcessEmbedder(model.model_id, model.dim, threads=settings.model_threads),
+            self._query_embedders = [(ProcessEmbedder(model.model_id, model.dim, threads=settings.model_threads,
+                                                      timeout_s=settings.embed_timeout_s),
                                       threading.Lock()) for _ in range(settings.query_embedders)]
         self._embedders_running = len(self._query_embedders)
         self._threads = [threading.Thread(target=self._embed_loop, args=(i,), name=f"lab-embedder-{i}", daemon=True)

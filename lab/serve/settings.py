@@ -38,6 +38,7 @@ class Settings:
     query_batch: int = 32  # queries embedded in one model call at most
     query_embedders: int = 1  # model processes embedding queries (0: in the server process)
     model_threads: int = 1  # threads per query-embedding model call
+    embed_timeout_s: float = 30.0  # a query-embedding process silent this long is killed (hung)
     snapshot_seconds: float = 30.0  # idle time after writes before index snapshots are saved
     refresh_seconds: float = 1.0  # other processes' commits to the store are seen within this
     tracking_uri: str | None = None
@@ -48,7 +49,8 @@ class Settings:
             raise ValidationError(f"setting auth must be on, off or auto, got {self.auth!r}")
         if not 0 <= self.port <= 65535:
             raise ValidationError(f"setting port must be 0-65535, got {self.port}")
-        for name in ("rate", "burst", "max_body_bytes", "group_max", "query_batch", "model_threads"):
+        for name in ("rate", "burst", "max_body_bytes", "group_max", "query_batch", "model_threads",
+                     "embed_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValidationError(f"setting {name} must be > 0, got {getattr(self, name)}")
         for name in ("group_wait_ms", "snapshot_seconds", "refresh_seconds", "query_embedders"):
@@ -92,7 +94,7 @@ def _coerce(name: str, raw: Any, kind: type, where: str) -> Any:
 
 _KINDS = {"port": int, "burst": int, "max_body_bytes": int, "group_max": int, "query_batch": int,
           "query_embedders": int, "model_threads": int,
-          "rate": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float}
+          "rate": float, "embed_timeout_s": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float}
 
 
 def load_settings(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
