@@ -356,6 +356,46 @@ class AnalysisConfig:
     entities: bool = True  # exact matches of named entities / codes as an 'entity' signal
 
 
+# the features a learned fuser reads per (query, memory) candidate, besides one rank and one
+# presence feature per ranked list ("rrf:LIST", "in:LIST"); lab.search.fusion.learned computes them
+LEARNED_BASE_FEATURES: tuple[str, ...] = ("base_rel", "base_log_rank", "neighbour", "cosine", "coverage",
+                                          "superseded", "log_age")
+
+
+@dataclass(frozen=True)
+class LearnedFusion:
+    """A logistic model over a candidate's fusion features, applied on top of the base fusion (the
+    rest of FusionConfig): its probability of being relevant becomes the fused score. Trained from
+    gold labels by ``lab learn`` (lab.tune.learn); features are standardised with ``mean``/``scale``
+    and each contributes ``coef * (x - mean) / scale`` to the logit."""
+
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float = 0.0
+    trained_on: str = ""  # provenance: dataset, questions, regularisation
+
+    def __post_init__(self) -> None:
+        n = len(self.features)
+        if n == 0:
+            raise ValidationError("fusion.learned.features must name at least one feature")
+        for name in ("mean", "scale", "coef"):
+            if len(getattr(self, name)) != n:
+                raise ValidationError(f"fusion.learned.{name} has {len(getattr(self, name))} values for {n} features")
+        for i, feature in enumerate(self.features):
+            kind, _, target = feature.partition(":")
+            if not (feature in LEARNED_BASE_FEATURES or (kind in ("rrf", "in") and target in LISTS)):
+                raise ValidationError(f"fusion.learned.features[{i}]: unknown feature {feature!r}; known: "
+                                      f"{list(LEARNED_BASE_FEATURES)}, and rrf:LIST / in:LIST for a list of {list(LISTS)}")
+            check_number(f"fusion.learned.mean[{i}]", self.mean[i])
+            check_number(f"fusion.learned.scale[{i}]", self.scale[i], above=0)
+            check_number(f"fusion.learned.coef[{i}]", self.coef[i])
+        if len(set(self.features)) != n:
+            raise ValidationError("fusion.learned.features repeats a feature")
+        check_number("fusion.learned.intercept", self.intercept)
+
+
 @dataclass(frozen=True)
 class FusionConfig:
     """Query-time parameters: everything here is applied to cached candidates, no re-search."""
@@ -373,6 +413,9 @@ class FusionConfig:
     # 0..1: a memory gains this share of the better fused score of the turns just before and after
     # it in its episode (metadata "episode"/"session"), so a question and its answer lift each other
     neighbour_boost: float = 0.0
+    # a learned fuser on top of the above: its probability that a candidate is relevant replaces the
+    # fused score (superseded demotion still applies); None: the base fusion's score ranks
+    learned: LearnedFusion | None = None
     top_k: int = 10
 
     def __post_init__(self) -> None:

@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     search_commands.add_parsers(sub)
     eval_commands.add_parsers(sub)
     tune_commands.add_parsers(sub)
+    tune_commands.add_learn_parser(sub)
     tune_commands.add_gate_parser(sub)
     serve_commands.add_parsers(sub)
     stage_commands.add_parsers(sub)

@@ -1,4 +1,4 @@
-"""`lab sweep | runs`: parse the options, call lab.tune / lab.track, print the outcome."""
+"""`lab sweep | runs | learn | gate`: parse the options, call lab.tune / lab.track, print the outcome."""
 from __future__ import annotations
 
 import argparse
@@ -82,6 +82,79 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lab.config import Candidate
+    from lab.eval.goldens import load_dataset
+    from lab.eval.report import candidate_from
+    from lab.eval.runner import EvalOptions
+    from lab.eval.stores import eval_retriever, save_config
+    from lab.tune.learn import learn_fusion
+
+    candidate = candidate_from(args.preset if not args.config else None, args.config)
+    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations)
+    save = candidate.save or save_config()
+    retriever = eval_retriever(dataset, save, progress=not args.quiet and not args.json)
+    say = None if args.quiet or args.json else (lambda msg: print(f"  {msg}", flush=True))
+    options = EvalOptions(ks=(10,), credit_derived=args.credit_derived)
+    config, judged = learn_fusion(retriever, dataset, candidate.search, options, l2=args.l2, cv=not args.no_cv,
+                                  folds=args.folds, progress=say)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    verdict = ""
+    if judged is not None:
+        verdict = (f"# cross-validation (leave one namespace out): wins {judged.wins}/{len(judged.folds)} folds on "
+                   f"{judged.objective}, mean held-out delta {judged.to_dict()['mean_delta']}\n")
+    out.write_text(Candidate(config, candidate.save, candidate.assemble).to_yaml(
+        f"# lab learn --dataset {args.dataset}: {config.fusion.learned.trained_on}\n{verdict}"), encoding="utf-8")
+    if args.json:
+        print_json({"config": str(out), "model": config.fusion.learned.__dict__,
+                    "cross_validation": judged.to_dict() if judged else None})
+        return 0
+    if judged is not None:
+        d = judged.to_dict()
+        print(f"{'held out':<12} {'questions':>9}  " + "  ".join(f"{m + ' (base -> learned)':>27}" for m in judged.metrics))
+        for f in judged.folds:
+            cells = "  ".join(f"{f.base[m]:.4f} -> {f.learned[m]:.4f} ({f.delta[m]:+.4f})".rjust(27)
+                              for m in judged.metrics)
+            print(f"{f.held_out:<12} {f.questions:>9}  {cells}")
+        for row in judged.pooled:
+            print(f"all held out, {row['metric']}: {row['mean_a']:.4f} -> {row['mean_b']:.4f} ({row['delta']:+.4f}, "
+                  f"95% CI [{row['delta_low']:+.4f}, {row['delta_high']:+.4f}], p {row['p_value']:.4f}, {row['n']} questions)")
+        for cat, rows in judged.by_category.items():
+            r = rows[judged.objective]
+            print(f"  {cat:<18} {judged.objective} {r['mean_a']:.4f} -> {r['mean_b']:.4f} ({r['delta']:+.4f}, p {r['p_value']:.3f})")
+        print(f"wins {judged.wins}/{len(judged.folds)} on {judged.objective}; mean held-out delta "
+              f"{d['mean_delta']}; " + ("it passes the cross-validation rule (wins on most folds); "
+                                       "check the other goldens before adopting it: lab gate --candidate FILE"
+                                       if judged.adopt else "it fails the cross-validation rule (wins on too few folds)"))
+    model = config.fusion.learned
+    top = sorted(zip(model.features, model.coef), key=lambda fc: -abs(fc[1]))[:6]
+    print("strongest features: " + ", ".join(f"{f} {c:+.2f}" for f, c in top))
+    print(f"-> {out} (a candidate file: lab eval --config, lab gate --candidate)")
+    return 0
+
+
+def add_learn_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("learn", help="train a learned fuser on a dataset's gold; cross-validated; writes a candidate file")
+    p.add_argument("--dataset", required=True, help="locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder")
+    p.add_argument("--preset", default="lab", help="the base configuration (default lab)")
+    p.add_argument("--config", help="a candidate file as the base instead of a preset")
+    p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    p.add_argument("--split", default="train", help="BEIR qrels split")
+    p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
+    p.add_argument("--credit-derived", action="store_true", help="a hit on a derived fact counts for its source")
+    p.add_argument("--l2", type=float, default=1.0, help="L2 penalty of the logistic regression (default 1)")
+    p.add_argument("--no-cv", action="store_true", help="skip the cross-validation")
+    p.add_argument("--folds", type=int, default=5,
+                   help="folds when the questions are all in one namespace (else one fold per namespace; default 5)")
+    p.add_argument("--out", default="runs/learned.yaml", help="the candidate file to write (default runs/learned.yaml)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_learn)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:

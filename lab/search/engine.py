@@ -12,7 +12,7 @@ from lab.config import SearchConfig
 from lab.errors import ValidationError
 from lab.search.analysis import QueryAnalysis
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, query_analysis, reference_time
-from lab.search.fusion import fuse_detailed, prepare
+from lab.search.fusion import explain_learned, fuse_detailed, prepare
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class Result:
     counterfactual: dict[str, int | None] | None = None  # rank without each signal (None: dropped out)
     pinned: bool = False
     episode: str | None = None  # metadata "episode" (or "session"): adjacent turns share it
+    # with a learned fuser, when explained: each feature's share of the model's logit, and its bias
+    learned: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -48,6 +50,8 @@ class Result:
         }
         if self.counterfactual is not None:
             out["counterfactual"] = self.counterfactual
+        if self.learned is not None:
+            out["learned"] = self.learned
         return out
 
 
@@ -133,6 +137,10 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
     for qid, mid, rank, score in ranked.select("qid", "memory_id", "rank", "score").iter_rows():
         per_query[qid].append((mid, int(rank), float(score)))
     counterfactual = _counterfactuals(cands, config, requests, qids, per_query, details)
+    learned_shares: dict[tuple[str, str], dict[str, float]] = {}
+    if config.fusion.learned is not None:
+        keys = [(qid, mid) for qid, r in zip(qids, requests) if r.explain for mid, _, _ in per_query[qid]]
+        learned_shares = dict(zip(keys, explain_learned(cands, config.fusion, keys))) if keys else {}
     episodes = nsview.episodes
     responses = []
     for qid, request, analysis in zip(qids, requests, analyses):
@@ -149,6 +157,7 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
                 superseded=bool(nsview.superseded[p]) if p is not None else False, contradicts=conflicts,
                 counterfactual=counterfactual.get((qid, mid)) if request.explain else None,
                 pinned=bool(row["pinned"]), episode=episodes[p] if p is not None else None,
+                learned=learned_shares.get((qid, mid)) if request.explain and config.fusion.learned else None,
             ))
         responses.append(SearchResponse(request.query, namespace, config.name, analysis, results))
     return responses

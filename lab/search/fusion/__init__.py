@@ -6,16 +6,17 @@ handful of numpy gathers and one sort, which is what makes sweeping k and weight
 candidate table cheap. `fuse` accepts either the polars table or its `PreparedCandidates`.
 
 Modules: `registry` (RankedLists, Fuser, FUSERS), one per fuser (`rrf`, `minmax`, `dbsf`,
-`combmnz`), `prepare` (encoding) and `fused` (fusing and ranking).
+`combmnz`), `prepare` (encoding), `fused` (fusing and ranking) and `learned` (a trained model's
+score on top of a fuser: FusionConfig.learned).
 """
 from __future__ import annotations
 
 from lab.search.fusion.registry import FUSERS, Fuser, FuserFn, RankedLists, get_fuser, register
 from lab.search.fusion.prepare import FEATURE_DEFAULTS, PreparedCandidates, prepare
-from lab.search.fusion.fused import CONTRIB_SCHEMA, RESULT_SCHEMA, fuse, fuse_arrays, fuse_detailed
+from lab.search.fusion.fused import CONTRIB_SCHEMA, RESULT_SCHEMA, explain_learned, fuse, fuse_arrays, fuse_detailed
 from lab.search.fusion import combmnz, dbsf, minmax, rrf  # noqa: F401  (importing them registers them)
 
 __all__ = [
     "CONTRIB_SCHEMA", "FEATURE_DEFAULTS", "FUSERS", "RESULT_SCHEMA", "Fuser", "FuserFn", "PreparedCandidates",
-    "RankedLists", "fuse", "fuse_arrays", "fuse_detailed", "get_fuser", "prepare", "register",
+    "RankedLists", "explain_learned", "fuse", "fuse_arrays", "fuse_detailed", "get_fuser", "prepare", "register",
 ]

@@ -6,7 +6,8 @@ import polars as pl
 
 from lab.config import FusionConfig
 from lab.search.analysis import INTENT_WEIGHT_SCALES, INTENTS
-from lab.search.fusion.prepare import FEATURE_DEFAULTS, PreparedCandidates, prepare
+from lab.search.fusion import learned
+from lab.search.fusion.prepare import PreparedCandidates, prepare, run_positions
 from lab.search.fusion.registry import get_fuser
 
 RESULT_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "rank": pl.Int32, "score": pl.Float64}
@@ -28,6 +29,11 @@ def _row_weights(prep: PreparedCandidates, config: FusionConfig) -> np.ndarray:
     return w
 
 
+def live_rows(prep: PreparedCandidates, config: FusionConfig) -> np.ndarray:
+    """Per ranked-list row: whether its list's weight (after intent gating) is not 0."""
+    return _row_weights(prep, config) != 0
+
+
 def _fused_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(per-pair fused score, per-pair alive mask, per-row contribution)."""
     fuser = get_fuser(config.method)
@@ -42,24 +48,9 @@ def _fused_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.nd
     return score, hits > 0, contribution
 
 
-def _feature(prep: PreparedCandidates, name: str) -> np.ndarray:
-    got = prep.features.get(name)
-    return got if got is not None else np.full(prep.n_pairs, FEATURE_DEFAULTS[name])
-
-
 def _order(pair_q: np.ndarray, score: np.ndarray, pair_m: np.ndarray) -> np.ndarray:
     """Indices sorted by query, then score descending, then memory id."""
     return np.lexsort((pair_m, -score, pair_q))
-
-
-def _ranks(sorted_q: np.ndarray) -> np.ndarray:
-    """1-based position inside each query's run of a query-sorted array."""
-    n = len(sorted_q)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, sorted_q[1:] != sorted_q[:-1]])
-    run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
-    return np.arange(n) - run_start + 1
 
 
 def _cut(prep: PreparedCandidates, score: np.ndarray, alive: np.ndarray, k: int) -> np.ndarray:
@@ -74,12 +65,13 @@ def _cut(prep: PreparedCandidates, score: np.ndarray, alive: np.ndarray, k: int)
     return -np.partition(-grid, k - 1, axis=1)[:, k - 1]
 
 
-def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | None = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(pair indices, ranks, scores, per-row contributions), results sorted by query then rank."""
+def base_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(per-pair score, per-pair alive mask, per-row contribution) of the base fusion: the fuser,
+    then coverage, neighbour and recency boosts and the superseded rule (no learned model)."""
     score, alive, contribution = _fused_scores(prep, config)
     if config.coverage_bonus:
         # multiplicative, so the bonus can never outweigh the fused score it scales
-        score = score * (1.0 + config.coverage_bonus * _feature(prep, "_coverage"))
+        score = score * (1.0 + config.coverage_bonus * prep.feature("_coverage"))
     if config.neighbour_boost:
         # from the scores before the boost, so the order of pairs cannot matter
         prev, nxt = prep.adjacent()
@@ -88,11 +80,19 @@ def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | Non
         score = score + config.neighbour_boost * around
         alive = alive | (around > 0)  # a turn next to a hit is a candidate, though no list ranked it
     if config.recent_boost != 1.0:
-        score = np.where(_feature(prep, "_age_hours") < config.recent_hours, score * config.recent_boost, score)
+        score = np.where(prep.feature("_age_hours") < config.recent_hours, score * config.recent_boost, score)
     if config.superseded == "demote":
-        score = np.where(_feature(prep, "_superseded") > 0, score * config.demote_factor, score)
+        score = np.where(prep.feature("_superseded") > 0, score * config.demote_factor, score)
     elif config.superseded == "hide":
-        alive = alive & (_feature(prep, "_superseded") == 0)
+        alive = alive & (prep.feature("_superseded") == 0)
+    return score, alive, contribution
+
+
+def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | None = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(pair indices, ranks, scores, per-row contributions), results sorted by query then rank."""
+    score, alive, contribution = base_scores(prep, config)
+    if config.learned is not None:
+        score = learned.probabilities(prep, config, score, alive, live_rows(prep, config))
     k = config.top_k if top_k == -1 else top_k
     idx = np.flatnonzero(alive)
     if k is not None and len(idx):
@@ -102,13 +102,13 @@ def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | Non
     idx, q, m, s = idx[order], q[order], m[order], s[order]
     if config.rerank_depth > 0 and len(idx):
         # the top `depth` of each query are re-ordered by query-memory cosine, above all the rest
-        r = _ranks(q)
+        r = run_positions(q)
         starts = np.flatnonzero(r == 1)
         q_max = np.abs(s[starts])[np.searchsorted(q[starts], q)]
-        s = np.where(r <= config.rerank_depth, q_max + 1.0 + _feature(prep, "_cosine")[idx], s)
+        s = np.where(r <= config.rerank_depth, q_max + 1.0 + prep.feature("_cosine")[idx], s)
         order = _order(q, s, m)
         idx, q, s = idx[order], q[order], s[order]
-    rank = _ranks(q)
+    rank = run_positions(q)
     if k is not None:
         keep = rank <= k
         idx, rank, s = idx[keep], rank[keep], s[keep]
@@ -138,7 +138,7 @@ def fuse_detailed(
     prep = _as_prepared(candidates)
     idx, rank, score, contribution = fuse_arrays(prep, config, top_k)
     rows = prep.rows
-    w_live = _row_weights(prep, config) != 0
+    w_live = live_rows(prep, config)
     sel = np.flatnonzero(w_live)
     contrib = pl.DataFrame({
         "qid": prep.qids.gather(prep.pair_q[rows.pair[sel]]),
@@ -149,6 +149,29 @@ def fuse_detailed(
         "contribution": pl.Series(contribution[sel], dtype=pl.Float64),
     }, schema=CONTRIB_SCHEMA).sort("qid", "memory_id", "signal")
     return _result_frame(prep, idx, rank, score), contrib
+
+
+def explain_learned(candidates: pl.DataFrame | PreparedCandidates, config: FusionConfig,
+                    keys: list[tuple[str, str]]) -> list[dict[str, float]]:
+    """For each (qid, memory_id) in ``keys``: each feature's share of the learned model's logit
+    (``config.learned`` must be set; a key not among the candidates gets an empty dict)."""
+    prep = _as_prepared(candidates)
+    q_code = {q: i for i, q in enumerate(prep.qids.to_list())}
+    m_code = {m: i for i, m in enumerate(prep.memory_ids.to_list())}
+    n_m = max(len(m_code), 1)
+    pair_key = prep.pair_q * n_m + prep.pair_m  # sorted: pairs are ordered by query, then memory
+    if prep.n_pairs == 0:
+        return [{} for _ in keys]
+    want = np.array([q_code[q] * n_m + m_code[m] if q in q_code and m in m_code else -1 for q, m in keys],
+                    dtype=np.int64)
+    at = np.clip(np.searchsorted(pair_key, want), 0, prep.n_pairs - 1)
+    found = (want >= 0) & (pair_key[at] == want)
+    score, alive, _ = base_scores(prep, config)
+    shares = learned.explain(prep, config, at[found], score, alive, live_rows(prep, config))
+    out: list[dict[str, float]] = [{} for _ in keys]
+    for i, share in zip(np.flatnonzero(found).tolist(), shares):
+        out[i] = share
+    return out
 
 
 def fuse(candidates: pl.DataFrame | PreparedCandidates, config: FusionConfig) -> pl.DataFrame:

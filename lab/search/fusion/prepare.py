@@ -37,6 +37,11 @@ class PreparedCandidates:
     def n_pairs(self) -> int:
         return len(self.pair_q)
 
+    def feature(self, name: str) -> np.ndarray:
+        """Per pair, the feature ``name`` (its default where the table has no such rows)."""
+        got = self.features.get(name)
+        return got if got is not None else np.full(self.n_pairs, FEATURE_DEFAULTS[name])
+
     def adjacent(self) -> tuple[np.ndarray, np.ndarray]:
         """Per pair, the pair of the same query holding the previous and the next turn of its
         episode (-1 where there is none among the candidates)."""
@@ -53,6 +58,16 @@ class PreparedCandidates:
                 prev[b[linked]] = a[linked]
             self._adjacent = (prev, nxt)
         return self._adjacent
+
+
+def run_positions(sorted_keys: np.ndarray) -> np.ndarray:
+    """1-based position inside each run of equal keys of a key-sorted array (a rank per query)."""
+    n = len(sorted_keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
+    return np.arange(n) - run_start + 1
 
 
 def _codes(column: pl.Series) -> tuple[pl.Series, np.ndarray]:
