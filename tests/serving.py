@@ -18,13 +18,15 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_bundle(folder: Path, *, verdict: str = "GO", model: str | None = None, preset: str = "lab") -> Path:
-    """A bundle as `lab gate --export` writes it (the same serialisers), for the fake embedder by default."""
+def write_bundle(folder: Path, *, verdict: str = "GO", model: str | None = None, preset: str = "lab",
+                 config=None) -> Path:
+    """A bundle as `lab gate --export` writes it (the same serialisers), for the fake embedder by
+    default; ``config`` (a SearchConfig) instead of the preset."""
     from lab.config import FAKE_MODEL, AssembleConfig, EmbedConfig, SaveConfig, to_json
     from lab.search.presets import resolve
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(to_json(resolve(preset)) + "\n")
+    (folder / "config.json").write_text(to_json(config or resolve(preset)) + "\n")
     (folder / "assemble.json").write_text(to_json(AssembleConfig()) + "\n")
     (folder / "save.json").write_text(to_json(SaveConfig(embed=EmbedConfig(model=model or FAKE_MODEL))) + "\n")
     (folder / "manifest.json").write_text(json.dumps({"verdict": verdict, "candidate": preset, "run_id": "test"}))

@@ -201,6 +201,35 @@ def test_context_has_zones_usage_and_citations(server):
         assert any(s["reason"] == "no-space" for s in r["skipped"])
 
 
+def test_a_bundle_with_a_learned_fuser_is_served_and_explained(tmp_path):
+    """Export carries the learned model in the bundle's configuration; the server ranks by it and
+    explains each result by the model's features."""
+    import math
+    from dataclasses import replace
+
+    from lab.config import LearnedFusion
+    from lab.search.presets import preset
+
+    model = LearnedFusion(features=("base_rel", "coverage", "in:lexical"), mean=(0.5, 0.2, 0.5), scale=(0.3, 0.2, 0.5),
+                          coef=(1.5, 0.75, 0.5), intercept=-1.0, trained_on="by hand")
+    config = replace(preset("lab"), name="lab-learned", fusion=replace(preset("lab").fusion, learned=model))
+    learned_bundle = write_bundle(tmp_path / "bundle", config=config)
+    with Server(learned_bundle, tmp_path / "store") as srv, srv.client() as c:
+        c.post("/v1/namespaces", json={"name": "n"})
+        for i, text in enumerate(["the pool size is 64", "Priya owns the pool service", "lunch was pasta"]):
+            mem(c, "n", text, id=f"m{i}")
+        r = c.post("/v1/search", json={"namespace": "n", "query": "pool size", "explain": True})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["config"] == "lab-learned" and body["results"][0]["memory_id"] == "m0"
+        for hit in body["results"]:
+            assert set(hit["learned"]) == {"base_rel", "coverage", "in:lexical", "bias"}
+            assert hit["score"] == pytest.approx(1 / (1 + math.exp(-sum(hit["learned"].values()))), abs=1e-5)
+        plain = c.post("/v1/search", json={"namespace": "n", "query": "pool size"}).json()
+        assert [h["memory_id"] for h in plain["results"]] == [h["memory_id"] for h in body["results"]]
+        assert all("learned" not in h or h["learned"] is None for h in plain["results"])
+
+
 def test_errors_name_the_problem_and_leak_nothing(server):
     with server.client() as c:
         c.post("/v1/namespaces", json={"name": "errs"})

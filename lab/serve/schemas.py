@@ -212,6 +212,8 @@ class Hit(BaseModel):
     episode: Optional[str] = None
     signals: dict[str, SignalOut]
     counterfactual: Optional[dict[str, Optional[int]]] = None
+    # a learned fuser's explanation: each feature's share of the model's logit, and its bias
+    learned: Optional[dict[str, float]] = None
 
 
 class SearchOut(BaseModel):
