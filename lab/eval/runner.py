@@ -57,6 +57,19 @@ def fused_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig,
     return run
 
 
+def scored_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig, options: EvalOptions,
+               dataset: EvalDataset) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the fused run, per-question metrics: qid, namespace, category and one column per metric; a
+    question without results scores 0)."""
+    from lab.eval import metrics as M
+
+    run = fused_run(prepared, config, options, dataset)
+    per_query = M.retrieval_metrics(run, dataset.qrels, ks=options.ks)
+    per_query = dataset.questions.select("qid", "namespace", "category").join(per_query, on="qid", how="left")
+    metric_cols = [c for c in per_query.columns if c not in ("qid", "namespace", "category")]
+    return run, per_query.with_columns([pl.col(c).fill_null(0.0) for c in metric_cols])
+
+
 def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, options: EvalOptions | None = None, *,
              cands: pl.DataFrame | None = None, prepared: PreparedCandidates | None = None) -> EvalResult:
     """Fuse cached candidates under ``config`` and score them against the dataset's gold."""
@@ -69,11 +82,8 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
         cands, info = candidate_table(retriever, dataset, config, depth=max(options.ks))
     prepared = prepared or prepared_for(cands)
     started = time.perf_counter()
-    run = fused_run(prepared, config, options, dataset)
-    per_query = M.retrieval_metrics(run, dataset.qrels, ks=options.ks)
-    per_query = dataset.questions.select("qid", "namespace", "category").join(per_query, on="qid", how="left")
+    run, per_query = scored_run(prepared, config, options, dataset)
     metric_cols = [c for c in per_query.columns if c not in ("qid", "namespace", "category")]
-    per_query = per_query.with_columns([pl.col(c).fill_null(0.0) for c in metric_cols])
     means = M.mean_metrics(per_query.select("qid", *metric_cols))
     cis = bootstrap_cis(per_query.select(metric_cols).to_numpy())
     cis = dict(zip(metric_cols, cis))

@@ -114,8 +114,8 @@ class LexicalIndex:
             self._model.save(str(path), show_progress=False)
 
     @classmethod
-    def load(cls, path: Path, config: LexicalIndexConfig) -> "LexicalIndex":
-        obj = cls(config)
+    def load(cls, path: Path, config: LexicalIndexConfig, analyzer: LexicalAnalyzer | None = None) -> "LexicalIndex":
+        obj = cls(config, analyzer)
         obj.n_docs = json.loads((path / "lab-lexical.json").read_text(encoding="utf-8"))["n_docs"]
         if obj.n_docs:
             obj._model = bm25s.BM25.load(str(path), show_progress=False, verbosity=0)

@@ -516,7 +516,7 @@ class NamespaceIndex:
         known = positions >= 0
         idx._vectors[positions[known]] = _embeddings(chunks, idx.dim)[known]
         idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.n_live)
-        idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical)
+        idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical, idx.analyzer)
         idx.lexical_labels = np.load(directory / "lexical_labels.npy")
         idx.delta_labels = np.load(directory / "delta_labels.npy").tolist()
         if (len(idx.lexical_labels), len(idx.delta_labels), idx.n_live) != (

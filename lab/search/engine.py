@@ -157,7 +157,7 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
                 superseded=bool(nsview.superseded[p]) if p is not None else False, contradicts=conflicts,
                 counterfactual=counterfactual.get((qid, mid)) if request.explain else None,
                 pinned=bool(row["pinned"]), episode=episodes[p] if p is not None else None,
-                learned=learned_shares.get((qid, mid)) if request.explain and config.fusion.learned else None,
+                learned=learned_shares.get((qid, mid)),
             ))
         responses.append(SearchResponse(request.query, namespace, config.name, analysis, results))
     return responses

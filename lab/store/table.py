@@ -66,7 +66,7 @@ class DeltaFrame:
         writer lock is held)."""
         if not self.pinned and not self._held:
             if self.refresh_seconds <= 0 or time.monotonic() - self._checked_at >= self.refresh_seconds:
-                if self._next_commit_exists() or time.monotonic() - self._checked_at >= FULL_CHECK_SECONDS:
+                if time.monotonic() - self._checked_at >= FULL_CHECK_SECONDS or self._next_commit_exists():
                     self._update()
         return self._dt.version()
 

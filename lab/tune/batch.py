@@ -98,21 +98,10 @@ class BatchScorer:
         # prepared query code -> evaluation question index (-1: a query not evaluated)
         self.q_eval = np.asarray([q_index.get(q, -1) for q in prepared.qids.to_list()], dtype=np.int64)
         # gold relevance of each prepared pair (0: not gold)
-        mem_code = {m: i for i, m in enumerate(prepared.memory_ids.to_list())}
-        qcode = {q: i for i, q in enumerate(prepared.qids.to_list())}
-        n_m = max(len(prepared.memory_ids), 1)
-        pair_key = prepared.pair_q * n_m + prepared.pair_m
         self.pair_rel = np.zeros(prepared.n_pairs)
-        keys, gains = [], []
-        for qid, mid, r in rel.iter_rows():
-            if qid in qcode and mid in mem_code:
-                keys.append(qcode[qid] * n_m + mem_code[mid])
-                gains.append(float(r))
-        if keys:
-            at = np.searchsorted(pair_key, np.asarray(keys))
-            at_c = np.minimum(at, len(pair_key) - 1)
-            ok = pair_key[at_c] == np.asarray(keys)
-            self.pair_rel[at_c[ok]] = np.asarray(gains)[ok]
+        if rel.height:
+            at, ok = prepared.pair_index(rel.select("qid", "memory_id").iter_rows())
+            self.pair_rel[at[ok]] = rel["relevance"].cast(pl.Float64).to_numpy()[ok]
         # a pair no list ranked (a turn next to a candidate) is dead to every batchable configuration
         # (only a neighbour boost, scored through `fuse`, can make it live)
         self._listed = np.bincount(prepared.rows.pair, minlength=prepared.n_pairs) > 0

@@ -74,8 +74,7 @@ def feature_names(prep: PreparedCandidates, config: SearchConfig) -> tuple[str, 
 
 def gold_labels(prep: PreparedCandidates, qrels: pl.DataFrame, credit: dict[str, str] | None = None) -> np.ndarray:
     """Per pair: 1 when its memory (or, with ``credit``, the memory it was derived from) is gold."""
-    gold = {(q, m) for q, m in qrels.filter(pl.col("relevance") > 0).select("qid", "memory_id").iter_rows()} \
-        if "relevance" in qrels.columns else set(qrels.select("qid", "memory_id").iter_rows())
+    gold = set(qrels.filter(pl.col("relevance") > 0).select("qid", "memory_id").iter_rows())
     qids, mids = prep.qids.to_list(), prep.memory_ids.to_list()
     credit = credit or {}
     source = [credit.get(m, m) for m in mids]
@@ -84,19 +83,31 @@ def gold_labels(prep: PreparedCandidates, qrels: pl.DataFrame, credit: dict[str,
                        count=prep.n_pairs)
 
 
-def train(prep: PreparedCandidates, labels: np.ndarray, config: SearchConfig, *, l2: float = DEFAULT_L2,
-          queries: np.ndarray | None = None, trained_on: str = "") -> LearnedFusion:
-    """A model for ``config``'s base fusion, fitted on the alive candidates of ``queries`` (a mask
-    over ``prep.qids``; all by default) with ``labels`` per pair."""
-    base = replace(config.fusion, learned=None)
+def training_features(prep: PreparedCandidates, config: SearchConfig) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """(feature names, the (pair x feature) matrix under ``config``'s base fusion, its alive mask):
+    the same for every fold, so cross-validation computes it once."""
+    base = without_model(config).fusion
     score, alive, _ = base_scores(prep, base)
     names = feature_names(prep, config)
+    return names, feature_matrix(prep, names, score, alive, live_rows(prep, base)), alive
+
+
+def train(prep: PreparedCandidates, labels: np.ndarray, config: SearchConfig, *, l2: float = DEFAULT_L2,
+          queries: np.ndarray | None = None, trained_on: str = "",
+          features: tuple[tuple[str, ...], np.ndarray, np.ndarray] | None = None) -> LearnedFusion:
+    """A model for ``config``'s base fusion, fitted on the alive candidates of ``queries`` (a mask
+    over ``prep.qids``; all by default) with ``labels`` per pair; ``features`` as
+    ``training_features`` gives them, when the caller has them already."""
+    names, x, alive = features or training_features(prep, config)
     use = alive if queries is None else alive & np.asarray(queries, dtype=bool)[prep.pair_q]
-    x = feature_matrix(prep, names, score, alive, live_rows(prep, base))[use]
-    mean, scale, coef, intercept = fit_logistic(x, labels[use], l2)
+    mean, scale, coef, intercept = fit_logistic(x[use], labels[use], l2)
     return LearnedFusion(features=names, mean=tuple(round(float(v), 9) for v in mean),
                          scale=tuple(round(float(v), 9) for v in scale), coef=tuple(round(float(v), 9) for v in coef),
                          intercept=round(intercept, 9), trained_on=trained_on)
+
+
+def without_model(config: SearchConfig) -> SearchConfig:
+    return replace(config, fusion=replace(config.fusion, learned=None))
 
 
 def with_model(config: SearchConfig, model: LearnedFusion, name: str | None = None) -> SearchConfig:
@@ -173,11 +184,13 @@ def cross_validate(per_query: Callable[[SearchConfig], pl.DataFrame], prep: Prep
     groups = fold_groups(questions, folds)
     q_group = np.array([groups.get(q) for q in prep.qids.to_list()], dtype=object)
     held_out_groups = sorted({g for g in q_group if g is not None})
-    base_pq = per_query(replace(config, fusion=replace(config.fusion, learned=None)))
+    base_pq = per_query(without_model(config))
+    features = training_features(prep, config)
     out = CrossValidation(tuple(metrics), objective)
     held_rows = []
     for ns in held_out_groups:
-        model = train(prep, labels, config, l2=l2, queries=q_group != ns, trained_on=f"cv fold without {ns}")
+        model = train(prep, labels, config, l2=l2, queries=q_group != ns, trained_on=f"cv fold without {ns}",
+                      features=features)
         in_fold = [q for q, g in groups.items() if g == ns]
         pq = per_query(with_model(config, model)).filter(pl.col("qid").is_in(in_fold))
         bq = base_pq.filter(pl.col("qid").is_in(in_fold))
@@ -211,10 +224,10 @@ def learn_fusion(retriever, dataset, config: SearchConfig, options, *, l2: float
     leave-one-namespace-out judgement of training it that way. ``options`` are the evaluation's
     (EvalOptions: cutoffs, derived credit)."""
     from lab.eval.cache import candidate_table, prepared_for
-    from lab.eval.runner import evaluate
+    from lab.eval.runner import scored_run
 
-    base = replace(config, fusion=replace(config.fusion, learned=None))
-    cands, _ = candidate_table(retriever, dataset, base, depth=max(options.ks))
+    check_number("l2", l2, above=0)
+    cands, _ = candidate_table(retriever, dataset, without_model(config), depth=max(options.ks))
     prep = prepared_for(cands)
     labels = gold_labels(prep, dataset.qrels, dataset.credit if options.credit_derived else None)
     questions = dataset.questions
@@ -225,7 +238,7 @@ def learn_fusion(retriever, dataset, config: SearchConfig, options, *, l2: float
         opts = replace(options, ks=tuple(ks), budget=None, ragas=False)
 
         def per_query(c: SearchConfig) -> pl.DataFrame:
-            return evaluate(retriever, dataset, c, opts, cands=cands, prepared=prep).per_query
+            return scored_run(prep, c, opts, dataset)[1]
 
         judged = cross_validate(per_query, prep, labels, config, questions, l2=l2, folds=folds, metrics=metrics,
                                 progress=progress)

@@ -7,7 +7,7 @@ import polars as pl
 from lab.config import FusionConfig
 from lab.search.analysis import INTENT_WEIGHT_SCALES, INTENTS
 from lab.search.fusion import learned
-from lab.search.fusion.prepare import PreparedCandidates, prepare, run_positions
+from lab.search.fusion.prepare import PreparedCandidates, prepare, rank_order, run_positions
 from lab.search.fusion.registry import get_fuser
 
 RESULT_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "rank": pl.Int32, "score": pl.Float64}
@@ -48,11 +48,6 @@ def _fused_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.nd
     return score, hits > 0, contribution
 
 
-def _order(pair_q: np.ndarray, score: np.ndarray, pair_m: np.ndarray) -> np.ndarray:
-    """Indices sorted by query, then score descending, then memory id."""
-    return np.lexsort((pair_m, -score, pair_q))
-
-
 def _cut(prep: PreparedCandidates, score: np.ndarray, alive: np.ndarray, k: int) -> np.ndarray:
     """Per query, the k-th best alive score (-inf when it has fewer): only pairs at or above it can
     make the top k, so only they need the full sort."""
@@ -74,9 +69,7 @@ def base_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndar
         score = score * (1.0 + config.coverage_bonus * prep.feature("_coverage"))
     if config.neighbour_boost:
         # from the scores before the boost, so the order of pairs cannot matter
-        prev, nxt = prep.adjacent()
-        around = np.maximum(np.where(prev >= 0, score[np.maximum(prev, 0)] * alive[np.maximum(prev, 0)], 0.0),
-                            np.where(nxt >= 0, score[np.maximum(nxt, 0)] * alive[np.maximum(nxt, 0)], 0.0))
+        around = prep.neighbour_max(score * alive)
         score = score + config.neighbour_boost * around
         alive = alive | (around > 0)  # a turn next to a hit is a candidate, though no list ranked it
     if config.recent_boost != 1.0:
@@ -98,7 +91,7 @@ def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | Non
     if k is not None and len(idx):
         idx = idx[score[idx] >= _cut(prep, score, alive, max(k, config.rerank_depth))[prep.pair_q[idx]]]
     q, m, s = prep.pair_q[idx], prep.pair_m[idx], score[idx]
-    order = _order(q, s, m)
+    order = rank_order(q, s, m)
     idx, q, m, s = idx[order], q[order], m[order], s[order]
     if config.rerank_depth > 0 and len(idx):
         # the top `depth` of each query are re-ordered by query-memory cosine, above all the rest
@@ -106,7 +99,7 @@ def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | Non
         starts = np.flatnonzero(r == 1)
         q_max = np.abs(s[starts])[np.searchsorted(q[starts], q)]
         s = np.where(r <= config.rerank_depth, q_max + 1.0 + prep.feature("_cosine")[idx], s)
-        order = _order(q, s, m)
+        order = rank_order(q, s, m)
         idx, q, s = idx[order], q[order], s[order]
     rank = run_positions(q)
     if k is not None:
@@ -156,16 +149,7 @@ def explain_learned(candidates: pl.DataFrame | PreparedCandidates, config: Fusio
     """For each (qid, memory_id) in ``keys``: each feature's share of the learned model's logit
     (``config.learned`` must be set; a key not among the candidates gets an empty dict)."""
     prep = _as_prepared(candidates)
-    q_code = {q: i for i, q in enumerate(prep.qids.to_list())}
-    m_code = {m: i for i, m in enumerate(prep.memory_ids.to_list())}
-    n_m = max(len(m_code), 1)
-    pair_key = prep.pair_q * n_m + prep.pair_m  # sorted: pairs are ordered by query, then memory
-    if prep.n_pairs == 0:
-        return [{} for _ in keys]
-    want = np.array([q_code[q] * n_m + m_code[m] if q in q_code and m in m_code else -1 for q, m in keys],
-                    dtype=np.int64)
-    at = np.clip(np.searchsorted(pair_key, want), 0, prep.n_pairs - 1)
-    found = (want >= 0) & (pair_key[at] == want)
+    at, found = prep.pair_index(keys)
     score, alive, _ = base_scores(prep, config)
     shares = learned.explain(prep, config, at[found], score, alive, live_rows(prep, config))
     out: list[dict[str, float]] = [{} for _ in keys]

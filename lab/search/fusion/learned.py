@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from lab.config import FusionConfig, LearnedFusion
-from lab.search.fusion.prepare import PreparedCandidates, run_positions
+from lab.search.fusion.prepare import PreparedCandidates, rank_order, run_positions
 
 RRF_K = 5.0  # a list's rank feature is 1 / (RRF_K + rank): 0 when the list does not hold the memory
 MAX_AGE_HOURS = 1e6  # ages are clipped here before the log: a missing age is "very old", not infinite
@@ -36,19 +36,12 @@ def feature_matrix(prep: PreparedCandidates, names: tuple[str, ...] | list[str],
     live_score = np.where(alive, score, 0.0)
     top = _per_query_max(prep, live_score)
     safe_top = np.where(top > 0, top, 1.0)
-    cache: dict[str, np.ndarray] = {}
 
     def base_rank() -> np.ndarray:
-        order = np.lexsort((prep.pair_m, -np.where(alive, score, -np.inf), prep.pair_q))
+        order = rank_order(prep.pair_q, np.where(alive, score, -np.inf), prep.pair_m)
         rank = np.empty(prep.n_pairs)
         rank[order] = run_positions(prep.pair_q[order])
         return rank
-
-    def neighbour() -> np.ndarray:
-        prev, nxt = prep.adjacent()
-        around = np.maximum(np.where(prev >= 0, live_score[np.maximum(prev, 0)], 0.0),
-                            np.where(nxt >= 0, live_score[np.maximum(nxt, 0)], 0.0))
-        return around / safe_top
 
     def per_list(kind: str, target: str) -> np.ndarray:
         out = np.zeros(prep.n_pairs)
@@ -62,18 +55,13 @@ def feature_matrix(prep: PreparedCandidates, names: tuple[str, ...] | list[str],
     base = {
         "base_rel": lambda: live_score / safe_top,
         "base_log_rank": lambda: np.log1p(base_rank()),
-        "neighbour": neighbour,
+        "neighbour": lambda: prep.neighbour_max(live_score) / safe_top,
         "cosine": lambda: prep.feature("_cosine").astype(np.float64),
         "coverage": lambda: prep.feature("_coverage").astype(np.float64),
         "superseded": lambda: (prep.feature("_superseded") > 0).astype(np.float64),
         "log_age": lambda: np.log1p(np.clip(prep.feature("_age_hours"), 0.0, MAX_AGE_HOURS)),
     }
-    columns = []
-    for name in names:
-        if name not in cache:
-            kind, _, target = name.partition(":")
-            cache[name] = base[name]() if name in base else per_list(kind, target)
-        columns.append(cache[name])
+    columns = [base[name]() if name in base else per_list(*name.split(":", 1)) for name in names]
     return np.column_stack(columns) if columns else np.zeros((prep.n_pairs, 0))
 
 

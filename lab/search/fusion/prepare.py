@@ -37,6 +37,27 @@ class PreparedCandidates:
     def n_pairs(self) -> int:
         return len(self.pair_q)
 
+    def pair_index(self, keys) -> tuple[np.ndarray, np.ndarray]:
+        """(pair index, found) for each (qid, memory_id) in ``keys``; a key that is not a pair
+        has found False (and an index that means nothing)."""
+        q_code = {q: i for i, q in enumerate(self.qids.to_list())}
+        m_code = {m: i for i, m in enumerate(self.memory_ids.to_list())}
+        n_m = max(len(m_code), 1)
+        want = np.array([q_code[q] * n_m + m_code[m] if q in q_code and m in m_code else -1 for q, m in keys],
+                        dtype=np.int64)
+        if self.n_pairs == 0:
+            return np.zeros(len(want), dtype=np.int64), np.zeros(len(want), dtype=bool)
+        pair_key = self.pair_q * n_m + self.pair_m  # sorted: pairs are ordered by query, then memory
+        at = np.clip(np.searchsorted(pair_key, want), 0, self.n_pairs - 1)
+        return at, (want >= 0) & (pair_key[at] == want)
+
+    def neighbour_max(self, values: np.ndarray) -> np.ndarray:
+        """Per pair, the larger of ``values`` at the previous and the next turn of its episode
+        among its query's pairs (0 where there is neither)."""
+        prev, nxt = self.adjacent()
+        return np.maximum(np.where(prev >= 0, values[np.maximum(prev, 0)], 0.0),
+                          np.where(nxt >= 0, values[np.maximum(nxt, 0)], 0.0))
+
     def feature(self, name: str) -> np.ndarray:
         """Per pair, the feature ``name`` (its default where the table has no such rows)."""
         got = self.features.get(name)
@@ -58,6 +79,11 @@ class PreparedCandidates:
                 prev[b[linked]] = a[linked]
             self._adjacent = (prev, nxt)
         return self._adjacent
+
+
+def rank_order(pair_q: np.ndarray, score: np.ndarray, pair_m: np.ndarray) -> np.ndarray:
+    """Indices sorted by query, then score descending, then memory id."""
+    return np.lexsort((pair_m, -score, pair_q))
 
 
 def run_positions(sorted_keys: np.ndarray) -> np.ndarray:
