@@ -118,6 +118,18 @@ class Retriever:
         """The namespace's index at this version (loaded, or caught up in memory)."""
         return self.indexes.get(namespace)
 
+    def analyse(self, namespace: str) -> int:
+        """Analyse every memory's text of the namespace for the query-term coverage feature now,
+        not one search's candidates at a time: at 100,000 memories the first minute of searches
+        otherwise spends a third of its time analysing texts it meets for the first time.
+        Bounded by what the analyzer's memo holds; returns how many memories were analysed."""
+        snap = self.snapshot(namespace)
+        analyzer = snap.index.analyzer
+        n = min(len(snap.view.ids), analyzer.term_set_room)
+        if n:
+            snap.view.terms(list(range(n)), analyzer.term_sets)
+        return n
+
     def snapshot(self, namespace: str) -> NamespaceSnapshot:
         validate_namespace(namespace)
         return NamespaceSnapshot(self.view(namespace), self.index(namespace))

@@ -60,6 +60,11 @@ class LexicalAnalyzer:
             found.update(fresh)
         return [found[t] for t in texts]
 
+    @property
+    def term_set_room(self) -> int:
+        """How many more texts the term-set memo holds before it starts over."""
+        return max(self.TERM_SET_CACHE - len(self._term_sets), 0)
+
     def _stem(self, words: list[str]) -> list[str]:
         # A dict lookup per word is several times cheaper than PyStemmer's call per text, and a
         # corpus's vocabulary repeats; the cache is bounded for unbounded (adversarial) input.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import threading
@@ -135,6 +136,7 @@ class NamespaceIndex:
         self.embed_model = embed_model
         self.chunk_ids: list[str] = []
         self.memory_of: list[str] = []
+        self._ratio, self._ratio_at = 2.0, 0  # chunks per memory, and len(memory_of) when counted
         self.texts: list[str] = []
         self.live = np.zeros(0, dtype=bool)
         self.label_of: dict[str, int] = {}
@@ -305,6 +307,19 @@ class NamespaceIndex:
                 out[mid] = sim
         return out
 
+    def _chunks_per_memory(self) -> float:
+        """Labels per distinct memory (1 to 2), recounted when the labels grew by a tenth or shrank.
+
+        The vector search fetches twice this many chunks per memory wanted: hnswlib's cost grows
+        with the fetch (its ef), and where every memory is one chunk, four chunks per memory made
+        it twice what the configured ef asks for. Too few is still correct, only slower: the
+        search fetches again, four times as many."""
+        n = len(self.memory_of)
+        if not (self._ratio_at <= n <= 1.1 * self._ratio_at) or self._ratio_at == 0:
+            self._ratio = min(max(n / max(len(set(self.memory_of)), 1), 1.0), 2.0)
+            self._ratio_at = n
+        return self._ratio
+
     @property
     def n_live(self) -> int:
         return int(self.live.sum())
@@ -371,7 +386,7 @@ class NamespaceIndex:
         """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters)."""
         if k <= 0 or self.n_live == 0:
             return []
-        fetch = min(self.vector.n_live, max(4 * k, k + 16))
+        fetch = min(self.vector.n_live, max(k + 16, math.ceil(2 * self._chunks_per_memory() * k)))
         while True:
             labels, sims = self.vector.search(query_vector, fetch)
             keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]

@@ -36,13 +36,19 @@ def _walk(order: np.ndarray, allowed: np.ndarray, score_of, depth: int) -> Ranke
     Only a prefix is scored: it grows until its last score is below the depth-th best, so every
     tie of the cut is inside it and `top` breaks those ties by id as a full scan would.
     """
-    candidates = order[allowed[order]]
+    if depth <= 0:
+        return EMPTY
+    # the allowed ones of a growing head of ``order``: filtering all of it would cost a pass
+    # over every memory per query
     m = 2 * depth
     while True:
-        prefix = candidates[:m]
-        scores = score_of(prefix)
-        if len(prefix) == len(candidates) or len(prefix) <= depth or scores[-1] < scores[depth - 1]:
-            return top(prefix, scores, depth)
+        head = order[:m]
+        prefix = head[allowed[head]]
+        exhausted = m >= len(order)
+        if exhausted or len(prefix) > depth:
+            scores = score_of(prefix)
+            if exhausted or scores[-1] < scores[depth - 1]:
+                return top(prefix, scores, depth)
         m *= 4
 
 

@@ -37,6 +37,9 @@ class NamespaceView:
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
     _by_position: dict[int, tuple[tuple[int, int], tuple[np.ndarray, ...]]] = field(default_factory=dict)
     _contains: dict[str, np.ndarray] = field(default_factory=dict)
+    _masks: dict[FilterConfig, np.ndarray] = field(default_factory=dict)
+    # per index: the last read-only mask asked for, the label count then, and its per-label mask
+    _passing: dict[int, tuple[np.ndarray, int, np.ndarray]] = field(default_factory=dict)
     _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
     _episodes: list[str | None] | None = None
     _members: dict[str, list[int]] | None = None
@@ -60,7 +63,8 @@ class NamespaceView:
         maps texts to their term sets: the lexical index's analyzer, which memoises by text)."""
         missing = [p for p in positions if p not in self._terms]
         if missing:
-            for p, terms in zip(missing, term_sets([self.text_lower[p] for p in missing])):
+            # one gather, not an item access per position (a polars item access costs microseconds)
+            for p, terms in zip(missing, term_sets(self.text_lower.gather(missing).to_list())):
                 self._terms[p] = terms
         return [self._terms[p] for p in positions]
 
@@ -136,10 +140,16 @@ class NamespaceView:
     def labels_passing(self, index_id: int, memory_of: list[str], mask: np.ndarray) -> np.ndarray:
         """Per label of index ``index_id``: does its memory pass ``mask`` (a per-position mask)?
         Labels of memories no longer here do not."""
+        cached = self._passing.get(index_id)
+        if cached is not None and cached[0] is mask and cached[1] == len(memory_of):
+            return cached[2]
         label_pos = self.label_positions(index_id, memory_of)
         passing = np.zeros(len(label_pos), dtype=bool)
         ok = label_pos >= 0
         passing[ok] = mask[label_pos[ok]]
+        if not mask.flags.writeable:  # a memoised mask: the same object holds the same values
+            passing.setflags(write=False)
+            self._passing[index_id] = (mask, len(memory_of), passing)
         return passing
 
     def labels_by_position(self, index_id: int, memory_of: list[str], live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +175,22 @@ class NamespaceView:
         return cached[1]
 
     def mask(self, filters: FilterConfig) -> np.ndarray:
-        """Memories passing every filter (before any ranking)."""
+        """Memories passing every filter (before any ranking). Memoised per filter set and read-only:
+        every search of a configuration asks for the same one, and at 100,000 memories building
+        it (and the per-label mask made from it) is a tenth of a millisecond per query."""
+        try:
+            hit = self._masks.get(filters)
+        except TypeError:  # a filter set built with lists is unhashable: computed every time
+            return self._mask(filters)
+        if hit is None:
+            if len(self._masks) >= 64:
+                self._masks.clear()
+            hit = self._mask(filters)
+            hit.setflags(write=False)
+            self._masks[filters] = hit
+        return hit
+
+    def _mask(self, filters: FilterConfig) -> np.ndarray:
         keep = np.ones(len(self.ids), dtype=bool)
         if filters.valid_only:
             keep &= self.valid

@@ -140,9 +140,12 @@ class MemoryService:
             started = time.perf_counter()
             with self.lock:
                 namespaces = self.store.namespaces()
+                analysed = 0
                 for ns in namespaces:
                     self.retriever.index(ns)
                     self.retriever.view(ns)
+                    analysed += self.retriever.analyse(ns)
+                log.info("analysed %d memories' texts for the coverage feature", analysed)
             # the store's model (writes) and the query models load now, not at the first request
             with self.embed_lock:
                 vector = self.pipeline.embedder.embed(["warm up"])[0]
