@@ -206,3 +206,44 @@ def test_the_analyzer_tokenizes_exactly_like_bm25s_on_real_text(stemmer):
     analyzer.TERM_SET_CACHE = 5  # past the bound the memo starts over, answers unchanged
     assert analyzer.term_sets(texts[40:60]) == [frozenset(w) for w in want[40:60]]
     assert len(analyzer._term_sets) <= 20
+
+
+def test_vector_search_of_many_chunked_memories_equals_a_full_fold(tmp_path):
+    from lab.config import ChunkConfig
+
+    # memories of 7 chunks each: the first fetch (twice the chunks per memory wanted, counted
+    # at most 2) holds too few memories, so the search must fetch again and still be exact
+    pipe = Pipeline.open(tmp_path / "s", SaveConfig(chunk=ChunkConfig(size=20, overlap=5)), embedder=FakeEmbedder(),
+                         create=True)
+    pipe.save_many([{"id": f"m{i:02d}", "namespace": "n", "content": " ".join(f"w{i}x{j} topic{j % 5}" for j in range(40))}
+                    for i in range(12)] + [{"id": f"s{i:02d}", "namespace": "n", "content": f"short note {i}"} for i in range(30)],
+                   progress=False)
+    pipe.search("warm", "n")
+    idx = pipe.index("n")
+    assert idx._chunks_per_memory() == 2.0  # many chunks per memory: capped at 2
+    q = pipe.embedder.embed(["topic3 w4x3 topic1"])[0]
+    labels = np.flatnonzero(idx.live)
+    best: dict[str, float] = {}
+    for label, sim in zip(labels.tolist(), idx.cosines(q, labels).tolist()):
+        mid = idx.memory_of[label]
+        best[mid] = max(best.get(mid, -2.0), sim)
+    hits = idx.search_vector(q, 12)
+    assert len({m for m, _ in hits}) == 12 and min(s for _, s in hits) > 0.1  # no cut through a tie at 0
+
+    def ranked(pairs):  # hnswlib's float32 distances and these cosines differ in the last bits
+        return sorted((-round(s, 5), m) for m, s in pairs)
+
+    assert ranked(hits) == ranked(best.items())[:12]
+
+
+def test_chunks_per_memory_is_one_for_single_chunk_memories_and_recounted_as_they_grow(pipe):
+    fill(pipe, 50)
+    pipe.search("warm", "n")
+    idx = pipe.index("n")
+    assert idx._chunks_per_memory() == 1.0
+    n, distinct = len(idx.memory_of), len(set(idx.memory_of))
+    idx.memory_of.extend([idx.memory_of[0]] * (n // 5))  # labels grown by a fifth, of one memory: recounted
+    assert idx._chunks_per_memory() == (n + n // 5) / distinct
+    idx.memory_of.append(idx.memory_of[0])  # grown by less than a tenth since: the count stands
+    assert idx._chunks_per_memory() == (n + n // 5) / distinct
+    del idx.memory_of[n:]  # the labels the index really has, for its snapshot at close

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timezone
 
+import numpy as np
 import pytest
 
 from lab.config import FilterConfig, FusionConfig, SearchConfig, from_yaml, to_yaml
@@ -157,3 +158,36 @@ def test_intent(query, intent):
 
 def test_entities_find_codes_and_names():
     assert analyze("Did Priya fix ERR-4471 and PR #3318?", REF).entities == ("ERR-4471", "#3318", "Priya", "PR")
+
+
+def test_filter_masks_are_memoised_read_only_and_label_masks_follow_the_mask_asked(store):
+    store.search("pool", "n")
+    view, idx = store.retriever.view("n"), store.index("n")
+    default, since = FilterConfig(), FilterConfig(since="2026-02-01T00:00:00Z")
+    a = view.mask(default)
+    assert view.mask(FilterConfig()) is a and not a.flags.writeable  # one array per filter set
+    with pytest.raises(ValueError):
+        a[0] = False  # a caller cannot change what every later search sees
+    b = view.mask(since)
+    assert b.sum() < a.sum()
+
+    def fresh(mask):  # the per-label mask computed from scratch
+        return np.array([bool(mask[view.pos[m]]) if m in view.pos else False for m in idx.memory_of])
+
+    # alternating masks (memoised or not) never returns the per-label mask of another one
+    for mask in (a, b, a, b.copy(), a):
+        assert (view.labels_passing(id(idx), idx.memory_of, mask) == fresh(mask)).all()
+    # filters given as lists (unhashable) are computed, not memoised
+    assert view.mask(FilterConfig(types=["fact"])).flags.writeable
+
+
+def test_analysing_a_namespace_up_front_changes_no_candidate(store):
+    from lab.retriever import Retriever
+
+    queries = [Query("q1", "pool size", "n"), Query("q2", "who owns Ledgerline", "n"), Query("q3", "outage", "n")]
+    cold = Retriever.open(store.store.root, embedder=store.embedder)
+    warm = Retriever.open(store.store.root, embedder=store.embedder)
+    assert warm.analyse("n") == len(warm.view("n").ids) == 6
+    assert len(warm.view("n")._terms) == 6
+    lab = preset("lab")
+    assert cold.candidates(queries, config=lab).equals(warm.candidates(queries, config=lab))
