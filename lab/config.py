@@ -130,6 +130,10 @@ class VectorIndexConfig:
             check_number(f"index.vector.{name}", getattr(self, name), low=1)
 
 
+# bm25s's variants: Robertson's, Lucene's (the default), ATIRE's, BM25L and BM25+ (Lv & Zhai 2011)
+BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
+
+
 @dataclass(frozen=True)
 class LexicalIndexConfig:
     """bm25s parameters: English stopwords and the Snowball stemmer by default."""
@@ -143,6 +147,9 @@ class LexicalIndexConfig:
     def __post_init__(self) -> None:
         check_number("index.lexical.k1", self.k1, low=0)
         check_number("index.lexical.b", self.b, low=0, high=1)
+        if self.method not in BM25_METHODS:
+            raise ValidationError(f"index.lexical.method: unknown BM25 variant {self.method!r}; known: {list(BM25_METHODS)}")
+        # the stopword list and the stemmer are checked by the analyzer that loads them
 
 
 @dataclass(frozen=True)

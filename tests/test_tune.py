@@ -32,6 +32,10 @@ SPEC = {"name": "t", "dataset": "demo", "strategy": "grid", "objective": "recall
     ({"objective": "recall@50"}, "unknown metric 'recall@50'"),
     ({"strategy": "random"}, "needs a trial budget"),
     ({"space": {"fusion.k": {"low": 5, "high": 1}}}, "below low"),
+    ({"space": {"index.bm25_method": ["lucene", "bm26"]}}, r"space.index.bm25_method: .*unknown BM25 variant 'bm26'"),
+    ({"space": {"index.stemmer": ["english", "klingon"]}}, r"space.index.stemmer: .*unknown stemmer 'klingon'"),
+    ({"space": {"index.stopwords": ["xx"]}}, r"space.index.stopwords: .*unknown stopword list 'xx'"),
+    ({"space": {"index.bm25_b": [0.5, 1.5]}}, r"space.index.bm25_b: index.lexical.b"),
 ])
 def test_bad_sweep_files_name_the_problem(change, message):
     with pytest.raises(ValidationError, match=message):
@@ -240,3 +244,19 @@ def test_a_candidate_file_carries_its_index_and_assembly_settings_through_gate_a
     bad.write_text(yaml.safe_dump({"save": {"chunk": {"turns": 0}}}))
     with pytest.raises(ValidationError, match=r"bad.yaml: save.chunk: unknown key\(s\) \['turns'\]"):
         load_candidate(bad)
+
+
+def test_lexical_index_settings_are_sweep_dimensions_carried_into_the_candidate_file(workspace):
+    from lab.config import load_candidate
+
+    best = _sweep(workspace, "lx", space={"index.bm25_method": ["lucene", "bm25+"], "index.stemmer": ["english", "none"],
+                                          "index.stopwords": ["en", "en_plus"]})
+    assert best.table.height == 8
+    # each index point is its own index: stemming or not changes what BM25 finds on the demo
+    assert best.table["error"].is_null().all()
+    by_stemmer = best.table.group_by("index.stemmer").agg(pl.col("all/ndcg@10").mean())
+    assert by_stemmer["all/ndcg@10"].n_unique() == 2
+    chosen = load_candidate(best.folder / "best.yaml")
+    lexical = chosen.save.index.lexical
+    assert (lexical.method, lexical.stemmer, lexical.stopwords) == (
+        best.best["index.bm25_method"], best.best["index.stemmer"], best.best["index.stopwords"])

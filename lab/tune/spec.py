@@ -36,7 +36,10 @@ FUSION_PARAMS = {"fusion.k": float, "fusion.method": str, "fusion.coverage_bonus
                  "fusion.neighbour_boost": float,
                  **{f"fusion.weights.{s}": float for s in LISTS}}  # view lists ("vector@plain") too
 INDEX_PARAMS = {"index.context_turns": int, "index.time_in_text": bool, "index.chunk_size": int,
-                "index.chunk_overlap": int, "index.ef_search": int, "index.depth": int}
+                "index.chunk_overlap": int, "index.ef_search": int, "index.depth": int,
+                # the lexical index (bm25s): its parameters, variant, stemmer and stopword list
+                "index.bm25_k1": float, "index.bm25_b": float, "index.bm25_method": str,
+                "index.stemmer": str, "index.stopwords": str}
 ASSEMBLE_PARAMS = {"assemble.budget": int, "assemble.critical_ratio": float, "assemble.recency_ratio": float,
                    "assemble.critical_threshold": float, "assemble.recency_threshold": float,
                    "assemble.recent_hours": float}
@@ -143,6 +146,27 @@ def _value(name: str, kind: type, v: Any) -> Any:
     return kind(v)
 
 
+# sweep dimension -> LexicalIndexConfig field ("none" for the stemmer or stopwords turns them off)
+LEXICAL_DIMS = {"index.bm25_k1": "k1", "index.bm25_b": "b", "index.bm25_method": "method",
+                "index.stemmer": "stemmer", "index.stopwords": "stopwords"}
+
+
+def _check_lexical(dim: Dimension) -> None:
+    """Every value of a lexical index dimension makes a valid index configuration and analyzer:
+    a misspelt variant or stemmer fails when the sweep file is read, not at its index point."""
+    field_name = LEXICAL_DIMS.get(dim.name)
+    if field_name is None:
+        return
+    from lab.config import LexicalIndexConfig
+    from lab.index.lexical import LexicalAnalyzer
+
+    for value in dim.values or (dim.low, dim.high):
+        try:
+            LexicalAnalyzer(LexicalIndexConfig(**{field_name: value}))
+        except ValidationError as exc:
+            raise ValidationError(f"space.{dim.name}: {exc}") from None
+
+
 def parse_spec(data: dict[str, Any], where: str = "sweep") -> SweepSpec:
     """A SweepSpec from a parsed YAML mapping; every problem names its key."""
     if not isinstance(data, dict):
@@ -157,6 +181,8 @@ def parse_spec(data: dict[str, Any], where: str = "sweep") -> SweepSpec:
     if not isinstance(space, dict) or not space:
         raise ValidationError(f"{where}.space: expected a non-empty mapping of parameter -> values")
     dims = tuple(_dimension(str(k), v) for k, v in space.items())
+    for dim in dims:
+        _check_lexical(dim)
     strategy = str(data.get("strategy", "grid"))
     from lab.tune.strategies import STRATEGIES
 

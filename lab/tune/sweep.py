@@ -21,7 +21,7 @@ from lab.config import DEFAULT_KS, AssembleConfig, Candidate, ChunkConfig, Index
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.tune.batch import BatchScorer
-from lab.tune.spec import CONTEXT_METRICS, SweepSpec
+from lab.tune.spec import CONTEXT_METRICS, LEXICAL_DIMS, SweepSpec
 from lab.tune.split import split_questions
 from lab.tune.strategies import make_strategy
 
@@ -67,6 +67,9 @@ def _save_config(point: dict[str, Any]) -> SaveConfig:
     index = IndexConfig()
     if "index.ef_search" in point:
         index = replace(index, vector=replace(index.vector, ef_search=int(point["index.ef_search"])))
+    lexical = {field: point[name] for name, field in LEXICAL_DIMS.items() if name in point}
+    if lexical:
+        index = replace(index, lexical=replace(index.lexical, **lexical))
     return SaveConfig(chunk=chunk, index=index)
 
 
