@@ -36,13 +36,16 @@ def settings(quick: bool) -> dict[str, dict]:
     """Setting name -> LexicalIndexConfig changes; "default" is `lab`'s index."""
     out: dict[str, dict] = {"default": {}}
     k1s, bs = ((1.2, 2.0), (0.5, 0.9)) if quick else ((0.9, 1.2, 1.5, 2.0), (0.4, 0.6, 0.75, 0.9))
-    for k1 in k1s:
-        for b in bs:
-            if (k1, b) != (DEFAULT.k1, DEFAULT.b):
-                out[f"k1={k1},b={b}"] = {"k1": k1, "b": b}
+    for stopwords in ("en", "en_plus"):
+        for k1 in k1s:
+            for b in bs:
+                changes = {"k1": k1, "b": b, "stopwords": stopwords}
+                name = ",".join(f"{k}={v}" for k, v in changes.items() if getattr(DEFAULT, k) != v)
+                if name:
+                    out[name] = changes
     for method in ("robertson", "atire", "bm25l", "bm25+"):
         out[f"method={method}"] = {"method": method}
-    out["stopwords=en_plus"] = {"stopwords": "en_plus"}
+    out.setdefault("stopwords=en_plus", {"stopwords": "en_plus"})
     out["stopwords=none"] = {"stopwords": "none"}
     out["stemmer=porter"] = {"stemmer": "porter"}
     out["stemmer=none"] = {"stemmer": "none"}
@@ -81,11 +84,19 @@ def main() -> None:
     got = loco(grid, base, folds, args.objective)
     print(f"held out, chosen on the other conversations: wins {got['wins']}/{len(got['folds'])}, mean delta "
           f"{got['mean_delta']}; per fold {[(f['held_out'], f['chosen'], f['delta_' + args.objective]) for f in got['folds']]}")
+    # a fixed setting, fold by fold: adopted only if it wins on most conversations by itself
+    fixed = {}
+    for name in sorted(grid, key=lambda n: -grid[n][args.objective].mean())[:6]:
+        one = loco({name: grid[name]}, base, folds, args.objective)
+        fixed[name] = {"wins": one["wins"], "mean_delta": one["mean_delta"],
+                       "per_fold": {f["held_out"]: f["delta_" + args.objective] for f in one["folds"]}}
+        print(f"fixed {name:<28} wins {one['wins']}/{len(one['folds'])}  per fold {list(fixed[name]['per_fold'].values())}")
     table = {name: {"locomo": {m: round(float(v.mean()), 4) for m, v in grid[name].items()},
                     "locomo_by_category": {c: round(float(grid[name]["recall@10"][cats == c].mean()), 3)
                                            for c in sorted(set(cats))},
                     **elsewhere[name], "seconds": seconds[name]} for name in grid}
-    report("lexical_cv", {"objective": args.objective, "settings": table, "cross_validation": got})
+    report("lexical_cv", {"objective": args.objective, "settings": table, "cross_validation": got,
+                          "fixed_settings": fixed})
 
 
 if __name__ == "__main__":
