@@ -218,5 +218,6 @@ def test_on_locomo_dev_labs_plain_view_and_neighbour_boost_lift_recall():
     options = EvalOptions(ks=(10,))
     base = evaluate(retriever, dataset, without, options).metrics["metrics"]["recall@10"]
     got = evaluate(retriever, dataset, lab, options).metrics["metrics"]["recall@10"]
-    # measured: 0.738 -> 0.791 (benchmarks/quality_cv.py: every held-out conversation gains)
-    assert base == pytest.approx(0.738, abs=0.01) and got >= 0.78 and got - base >= 0.04
+    # measured: 0.763 -> 0.814 on the default index (k1 0.9, b 0.4, en_plus stopwords; it was
+    # 0.738 -> 0.791 on the earlier one); benchmarks/quality_cv.py: every held-out conversation gains
+    assert base == pytest.approx(0.763, abs=0.01) and got >= 0.80 and got - base >= 0.04
