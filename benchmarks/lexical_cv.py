@@ -45,7 +45,7 @@ def settings(quick: bool) -> dict[str, dict]:
                     out[name] = changes
     for method in ("robertson", "atire", "bm25l", "bm25+"):
         out[f"method={method}"] = {"method": method}
-    out.setdefault("stopwords=en_plus", {"stopwords": "en_plus"})
+    out.setdefault("stopwords=en", {"stopwords": "en"})
     out["stopwords=none"] = {"stopwords": "none"}
     out["stemmer=porter"] = {"stemmer": "porter"}
     out["stemmer=none"] = {"stemmer": "none"}

@@ -148,15 +148,32 @@ class LexicalIndexConfig:
     k1: float = 0.9
     b: float = 0.4
     method: str = "lucene"
-    stopwords: str = "en_plus"
-    stemmer: str | None = "english"
+    stopwords: str | None = "en_plus"  # None (or "none"): no stopwords
+    stemmer: str | None = "english"  # None (or "none"): no stemming
 
     def __post_init__(self) -> None:
         check_number("index.lexical.k1", self.k1, low=0)
         check_number("index.lexical.b", self.b, low=0, high=1)
         if self.method not in BM25_METHODS:
             raise ValidationError(f"index.lexical.method: unknown BM25 variant {self.method!r}; known: {list(BM25_METHODS)}")
-        # the stopword list and the stemmer are checked by the analyzer that loads them
+        # one spelling of "off", so equal settings make equal manifests (a saved index is reused)
+        for name in ("stopwords", "stemmer"):
+            if getattr(self, name) in ("", "none"):
+                object.__setattr__(self, name, None)
+        if self.stemmer not in (None, "english"):
+            import Stemmer  # PyStemmer, only to check an uncommon choice
+
+            if self.stemmer not in Stemmer.algorithms():
+                raise ValidationError(f"index.lexical.stemmer: unknown stemmer {self.stemmer!r}; known: "
+                                      f"{Stemmer.algorithms()} (or none)")
+        if self.stopwords not in (None, "en", "en_plus", "english"):
+            from bm25s.tokenization import _infer_stopwords  # bm25s's own names for its lists
+
+            try:
+                _infer_stopwords(self.stopwords)
+            except ValueError:
+                raise ValidationError(f"index.lexical.stopwords: unknown stopword list {self.stopwords!r}; known: "
+                                      "en, en_plus, a language name bm25s knows (de, fr, es, ...) or none") from None
 
 
 @dataclass(frozen=True)

@@ -119,13 +119,14 @@ class Retriever:
         return self.indexes.get(namespace)
 
     def analyse(self, namespace: str) -> int:
-        """Analyse every memory's text of the namespace for the query-term coverage feature now,
+        """Analyse the namespace's memories' texts for the query-term coverage feature now,
         not one search's candidates at a time: at 100,000 memories the first minute of searches
         otherwise spends a third of its time analysing texts it meets for the first time.
-        Bounded by what the analyzer's memo holds; returns how many memories were analysed."""
+        Takes at most half the analyzer memo's room (texts met later, and other namespaces, need
+        the rest); returns how many memories were analysed."""
         snap = self.snapshot(namespace)
         analyzer = snap.index.analyzer
-        n = min(len(snap.view.ids), analyzer.term_set_room)
+        n = min(len(snap.view.ids), analyzer.term_set_room // 2)
         if n:
             snap.view.terms(list(range(n)), analyzer.term_sets)
         return n

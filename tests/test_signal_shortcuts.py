@@ -62,3 +62,13 @@ def test_recency_and_frequency_walks_equal_a_full_scan(rows, depth, ref_hours):
     assert positions.tolist() == brute_top(expected, allowed, depth)
     positions, _ = sig.frequency(view, allowed, depth)
     assert positions.tolist() == brute_top(np.log1p(view.access.astype(float)), allowed & (view.access > 0), depth)
+
+
+def test_walks_of_depth_zero_or_over_nothing_rank_nothing():
+    order = np.arange(5)
+    allowed = np.ones(5, dtype=bool)
+    score = lambda positions: 1.0 / (1.0 + positions)  # noqa: E731  (never increasing along order)
+    assert len(sig._walk(order, allowed, score, 0)[0]) == 0
+    assert len(sig._walk(order, np.zeros(5, dtype=bool), score, 3)[0]) == 0
+    assert len(sig._walk(np.zeros(0, dtype=np.int64), allowed, score, 3)[0]) == 0
+    assert sig._walk(order, allowed, score, 3)[0].tolist() == [0, 1, 2]

@@ -260,3 +260,13 @@ def test_lexical_index_settings_are_sweep_dimensions_carried_into_the_candidate_
     lexical = chosen.save.index.lexical
     assert (lexical.method, lexical.stemmer, lexical.stopwords) == (
         best.best["index.bm25_method"], best.best["index.stemmer"], best.best["index.stopwords"])
+
+
+def test_lexical_off_has_one_spelling_and_bad_names_fail_in_the_config():
+    from lab.config import LexicalIndexConfig, to_dict
+
+    assert to_dict(LexicalIndexConfig(stemmer="none", stopwords="")) == to_dict(LexicalIndexConfig(stemmer=None, stopwords=None))
+    with pytest.raises(ValidationError, match="index.lexical.stemmer: unknown stemmer 'klingon'"):
+        LexicalIndexConfig(stemmer="klingon")
+    with pytest.raises(ValidationError, match="index.lexical.stopwords: unknown stopword list 'xx'"):
+        LexicalIndexConfig(stopwords="xx")

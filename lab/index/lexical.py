@@ -11,7 +11,6 @@ from bm25s.tokenization import _infer_stopwords
 import numpy as np
 
 from lab.config import LexicalIndexConfig
-from lab.errors import ValidationError
 
 
 class LexicalAnalyzer:
@@ -30,23 +29,16 @@ class LexicalAnalyzer:
     def __init__(self, config: LexicalIndexConfig) -> None:
         self.config = config
         self._stemmer = None
-        if config.stemmer not in (None, "", "none"):
+        if config.stemmer:  # LexicalIndexConfig has checked the name
             import Stemmer
 
-            if config.stemmer not in Stemmer.algorithms():
-                raise ValidationError(f"index.lexical.stemmer: unknown stemmer {config.stemmer!r}; known: "
-                                      f"{Stemmer.algorithms()} (or none)")
             self._stemmer = Stemmer.Stemmer(config.stemmer)
         self._stems: dict[str, str] = {}
         self._term_sets: dict[str, frozenset[str]] = {}
         self._split = re.compile(self.TOKEN_PATTERN).findall
         # bm25s's own mapping of a stopwords name ("en": 33 words, "en_plus": NLTK's 179, a
-        # language name, or none) to its word list
-        try:
-            self._stopwords = frozenset(_infer_stopwords(None if config.stopwords in (None, "", "none") else config.stopwords))
-        except ValueError:
-            raise ValidationError(f"index.lexical.stopwords: unknown stopword list {config.stopwords!r}; known: "
-                                  "en, en_plus, a language name bm25s knows (de, fr, es, ...) or none") from None
+        # language name, or None) to its word list
+        self._stopwords = frozenset(_infer_stopwords(config.stopwords))
 
     def tokens(self, texts: Sequence[str]) -> list[list[str]]:
         split, stop = self._split, self._stopwords

@@ -38,8 +38,9 @@ class NamespaceView:
     _by_position: dict[int, tuple[tuple[int, int], tuple[np.ndarray, ...]]] = field(default_factory=dict)
     _contains: dict[str, np.ndarray] = field(default_factory=dict)
     _masks: dict[FilterConfig, np.ndarray] = field(default_factory=dict)
-    # per index: the last read-only mask asked for, the label count then, and its per-label mask
-    _passing: dict[int, tuple[np.ndarray, int, np.ndarray]] = field(default_factory=dict)
+    # per index: the last memoised mask asked for, the index's label list and count then, and the
+    # per-label mask
+    _passing: dict[int, tuple[np.ndarray, list[str], int, np.ndarray]] = field(default_factory=dict)
     _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
     _episodes: list[str | None] | None = None
     _members: dict[str, list[int]] | None = None
@@ -141,15 +142,16 @@ class NamespaceView:
         """Per label of index ``index_id``: does its memory pass ``mask`` (a per-position mask)?
         Labels of memories no longer here do not."""
         cached = self._passing.get(index_id)
-        if cached is not None and cached[0] is mask and cached[1] == len(memory_of):
-            return cached[2]
+        if cached is not None and cached[0] is mask and cached[1] is memory_of and cached[2] == len(memory_of):
+            return cached[3]
         label_pos = self.label_positions(index_id, memory_of)
         passing = np.zeros(len(label_pos), dtype=bool)
         ok = label_pos >= 0
         passing[ok] = mask[label_pos[ok]]
-        if not mask.flags.writeable:  # a memoised mask: the same object holds the same values
+        if any(mask is m for m in self._masks.values()):  # memoised: the same object, the same values
             passing.setflags(write=False)
-            self._passing[index_id] = (mask, len(memory_of), passing)
+            # the label list itself is kept too: an index rebuilt in its place may reuse its id()
+            self._passing[index_id] = (mask, memory_of, len(memory_of), passing)
         return passing
 
     def labels_by_position(self, index_id: int, memory_of: list[str], live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
