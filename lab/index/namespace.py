@@ -136,7 +136,7 @@ class NamespaceIndex:
         self.embed_model = embed_model
         self.chunk_ids: list[str] = []
         self.memory_of: list[str] = []
-        self._ratio, self._ratio_at = 2.0, 0  # chunks per memory, and len(memory_of) when counted
+        self._ratio, self._ratio_at = 1.0, 0  # chunks per memory, and len(memory_of) when counted
         self.texts: list[str] = []
         self.live = np.zeros(0, dtype=bool)
         self.label_of: dict[str, int] = {}
@@ -308,14 +308,15 @@ class NamespaceIndex:
         return out
 
     def _chunks_per_memory(self) -> float:
-        """Labels per distinct memory (1 to 2), recounted when the labels grew by a tenth or shrank.
+        """Labels per distinct memory (1 to 2), recounted when the labels grew by a tenth (they only
+        grow: a rebuild makes a new index).
 
         The vector search fetches twice this many chunks per memory wanted: hnswlib's cost grows
         with the fetch (its ef), and where every memory is one chunk, four chunks per memory made
         it twice what the configured ef asks for. Too few is still correct, only slower: the
         search fetches again, four times as many."""
         n = len(self.memory_of)
-        if not (self._ratio_at <= n <= 1.1 * self._ratio_at) or self._ratio_at == 0:
+        if n > 1.1 * self._ratio_at or not self._ratio_at:
             self._ratio = min(max(n / max(len(set(self.memory_of)), 1), 1.0), 2.0)
             self._ratio_at = n
         return self._ratio

@@ -141,9 +141,7 @@ class MemoryService:
             with self.lock:
                 namespaces = self.store.namespaces()
                 analysed = 0
-                for ns in namespaces:
-                    self.retriever.index(ns)
-                    self.retriever.view(ns)
+                for ns in namespaces:  # analysing loads the namespace's index and view first
                     analysed += self.retriever.analyse(ns)
                 log.info("analysed %d memories' texts for the coverage feature", analysed)
             # the store's model (writes) and the query models load now, not at the first request

@@ -35,11 +35,13 @@ FUSION_PARAMS = {"fusion.k": float, "fusion.method": str, "fusion.coverage_bonus
                  "fusion.demote_factor": float, "fusion.rerank_depth": int, "fusion.intent_gating": bool,
                  "fusion.neighbour_boost": float,
                  **{f"fusion.weights.{s}": float for s in LISTS}}  # view lists ("vector@plain") too
+# the lexical index (bm25s): sweep dimension -> (LexicalIndexConfig field, kind); "none" for the
+# stemmer or the stopwords turns them off
+LEXICAL_DIMS = {"index.bm25_k1": ("k1", float), "index.bm25_b": ("b", float), "index.bm25_method": ("method", str),
+                "index.stemmer": ("stemmer", str), "index.stopwords": ("stopwords", str)}
 INDEX_PARAMS = {"index.context_turns": int, "index.time_in_text": bool, "index.chunk_size": int,
                 "index.chunk_overlap": int, "index.ef_search": int, "index.depth": int,
-                # the lexical index (bm25s): its parameters, variant, stemmer and stopword list
-                "index.bm25_k1": float, "index.bm25_b": float, "index.bm25_method": str,
-                "index.stemmer": str, "index.stopwords": str}
+                **{name: kind for name, (_, kind) in LEXICAL_DIMS.items()}}
 ASSEMBLE_PARAMS = {"assemble.budget": int, "assemble.critical_ratio": float, "assemble.recency_ratio": float,
                    "assemble.critical_threshold": float, "assemble.recency_threshold": float,
                    "assemble.recent_hours": float}
@@ -146,17 +148,12 @@ def _value(name: str, kind: type, v: Any) -> Any:
     return kind(v)
 
 
-# sweep dimension -> LexicalIndexConfig field ("none" for the stemmer or stopwords turns them off)
-LEXICAL_DIMS = {"index.bm25_k1": "k1", "index.bm25_b": "b", "index.bm25_method": "method",
-                "index.stemmer": "stemmer", "index.stopwords": "stopwords"}
-
-
 def _check_lexical(dim: Dimension) -> None:
     """Every value of a lexical index dimension makes a valid index configuration:
     a misspelt variant or stemmer fails when the sweep file is read, not at its index point."""
-    field_name = LEXICAL_DIMS.get(dim.name)
-    if field_name is None:
+    if dim.name not in LEXICAL_DIMS:
         return
+    field_name = LEXICAL_DIMS[dim.name][0]
     from lab.config import LexicalIndexConfig
 
     for value in dim.values or (dim.low, dim.high):

@@ -67,7 +67,7 @@ def _save_config(point: dict[str, Any]) -> SaveConfig:
     index = IndexConfig()
     if "index.ef_search" in point:
         index = replace(index, vector=replace(index.vector, ef_search=int(point["index.ef_search"])))
-    lexical = {field: point[name] for name, field in LEXICAL_DIMS.items() if name in point}
+    lexical = {field: point[name] for name, (field, _) in LEXICAL_DIMS.items() if name in point}
     if lexical:
         index = replace(index, lexical=replace(index.lexical, **lexical))
     return SaveConfig(chunk=chunk, index=index)
