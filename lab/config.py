@@ -24,6 +24,7 @@ INDEX_VIEWS: tuple[str, ...] = ("plain",)
 # "derived", a query-time view ranking derived facts (memories with a derived_from edge) and
 # crediting each hit to the memory it was derived from.
 VIEWS: tuple[str, ...] = (*INDEX_VIEWS, "derived")
+DERIVED_FACTS: tuple[str, ...] = ("results", "sources_only")  # SearchConfig.derived_facts
 VIEW_SIGNALS: tuple[str, ...] = ("vector", "lexical")  # the signals a view ranks
 
 
@@ -444,6 +445,10 @@ class FusionConfig:
     # 0..1: a memory gains this share of the better fused score of the turns just before and after
     # it in its episode (metadata "episode"/"session"), so a question and its answer lift each other
     neighbour_boost: float = 0.0
+    # 0..1: episode diversification; the n-th best candidate of an episode has its score multiplied
+    # by (1 - decay) ** (n - 1), so a top k filled from one session makes room for others (evidence
+    # spread over sessions, multi-hop). Candidates outside episodes are left as they are.
+    episode_decay: float = 0.0
     # a learned fuser on top of the above: its probability that a candidate is relevant replaces the
     # fused score (superseded demotion still applies); None: the base fusion's score ranks
     learned: LearnedFusion | None = None
@@ -459,6 +464,7 @@ class FusionConfig:
         check_number("fusion.demote_factor", self.demote_factor, low=0, high=1)
         check_number("fusion.rerank_depth", self.rerank_depth, low=0)
         check_number("fusion.neighbour_boost", self.neighbour_boost, low=0, high=1)
+        check_number("fusion.episode_decay", self.episode_decay, low=0, high=1)
         if self.superseded not in ("demote", "hide", "keep"):
             raise ValidationError(f"fusion.superseded must be demote, hide or keep, got {self.superseded!r}")
         if self.top_k < 1:
@@ -479,6 +485,10 @@ class SearchConfig:
     # extra views ranked as lists of their own, "vector@plain", "lexical@derived"... (see VIEWS):
     # a view ranks those of vector and lexical that ``signals`` enables, weighted like signals
     views: tuple[str, ...] = ()
+    # derived facts (memories with a derived_from edge): "results", ranked like any memory, or
+    # "sources_only", never results themselves: they rank only through the derived view, which
+    # credits each hit to its source, so a fact lifts its source without taking a slot beside it
+    derived_facts: str = "results"
     depth: int = 50  # candidates per signal
     half_life_hours: float = 168.0
     reference_time: str | None = None  # ISO; None = the namespace's latest memory (never the clock)
@@ -496,6 +506,8 @@ class SearchConfig:
             raise ValidationError(f"views: unknown view(s) {bad}; known: {list(VIEWS)}")
         if len(set(self.views)) != len(self.views):
             raise ValidationError(f"views lists a view twice: {list(self.views)}")
+        if self.derived_facts not in DERIVED_FACTS:
+            raise ValidationError(f"derived_facts must be one of {list(DERIVED_FACTS)}, got {self.derived_facts!r}")
         if self.depth < 1:
             raise ValidationError(f"depth must be >= 1, got {self.depth}")
         check_number("half_life_hours", self.half_life_hours, above=0)

@@ -5,6 +5,8 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lab.config import FusionConfig, SearchConfig
 from lab.errors import ValidationError
@@ -66,3 +68,48 @@ def test_search_pools_the_turns_next_to_its_candidates_with_their_place_in_the_e
     hits = pipe.search("puppy name", "c", k=3, config=SearchConfig(
         signals=("lexical",), depth=1, fusion=FusionConfig(weights={"lexical": 1.0}, neighbour_boost=0.5)))
     assert [h.memory_id for h in hits] == ["t0", "t1"]
+
+
+def test_an_episode_decay_makes_room_for_other_episodes():
+    rows = [("q", "a1", "vector", 1, 0.9), ("q", "a2", "vector", 2, 0.8), ("q", "a3", "vector", 3, 0.7),
+            ("q", "b1", "vector", 4, 0.6), ("q", "loose", "vector", 5, 0.5)]
+    rows += episode("a1", 0, 0) + episode("a2", 0, 5) + episode("a3", 0, 9) + episode("b1", 1, 0)
+    cands = table(rows)
+    plain = fuse(cands, FusionConfig(k=1.0, weights={"vector": 1.0}))
+    assert plain["memory_id"].to_list() == ["a1", "a2", "a3", "b1", "loose"]
+    got = fuse(cands, FusionConfig(k=1.0, weights={"vector": 1.0}, episode_decay=0.5))
+    # a2: 1/3 * 0.5, a3: 1/4 * 0.25; b1 (1/5) and the memory outside episodes (1/6) keep theirs
+    assert got["memory_id"].to_list() == ["a1", "b1", "a2", "loose", "a3"]
+    assert dict(zip(got["memory_id"], got["score"]))["a3"] == pytest.approx(0.25 / 4)
+    with pytest.raises(ValidationError, match=r"fusion.episode_decay must be .*<= 1, got 2"):
+        FusionConfig(episode_decay=2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 2), st.integers(1, 6)), min_size=1, max_size=12,
+                unique_by=lambda t: t[:1]),
+       st.sampled_from([0.1, 0.5, 0.9, 1.0]))
+def test_an_episode_decay_ranks_as_greedy_diversification(picks, decay):
+    # (memory, episode or -1, rank in the vector list); greedy: take the best score times
+    # (1 - decay) ** (results already taken from its episode), ties by memory id
+    rows, base = [], {}
+    for m, ep, _ in picks:
+        rank = len(rows) + 1
+        rows.append(("q", f"m{m}", "vector", rank, 0.0))
+        base[f"m{m}"] = (1.0 / (1.0 + rank), ep)
+        if ep >= 0:
+            rows += episode(f"m{m}", ep, m)
+    got = fuse(table(rows), FusionConfig(k=1.0, weights={"vector": 1.0}, episode_decay=decay, top_k=20))
+    taken: dict[int, int] = {}
+    left, want = dict(base), []
+    while left:
+        def adjusted(mid):
+            score, ep = left[mid]
+            return score * (1 - decay) ** taken.get(ep, 0) if ep >= 0 else score
+        best = min(left, key=lambda mid: (-adjusted(mid), mid))
+        want.append(best)
+        ep = left.pop(best)[1]
+        if ep >= 0:
+            taken[ep] = taken.get(ep, 0) + 1
+    # at decay 1 an episode's later results all score 0 and tie: both order them by id
+    assert got["memory_id"].to_list() == want

@@ -221,3 +221,22 @@ def test_on_locomo_dev_labs_plain_view_and_neighbour_boost_lift_recall():
     # measured: 0.763 -> 0.814 on the default index (k1 0.9, b 0.4, en_plus stopwords; it was
     # 0.738 -> 0.791 on the earlier one); benchmarks/quality_cv.py: every held-out conversation gains
     assert base == pytest.approx(0.763, abs=0.01) and got >= 0.80 and got - base >= 0.04
+
+
+def test_derived_facts_sources_only_keeps_facts_out_of_the_results_but_lets_them_lift_their_sources(pipe):
+    pipe.save_many(turns(), progress=False)
+    pipe.save_many([{"id": "f1", "namespace": "c", "type": "fact", "content": "Ben saw harbour seals near the lighthouse"}],
+                   progress=False)
+    pipe.add_edges([{"src": "f1", "dst": "c:t3", "relation": "derived_from"}])
+    config = replace(views_config("derived"), derived_facts="sources_only")
+    got = lists(pipe, "harbour seals", config)
+    assert got["lexical@derived"] == ["c:t3"]  # the fact still ranks, credited to its source
+    assert all("f1" not in ranked for ranked in got.values())  # but is in no list of its own
+    results = [r.memory_id for r in pipe.search("harbour seals", "c", 5, config=config)]
+    assert "f1" not in results and results[0] == "c:t3"
+    assert "f1" in [r.memory_id for r in pipe.search("harbour seals", "c", 5, config=views_config("derived"))]
+    # a filter still applies to the facts the view ranks: without facts it ranks nothing
+    typed = replace(config, filters=replace(config.filters, types=("semantic", "episodic")))
+    assert lists(pipe, "harbour seals", typed).get("lexical@derived", []) == []
+    with pytest.raises(ValidationError, match=r"derived_facts must be one of \['results', 'sources_only'\], got 'hide'"):
+        SearchConfig(derived_facts="hide")

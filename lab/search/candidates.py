@@ -146,13 +146,21 @@ def candidates(
         ref = reference_time(config, nsview)
         analysis = analyses[i] if analyses is not None else query_analysis(q.text, config, ref)
         allowed = nsview.mask(config.filters)
+        in_window = None
         if config.analysis.temporal == "filter" and analysis.window is not None:
             w = analysis.window
-            allowed = allowed & (nsview.created_s >= w.start.timestamp()) & (nsview.created_s < w.end.timestamp())
+            in_window = (nsview.created_s >= w.start.timestamp()) & (nsview.created_s < w.end.timestamp())
+            allowed = allowed & in_window
+        # the derived view ranks the facts passing the filters; with "sources_only" nothing else does
+        facts = (allowed & nsview.derived_mask if nsview.derived_from and "derived" in config.views
+                 else allowed)  # (the derived view alone reads it, and ranks nothing without facts)
+        if nsview.derived_from and config.derived_facts == "sources_only":
+            allowed = nsview.mask(config.filters, without_derived=True)
+            allowed = allowed if in_window is None else allowed & in_window
         allowed_labels = nsview.labels_passing(id(idx), idx.memory_of, allowed)
         lists: dict = {}
-        signal_input = SignalInput(q.text, qvec, nsview, idx, allowed, allowed_labels, analysis, ref, config,
-                                   depth, lists)
+        signal_input = SignalInput(q.text, qvec, nsview, idx, allowed, allowed_labels, facts, analysis, ref,
+                                   config, depth, lists)
         for signal in enabled:
             ranked = signal.fn(signal_input)
             if ranked is not None:

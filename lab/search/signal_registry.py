@@ -33,6 +33,7 @@ class SignalInput:
     index: NamespaceIndex
     allowed: np.ndarray  # memory positions passing the filters
     allowed_labels: np.ndarray  # index labels passing the filters
+    allowed_facts: np.ndarray  # derived facts passing the filters (the derived view ranks them)
     analysis: QueryAnalysis
     reference: datetime
     config: SearchConfig
@@ -142,7 +143,7 @@ def _derived_view(q: SignalInput, wanted: list[str]) -> dict[str, Ranked]:
     nsview = q.view
     if not nsview.derived_from:
         return {}
-    allowed = nsview.labels_passing(id(q.index), q.index.memory_of, q.allowed & nsview.derived_mask)
+    allowed = nsview.labels_passing(id(q.index), q.index.memory_of, q.allowed_facts)
     out = {}
     for name in wanted:
         # facts of one source share its credit, so fetch beyond depth to fill depth sources

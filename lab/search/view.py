@@ -176,24 +176,26 @@ class NamespaceView:
             self._by_position[index_id] = cached
         return cached[1]
 
-    def mask(self, filters: FilterConfig) -> np.ndarray:
-        """Memories passing every filter (before any ranking). Memoised per filter set and read-only:
-        every search of a configuration asks for the same one, and at 100,000 memories building
-        it (and the per-label mask made from it) is a tenth of a millisecond per query."""
+    def mask(self, filters: FilterConfig, *, without_derived: bool = False) -> np.ndarray:
+        """Memories passing every filter (before any ranking), derived facts left out if asked.
+        Memoised per filter set and read-only: every search of a configuration asks for the same
+        one, and at 100,000 memories building it (and the per-label mask made from it) is a tenth
+        of a millisecond per query."""
+        key = (filters, without_derived)
         try:
-            hit = self._masks.get(filters)
+            hit = self._masks.get(key)
         except TypeError:  # a filter set built with lists is unhashable: computed every time
-            return self._mask(filters)
+            return self._mask(filters, without_derived)
         if hit is None:
             if len(self._masks) >= 64:
                 self._masks.clear()
-            hit = self._mask(filters)
+            hit = self._mask(filters, without_derived)
             hit.setflags(write=False)
-            self._masks[filters] = hit
+            self._masks[key] = hit
         return hit
 
-    def _mask(self, filters: FilterConfig) -> np.ndarray:
-        keep = np.ones(len(self.ids), dtype=bool)
+    def _mask(self, filters: FilterConfig, without_derived: bool = False) -> np.ndarray:
+        keep = ~self.derived_mask if without_derived else np.ones(len(self.ids), dtype=bool)
         if filters.valid_only:
             keep &= self.valid
         if filters.types:

@@ -44,8 +44,10 @@ def batchable(config: FusionConfig) -> bool:
     """Whether ``config`` is inside the vectorised domain (else it is scored through `fuse`)."""
     # weights, demote factor and boost are >= 0 by FusionConfig's contract; a neighbour boost makes a
     # pair's score depend on another pair's, outside the per-pair dominance the batch path prunes by
-    # a learned model's features (a pair's base rank, its neighbours' scores) span pairs the same way
-    return config.rerank_depth == 0 and config.neighbour_boost == 0 and config.learned is None
+    # a learned model's features (a pair's base rank, its neighbours' scores) span pairs the same way,
+    # and so does an episode decay (a pair's factor depends on its episode's other scores)
+    return (config.rerank_depth == 0 and config.neighbour_boost == 0 and config.episode_decay == 0
+            and config.learned is None)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from lab.errors import ValidationError
 FUSION_PARAMS = {"fusion.k": float, "fusion.method": str, "fusion.coverage_bonus": float,
                  "fusion.recent_boost": float, "fusion.recent_hours": float, "fusion.superseded": str,
                  "fusion.demote_factor": float, "fusion.rerank_depth": int, "fusion.intent_gating": bool,
-                 "fusion.neighbour_boost": float,
+                 "fusion.neighbour_boost": float, "fusion.episode_decay": float,
                  **{f"fusion.weights.{s}": float for s in LISTS}}  # view lists ("vector@plain") too
 # the lexical index (bm25s): sweep dimension -> (LexicalIndexConfig field, kind); "none" for the
 # stemmer or the stopwords turns them off

@@ -78,7 +78,30 @@ def base_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndar
         score = np.where(prep.feature("_superseded") > 0, score * config.demote_factor, score)
     elif config.superseded == "hide":
         alive = alive & (prep.feature("_superseded") == 0)
+    if config.episode_decay:
+        score = score * episode_decay_factors(prep, score, alive, config.episode_decay)
     return score, alive, contribution
+
+
+def episode_decay_factors(prep: PreparedCandidates, score: np.ndarray, alive: np.ndarray, decay: float) -> np.ndarray:
+    """Per pair, ``(1 - decay) ** (n - 1)`` where it is its query's n-th best alive candidate of its
+    episode (1 outside episodes and for dead pairs). Decaying by the rank within the episode is
+    exactly greedy diversification: an episode's candidates keep their order, so the n-th one
+    taken from it is its n-th best, whatever the other episodes hold."""
+    factor = np.ones(prep.n_pairs)
+    ep = prep.feature("_episode")
+    at = np.flatnonzero(alive & (ep >= 0))
+    if not len(at):
+        return factor
+    # by query, episode, score descending, then memory id (codes follow id order): stable ties
+    order = at[np.lexsort((prep.pair_m[at], -score[at], ep[at], prep.pair_q[at]))]
+    q, e = prep.pair_q[order], ep[order]
+    new_run = np.ones(len(order), dtype=bool)
+    new_run[1:] = (q[1:] != q[:-1]) | (e[1:] != e[:-1])
+    starts = np.flatnonzero(new_run)
+    nth = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    factor[order] = (1.0 - decay) ** nth
+    return factor
 
 
 def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | None = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
