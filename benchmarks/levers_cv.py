@@ -61,7 +61,7 @@ def main() -> None:
         if with_obs:
             levers = {
                 "derived facts as sources only": {"off": lab, **{f"w={w}": derived(lab, w, "sources_only")
-                                                                 for w in (0.0, 0.2, 0.3, 0.5)}},
+                                                                 for w in (0.0, 0.2, 0.3, 0.5, 0.7, 1.0)}},
                 "derived view, facts also results": {"off": lab, **{f"w={w}": derived(lab, w, "results")
                                                                     for w in (0.2, 0.3, 0.5)}},
             }

@@ -447,7 +447,9 @@ class FusionConfig:
     neighbour_boost: float = 0.0
     # 0..1: episode diversification; the n-th best candidate of an episode has its score multiplied
     # by (1 - decay) ** (n - 1), so a top k filled from one session makes room for others (evidence
-    # spread over sessions, multi-hop). Candidates outside episodes are left as they are.
+    # spread over sessions, multi-hop). Candidates outside episodes are left as they are. With a
+    # learned model it decays the model's probability; a cosine rerank (rerank_depth) re-orders
+    # its top after it.
     episode_decay: float = 0.0
     # a learned fuser on top of the above: its probability that a candidate is relevant replaces the
     # fused score (superseded demotion still applies); None: the base fusion's score ranks
@@ -488,6 +490,7 @@ class SearchConfig:
     # derived facts (memories with a derived_from edge): "results", ranked like any memory, or
     # "sources_only", never results themselves: they rank only through the derived view, which
     # credits each hit to its source, so a fact lifts its source without taking a slot beside it
+    # (without the derived view in ``views``, "sources_only" leaves facts out of search altogether)
     derived_facts: str = "results"
     depth: int = 50  # candidates per signal
     half_life_hours: float = 168.0

@@ -49,9 +49,10 @@ def tables(draw):
 
 
 configs = st.builds(
-    lambda method, k, w, bonus, boost, sup, factor, gating, neighbour: FusionConfig(
+    lambda method, k, w, bonus, boost, sup, factor, gating, neighbour, decay: FusionConfig(
         method=method, k=k, weights=dict(zip(SIGNALS, w)), coverage_bonus=bonus, recent_boost=boost,
-        superseded=sup, demote_factor=factor, intent_gating=gating, neighbour_boost=neighbour),
+        superseded=sup, demote_factor=factor, intent_gating=gating, neighbour_boost=neighbour,
+        episode_decay=decay),
     st.sampled_from(["rrf", "rrf", "weighted_sum", "dbsf", "combmnz"]),
     st.sampled_from([0.0, 1.0, 2.5, 60.0]),
     st.tuples(*[st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0])] * 3),
@@ -61,6 +62,7 @@ configs = st.builds(
     st.sampled_from([0.5, 0.0]),
     st.booleans(),
     st.sampled_from([0.0, 0.0, 0.3]),
+    st.sampled_from([0.0, 0.0, 0.3]),  # episode decay (outside the batch domain: scored through fuse)
 )
 
 

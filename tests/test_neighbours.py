@@ -85,31 +85,49 @@ def test_an_episode_decay_makes_room_for_other_episodes():
         FusionConfig(episode_decay=2)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 2), st.integers(1, 6)), min_size=1, max_size=12,
-                unique_by=lambda t: t[:1]),
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["q", "r"]), st.integers(0, 11), st.integers(-1, 2), st.booleans()),
+                min_size=1, max_size=16, unique_by=lambda t: t[:2]),
        st.sampled_from([0.1, 0.5, 0.9, 1.0]))
 def test_an_episode_decay_ranks_as_greedy_diversification(picks, decay):
-    # (memory, episode or -1, rank in the vector list); greedy: take the best score times
-    # (1 - decay) ** (results already taken from its episode), ties by memory id
-    rows, base = [], {}
-    for m, ep, _ in picks:
-        rank = len(rows) + 1
-        rows.append(("q", f"m{m}", "vector", rank, 0.0))
-        base[f"m{m}"] = (1.0 / (1.0 + rank), ep)
+    # (query, memory, episode or -1, superseded) in vector-list order per query; superseded memories
+    # are hidden (dead pairs, outside every episode's count). Greedy, per query: take the best
+    # score times (1 - decay) ** (results already taken from its episode), ties by memory id
+    rows, base = [], {"q": {}, "r": {}}
+    for qid, m, ep, superseded in picks:
+        rank = len(base[qid]) + 1
+        rows.append((qid, f"m{m:02d}", "vector", rank, 0.0))
+        rows.append((qid, f"m{m:02d}", "_superseded", 0, float(superseded)))
         if ep >= 0:
-            rows += episode(f"m{m}", ep, m)
-    got = fuse(table(rows), FusionConfig(k=1.0, weights={"vector": 1.0}, episode_decay=decay, top_k=20))
-    taken: dict[int, int] = {}
-    left, want = dict(base), []
-    while left:
-        def adjusted(mid):
-            score, ep = left[mid]
-            return score * (1 - decay) ** taken.get(ep, 0) if ep >= 0 else score
-        best = min(left, key=lambda mid: (-adjusted(mid), mid))
-        want.append(best)
-        ep = left.pop(best)[1]
-        if ep >= 0:
-            taken[ep] = taken.get(ep, 0) + 1
-    # at decay 1 an episode's later results all score 0 and tie: both order them by id
-    assert got["memory_id"].to_list() == want
+            rows += [(qid, f"m{m:02d}", "_episode", 0, float(ep)), (qid, f"m{m:02d}", "_turn", 0, float(m))]
+        if not superseded:
+            base[qid][f"m{m:02d}"] = (1.0 / (1.0 + rank), ep)
+    got = fuse(table(rows), FusionConfig(k=1.0, weights={"vector": 1.0}, episode_decay=decay, superseded="hide",
+                                         top_k=20))
+    for qid, left in base.items():
+        taken: dict[int, int] = {}
+        want = []
+        while left:
+            def adjusted(mid):
+                score, ep = left[mid]
+                return score * (1 - decay) ** taken.get(ep, 0) if ep >= 0 else score
+            best = min(left, key=lambda mid: (-adjusted(mid), mid))
+            want.append(best)
+            ep = left.pop(best)[1]
+            if ep >= 0:
+                taken[ep] = taken.get(ep, 0) + 1
+        # at decay 1 an episode's later results all score 0 and tie: both order them by id
+        assert got.filter(pl.col("qid") == qid)["memory_id"].to_list() == want
+
+
+def test_with_a_learned_model_the_episode_decay_diversifies_its_probabilities():
+    from lab.config import LearnedFusion
+
+    rows = [("q", "a1", "vector", 1, 0.9), ("q", "a2", "vector", 2, 0.8), ("q", "b1", "vector", 3, 0.7)]
+    rows += episode("a1", 0, 0) + episode("a2", 0, 1) + episode("b1", 1, 0)
+    rows += [("q", "a1", "_cosine", 0, 0.9), ("q", "a2", "_cosine", 0, 0.8), ("q", "b1", "_cosine", 0, 0.7)]
+    model = LearnedFusion(features=("cosine",), mean=(0.0,), scale=(1.0,), coef=(4.0,))
+    learned = FusionConfig(k=1.0, weights={"vector": 1.0}, learned=model)
+    assert fuse(table(rows), learned)["memory_id"].to_list() == ["a1", "a2", "b1"]  # the model ranks by cosine
+    got = fuse(table(rows), FusionConfig(k=1.0, weights={"vector": 1.0}, learned=model, episode_decay=0.5))
+    assert got["memory_id"].to_list() == ["a1", "b1", "a2"]

@@ -37,7 +37,7 @@ class NamespaceView:
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
     _by_position: dict[int, tuple[tuple[int, int], tuple[np.ndarray, ...]]] = field(default_factory=dict)
     _contains: dict[str, np.ndarray] = field(default_factory=dict)
-    _masks: dict[FilterConfig, np.ndarray] = field(default_factory=dict)
+    _masks: dict[tuple[FilterConfig, bool], np.ndarray] = field(default_factory=dict)  # (filters, without_derived)
     # per index: the last memoised mask asked for, the index's label list and count then, and the
     # per-label mask
     _passing: dict[int, tuple[np.ndarray, list[str], int, np.ndarray]] = field(default_factory=dict)

@@ -62,7 +62,8 @@ def _cut(prep: PreparedCandidates, score: np.ndarray, alive: np.ndarray, k: int)
 
 def base_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(per-pair score, per-pair alive mask, per-row contribution) of the base fusion: the fuser,
-    then coverage, neighbour and recency boosts and the superseded rule (no learned model)."""
+    then coverage, neighbour and recency boosts, the superseded rule and the episode decay (no
+    learned model)."""
     score, alive, contribution = _fused_scores(prep, config)
     if config.coverage_bonus:
         # multiplicative, so the bonus can never outweigh the fused score it scales
@@ -109,6 +110,8 @@ def fuse_arrays(prep: PreparedCandidates, config: FusionConfig, top_k: int | Non
     score, alive, contribution = base_scores(prep, config)
     if config.learned is not None:
         score = learned.probabilities(prep, config, score, alive, live_rows(prep, config))
+        if config.episode_decay:  # the model's probability ranks: diversify it, as the base score was
+            score = score * episode_decay_factors(prep, score, alive, config.episode_decay)
     k = config.top_k if top_k == -1 else top_k
     idx = np.flatnonzero(alive)
     if k is not None and len(idx):
