@@ -96,12 +96,9 @@ def episode_decay_factors(prep: PreparedCandidates, score: np.ndarray, alive: np
         return factor
     # by query, episode, score descending, then memory id (codes follow id order): stable ties
     order = at[np.lexsort((prep.pair_m[at], -score[at], ep[at], prep.pair_q[at]))]
-    q, e = prep.pair_q[order], ep[order]
-    new_run = np.ones(len(order), dtype=bool)
-    new_run[1:] = (q[1:] != q[:-1]) | (e[1:] != e[:-1])
-    starts = np.flatnonzero(new_run)
-    nth = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
-    factor[order] = (1.0 - decay) ** nth
+    episode = ep[order].astype(np.int64)
+    query_episode = prep.pair_q[order].astype(np.int64) * (int(episode.max()) + 1) + episode
+    factor[order] = (1.0 - decay) ** (run_positions(query_episode) - 1)
     return factor
 
 
