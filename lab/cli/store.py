@@ -97,14 +97,20 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     from lab.pipeline import Pipeline
+    from lab.store.store import recover_torn_commits
     from lab.write.check import check_store
 
+    torn = recover_torn_commits(args.store)  # before opening: a torn log file stops any open
     with Pipeline.open(args.store) as pipe:
         done = pipe.repair()
+    done["torn_commits_removed"] = torn
     done["check"] = check_store(args.store).to_dict()
     if args.json:
         print_json(done)
     else:
+        for name in torn:
+            print(f"table {name.split('/')[0]}: took out the torn log file {name.split('/')[1]} "
+                  "(that commit was never acknowledged; the table is back at the version before it)")
         for table, r in done["files_dropped"].items():
             print(f"table {table}: took out damaged file(s) {', '.join(r['files'])} (their rows are lost; "
                   f"now at version {r['version']})")

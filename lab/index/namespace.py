@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from lab.version import __version__
 from lab.config import IndexConfig, to_dict
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
-from lab.index.vector import VectorIndex
+from lab.index.vector import GraphShortfall, VectorIndex
 from lab.store.records import CHUNK_VIEW_PATTERN, chunk_view
 
 MANIFEST = "manifest.json"
@@ -113,6 +113,10 @@ def _by_view(chunk_ids: list[str]) -> dict[str, list[str]]:
     for cid in chunk_ids:
         out.setdefault(chunk_view(cid), []).append(cid)
     return out
+
+
+# widening graph fetches (x4 each) a vector search tries before it scans the allowed chunks exactly
+GRAPH_ROUNDS = 3
 
 
 class NamespaceIndex:
@@ -384,17 +388,35 @@ class NamespaceIndex:
             return self._delta, labels
 
     def search_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters)."""
+        """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters).
+
+        The graph is asked in at most ``GRAPH_ROUNDS`` widening fetches. When those do not yield
+        ``k`` allowed memories (a selective filter, many deleted chunks) or hnswlib cannot return
+        as many neighbours as asked (its graph does not reach every live element), the allowed
+        live chunks are scanned exactly instead: a filter never makes a search fail or come up short.
+        """
         if k <= 0 or self.n_live == 0:
             return []
         fetch = min(self.vector.n_live, max(k + 16, math.ceil(2 * self._chunks_per_memory() * k)))
-        while True:
-            labels, sims = self.vector.search(query_vector, fetch)
+        for _ in range(GRAPH_ROUNDS):
+            try:
+                labels, sims = self.vector.search(query_vector, fetch)
+            except GraphShortfall:
+                break
             keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
             hits = collapse(labels[keep], sims[keep], self.memory_of, k)
             if len(hits) >= k or fetch >= self.vector.n_live:
                 return hits
             fetch = min(self.vector.n_live, fetch * 4)
+        return self.exact_vector(query_vector, k, allowed)
+
+    def exact_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top ``k`` memories by an exact scan of the live (and allowed) chunks' stored vectors."""
+        with self._lock:
+            mask = self.live if allowed is None else self.live & allowed[: len(self.live)]
+            labels = np.flatnonzero(mask)
+            sims = self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
+            return collapse(labels, sims.astype(np.float32), self.memory_of, k)
 
     def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
         """Top ``k`` memories by the BM25 score of their best chunk (main and delta merged by score).

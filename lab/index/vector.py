@@ -9,6 +9,11 @@ import numpy as np
 from lab.config import VectorIndexConfig
 
 
+class GraphShortfall(Exception):
+    """hnswlib could not return as many neighbours as asked: its graph (with soft-deleted
+    elements) does not reach that many live ones from the entry point."""
+
+
 class VectorIndex:
     """An hnswlib index whose labels are the caller's integer chunk labels."""
 
@@ -41,13 +46,18 @@ class VectorIndex:
         self.n_live -= len(labels)
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` (labels, cosine similarities), best first; fewer when fewer are live."""
+        """Top ``k`` (labels, cosine similarities), best first; fewer when fewer are live.
+
+        Raises GraphShortfall when the graph cannot reach ``k`` live elements."""
         k = min(k, self.n_live)
         if k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         # hnswlib's default ef is 10, which silently caps recall: ef must be >= k.
         self._index.set_ef(max(self.config.ef_search, k))
-        labels, distances = self._index.knn_query(np.asarray(query, dtype=np.float32).reshape(1, -1), k=k)
+        try:
+            labels, distances = self._index.knn_query(np.asarray(query, dtype=np.float32).reshape(1, -1), k=k)
+        except RuntimeError as exc:  # "Cannot return the results in a contiguous 2D array"
+            raise GraphShortfall(f"hnswlib returned fewer than {k} neighbours: {exc}") from None
         return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
 
     def save(self, path: Path) -> None:

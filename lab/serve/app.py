@@ -88,28 +88,63 @@ class BodyLimit:
                     return await self.too_large()(scope, receive, send)
             except ValueError:
                 return await error_response(400, "Content-Length is not a number")(scope, receive, send)
-        seen = 0
-
-        async def limited() -> dict:
-            nonlocal seen
+        if declared is not None:
+            return await self.app(scope, receive, send)
+        # no Content-Length (a chunked body): read it here, up to the limit, then hand it on.
+        # Refusing it from inside the app's own read would reach the client as a parse error (400).
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge()
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > self.limit:
+                return await self.too_large()(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self.too_large()(scope, receive, send)
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     def too_large(self) -> JSONResponse:
         return error_response(413, f"request body over {self.limit} bytes")
 
 
-class _TooLarge(Exception):
-    pass
+class Unexpected:
+    """Answers an unexpected exception with lab's 500 body and keeps the connection usable.
+
+    Starlette's own last-resort handler sends the 500 and then re-raises, and the server closes
+    the connection on the re-raised error: the client's next request on it was reset."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            if started:
+                raise  # half a response is out: only closing the connection ends it
+            await error_response(500, "internal error; the server log has the details")(scope, receive, send)
 
 
 class Measure:
@@ -135,6 +170,20 @@ class Measure:
             path = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.requests.labels(path, scope["method"], str(status[0])).inc()
             self.metrics.latency.labels(path, scope["method"]).observe(time.perf_counter() - started)
+
+
+def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
+    """The methods some route of ``app`` answers on the request's path."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
@@ -196,15 +245,14 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal error; the server log has the details")
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # every method the path answers to, not only its first route's
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(app, request.scope))}
+        return error_response(exc.status_code, str(exc.detail), headers=headers)
 
     app.include_router(routes.operations)
     app.include_router(routes.v1)
+    app.add_middleware(Unexpected)  # innermost: an error never reaches Starlette's re-raising handler
     app.add_middleware(Measure, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

@@ -14,15 +14,17 @@ SLOW = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class _Memories:
-    """lab_memories{namespace}: counted when scraped, so it is never stale."""
+    """lab_memories{namespace}: counted when scraped, so it is never stale; only the namespaces
+    ``visible`` admits are named (a caller never learns of a namespace its key may not read)."""
 
-    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
-        self.counts = counts
+    def __init__(self, counts: Callable[[], dict[str, int]], visible: Callable[[str], bool]) -> None:
+        self.counts, self.visible = counts, visible
 
     def collect(self):
         family = GaugeMetricFamily("lab_memories", "memories stored, by namespace", labels=["namespace"])
         for ns, n in sorted(self.counts().items()):
-            family.add_metric([ns], n)
+            if self.visible(ns):
+                family.add_metric([ns], n)
         yield family
 
 
@@ -53,7 +55,19 @@ class Metrics(Observer):
         self.rate_limited = Counter("lab_rate_limited", "requests refused with 429", registry=r)
 
     def count_memories(self, counts: Callable[[], dict[str, int]]) -> None:
-        self.registry.register(_Memories(counts))
+        self._counts = counts
+
+    def exposition(self, visible: Callable[[str], bool]) -> bytes:
+        """The text exposition, with memories counted for the namespaces ``visible`` admits."""
+        from prometheus_client import generate_latest
+
+        text = generate_latest(self.registry)
+        counts = getattr(self, "_counts", None)
+        if counts is None:
+            return text
+        scoped = CollectorRegistry()
+        scoped.register(_Memories(counts, visible))
+        return text + generate_latest(scoped)
 
     def searched(self, queries: int, seconds: float) -> None:
         self.search_batch.observe(queries)

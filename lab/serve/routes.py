@@ -46,25 +46,43 @@ class Caller:
             raise ApiError(403, f"key {self.key.name!r} is read-only: it cannot write to namespace {namespace!r}")
 
 
-async def caller(request: Request) -> Caller:  # async: a few microseconds, no thread-pool hop
-    """Authenticate (when auth is on) and take a token from the caller's rate-limit bucket."""
-    state: AppState = request.app.state.lab
-    key = None
-    if state.auth_on:
-        header = request.headers.get("authorization", "")
-        secret = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-        if not secret:
-            raise ApiError(401, "an API key is required: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
-                           headers={"WWW-Authenticate": "Bearer"})
-        key = state.keys.find(secret)
-        if key is None:
-            raise ApiError(401, "the API key is not valid", headers={"WWW-Authenticate": "Bearer"})
-    who = f"key:{key.name}" if key else f"addr:{request.client.host if request.client else '-'}"
+def secret_of(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    return header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+
+
+def identify(state: AppState, request: Request) -> ApiKey | None:
+    """The key the request carries, when it is valid (no rate limit taken, no error raised)."""
+    secret = secret_of(request)
+    return state.keys.find(secret) if secret else None
+
+
+def _take(state: AppState, who: str) -> None:
     wait = state.limiter.take(who)
     if wait > 0:
         state.metrics.rate_limited.inc()
         raise ApiError(429, f"rate limit of {state.settings.rate:g} requests/s (burst {state.settings.burst}) "
                             "exceeded; retry later", headers={"Retry-After": str(max(1, math.ceil(wait)))})
+
+
+async def caller(request: Request) -> Caller:  # async: a few microseconds, no thread-pool hop
+    """Authenticate (when auth is on) and take a token from the caller's rate-limit bucket.
+
+    A request without a valid key takes its token from its client address's bucket first, so
+    guessing keys is rate-limited like any other request."""
+    state: AppState = request.app.state.lab
+    address = f"addr:{request.client.host if request.client else '-'}"
+    key = None
+    if state.auth_on:
+        secret = secret_of(request)
+        key = state.keys.find(secret) if secret else None
+        if key is None:
+            _take(state, "failed-" + address)
+            if not secret:
+                raise ApiError(401, "an API key is required: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
+                               headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError(401, "the API key is not valid", headers={"WWW-Authenticate": "Bearer"})
+    _take(state, f"key:{key.name}" if key else address)
     return Caller(key)
 
 
@@ -117,22 +135,28 @@ def health() -> dict[str, Any]:
 
 
 @operations.get("/ready", response_model=S.Ready, responses={503: {"model": S.Ready}})
-def ready(state: State, response: Response) -> dict[str, Any]:
-    """Readiness: every namespace's index is loaded and caught up with the store."""
+def ready(state: State, request: Request, response: Response) -> dict[str, Any]:
+    """Readiness: every namespace's index is loaded and caught up with the store. With auth on,
+    a request without a valid key is told only yes or no."""
     service = state.service
     if not service.ready.is_set():
         response.status_code = 503
+        if state.auth_on and identify(state, request) is None:
+            return {"ready": False}
         return {"ready": False, "error": "indexes failed to load" if service.startup_error else "loading indexes"}
+    if state.auth_on and identify(state, request) is None:
+        return {"ready": True}
     version, namespaces = service.read(lambda: (str(service.store.version()), len(service.store.namespaces())))
     return {"ready": True, "namespaces": namespaces, "store_version": version, "served": service.served.describe()}
 
 
-@operations.get("/metrics", response_class=PlainTextResponse)
-def metrics(state: State) -> PlainTextResponse:
-    """Prometheus metrics (text exposition format)."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+@operations.get("/metrics", response_class=PlainTextResponse, responses=ERRORS)
+def metrics(state: State, who: Auth) -> PlainTextResponse:
+    """Prometheus metrics (text exposition format). With auth on it needs a key, and memories are
+    counted only for the namespaces that key may read."""
+    from prometheus_client import CONTENT_TYPE_LATEST
 
-    return PlainTextResponse(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return PlainTextResponse(state.metrics.exposition(who.can), media_type=CONTENT_TYPE_LATEST)
 
 
 # --------------------------------------------------------------------------- memories

@@ -7,6 +7,7 @@ value is checked once, here, and a bad one names the setting, where it came from
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -45,17 +46,14 @@ class Settings:
     log_level: str = "info"
 
     def __post_init__(self) -> None:
+        for name in RANGES:
+            problem = out_of_range(name, getattr(self, name))
+            if problem:
+                raise ValidationError(f"setting {name} {problem}")
         if self.auth not in ("on", "off", "auto"):
             raise ValidationError(f"setting auth must be on, off or auto, got {self.auth!r}")
-        if not 0 <= self.port <= 65535:
-            raise ValidationError(f"setting port must be 0-65535, got {self.port}")
-        for name in ("rate", "burst", "max_body_bytes", "group_max", "query_batch", "model_threads",
-                     "embed_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValidationError(f"setting {name} must be > 0, got {getattr(self, name)}")
-        for name in ("group_wait_ms", "snapshot_seconds", "refresh_seconds", "query_embedders"):
-            if getattr(self, name) < 0:
-                raise ValidationError(f"setting {name} must be >= 0, got {getattr(self, name)}")
+        if self.log_level not in LOG_LEVELS:
+            raise ValidationError(f"setting log_level must be one of {list(LOG_LEVELS)}, got {self.log_level!r}")
         if not self.model.startswith("models:/"):
             raise ValidationError(f"setting model must look like models:/NAME@ALIAS or models:/NAME/VERSION, "
                                   f"got {self.model!r}")
@@ -75,18 +73,58 @@ class Settings:
         return self.auth == "on" or (self.auth == "auto" and not self.loopback)
 
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+# each numeric setting's allowed range (low, high, whether low itself is allowed); NaN and the
+# infinities are never allowed (a NaN rate compares false with everything and would turn limiting off)
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "port": (0, 65535, True),
+    "rate": (0, 1e6, False),
+    "burst": (0, 1e6, False),
+    "max_body_bytes": (0, 1 << 30, False),
+    "group_max": (0, 100_000, False),
+    "group_wait_ms": (0, 10_000, True),
+    "query_batch": (0, 4096, False),
+    "query_embedders": (0, 16, True),
+    "model_threads": (0, 64, False),
+    "embed_timeout_s": (0, 86_400, False),
+    "snapshot_seconds": (0, 86_400, True),
+    "refresh_seconds": (0, 3_600, True),
+}
+
+
+def out_of_range(name: str, value: Any) -> str | None:
+    """What is wrong with a numeric setting's value ('must be ...'), or None when it is allowed."""
+    low, high, low_ok = RANGES[name]
+    allowed = f"{'>=' if low_ok else '>'} {low:g} and <= {high:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number {allowed}, got {value!r}"
+    if not math.isfinite(value):
+        return f"must be a finite number {allowed}, got {value!r}"
+    if not ((value >= low if low_ok else value > low) and value <= high):
+        return f"must be {allowed}, got {value!r}"
+    return None
+
+
 def _coerce(name: str, raw: Any, kind: type, where: str) -> Any:
     if raw is None:
         return None
-    try:
-        if kind is int and not isinstance(raw, bool):
-            return int(raw)
-        if kind is float and not isinstance(raw, bool):
-            return float(raw)
-    except (TypeError, ValueError):
-        raise ValidationError(f"setting {name} from {where}: {raw!r} is not a{'n integer' if kind is int else ' number'}") from None
     if kind in (int, float):
-        raise ValidationError(f"setting {name} from {where}: {raw!r} is not a number")
+        value: Any = None
+        if not isinstance(raw, bool):
+            try:
+                value = float(raw)
+                if kind is int:
+                    value = int(value) if value.is_integer() else None
+            except (TypeError, ValueError, OverflowError):
+                value = None
+        if value is None:
+            raise ValidationError(f"setting {name} from {where}: {raw!r} is not a"
+                                  f"{'n integer' if kind is int else ' number'}")
+        problem = out_of_range(name, value)
+        if problem:
+            raise ValidationError(f"setting {name} from {where} {problem}")
+        return value
     if not isinstance(raw, (str, int, float)):
         raise ValidationError(f"setting {name} from {where}: {raw!r} is not a string")
     return str(raw)

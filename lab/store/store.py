@@ -16,7 +16,7 @@ from lab.config import SaveConfig, from_dict
 from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
 from lab.schema import ACCESS_LOG, EDGES, MEMORIES, MEMORY_TYPES, NAMESPACES, EDGE_RELATIONS, chunks_schema
 from lab.store.records import namespace_folder, validate_id, validate_namespace
-from lab.store.table import DeltaFrame, in_list
+from lab.store.table import DeltaFrame, in_list, recover_torn_commit
 
 STORE_FORMAT = 1
 INFO_FILE = "lab-store.json"
@@ -70,6 +70,26 @@ def _interrupted_create(root: Path) -> bool:
         if any(p.name != "00000000000000000000.json" for p in log_dir.glob("*.json")):
             return False
     return True
+
+
+def recover_torn_commits(root: str | Path, timeout: float = 600.0) -> list[str]:
+    """Take a torn newest commit file out of each table's log (``lab store repair``, before the
+    store can be opened at all); returns ``table/file`` for each one moved aside."""
+    from filelock import FileLock, Timeout
+
+    root = Path(root)
+    if not (root / INFO_FILE).is_file():
+        raise NotFoundError(f"no lab store at {root} (create one with `lab init --store {root}`)")
+    try:
+        with FileLock(str(root / WRITE_LOCK), timeout=timeout):
+            moved = []
+            for table in sorted(p for p in (root / "tables").glob("*") if p.is_dir()):
+                name = recover_torn_commit(table)
+                if name is not None:
+                    moved.append(f"{table.name}/{name}")
+            return moved
+    except Timeout:
+        raise ConflictError(f"store {root} is busy: another writer held its lock for over {timeout:g} s") from None
 
 
 class _Held:
@@ -415,7 +435,7 @@ class Store:
         for ns in sorted({r["namespace"] for r in rows} - known):
             self.create_namespace(ns, exist_ok=True)
         before = self._lookup_version
-        self._chunks.append(chunks)
+        self._append_chunks(chunks)
         after = self._memories.append(pa.Table.from_pylist(rows, schema=MEMORIES), self._memories_commit_meta())
         if after == before + 1:  # nobody else wrote in between: extend the lookups in place
             self._ids.update(ids)
@@ -431,7 +451,7 @@ class Store:
         if missing:
             raise NotFoundError(f"no memory with id(s) {missing[:5]}")
         if chunks is not None:
-            self._chunks.append(chunks)
+            self._append_chunks(chunks)
         self._memories.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._memories_commit_meta())
         return self.known_version()
 
@@ -588,14 +608,41 @@ class Store:
             out["by_relation"] = dict(sorted(edges.group_by("relation").len().iter_rows()))
         return out
 
-    def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
-        """Drop chunks no memory shows any more, then merge small files in every table."""
-        stale = self._chunks.frame().join(
-            self.chunks().select("chunk_id"), on="chunk_id", how="anti"
-        )["chunk_id"].to_list()
+    def _append_chunks(self, chunks: pa.Table) -> None:
+        """Commit chunk rows, first deleting stored rows with the same chunk ids.
+
+        A chunk id names its memory and the memory's index hash, so a stored row with a new row's
+        id can only be the orphan of a save cut off between its chunks commit and its memories
+        commit: the retry of that save would otherwise store every chunk twice."""
+        ids = chunks.column("chunk_id").to_pylist()
+        present = self._chunks.frame().filter(pl.col("chunk_id").is_in(ids))["chunk_id"].unique().sort().to_list()
+        if present:
+            self._chunks.delete(in_list("chunk_id", present))
+        self._chunks.append(chunks)
+
+    def orphan_chunks(self) -> tuple[list[str], list[str]]:
+        """(chunk ids no memory shows, chunk ids stored more than once): what a cut-off save leaves."""
+        stored = self._chunks.frame()
+        stale = stored.join(self.chunks().select("chunk_id"), on="chunk_id", how="anti")["chunk_id"].unique().sort()
+        twice = stored.filter(pl.col("chunk_id").is_duplicated())["chunk_id"].unique().sort()
+        return stale.to_list(), [c for c in twice.to_list() if c not in set(stale.to_list())]
+
+    def remove_orphan_chunks(self) -> dict[str, int]:
+        """Delete chunk rows no memory shows and keep one row of any chunk stored twice, whatever
+        their age (at most two commits: the duplicates are deleted, then written back once)."""
+        stale, twice = self.orphan_chunks()
         if stale:
             self._chunks.delete(in_list("chunk_id", stale))
-        report = {"stale_chunks_removed": len(stale)}
+        if twice:
+            keep = self._chunks.frame().filter(pl.col("chunk_id").is_in(twice)).unique("chunk_id", keep="first",
+                                                                                        maintain_order=True)
+            self._chunks.delete(in_list("chunk_id", twice))
+            self._chunks.append(keep.to_arrow().cast(self._chunks.schema))
+        return {"stale_chunks_removed": len(stale), "duplicate_chunks_removed": len(twice)}
+
+    def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
+        """Drop chunks no memory shows any more (and second copies), then merge small files in every table."""
+        report: dict[str, Any] = self.remove_orphan_chunks()
         for name, table in (
             ("memories", self._memories), ("chunks", self._chunks), ("edges", self._edges),
             ("access_log", self._access), ("namespaces", self._namespaces),

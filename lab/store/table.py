@@ -1,6 +1,7 @@
 """One Delta Lake table with an in-memory polars copy that follows the table's version."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ class DeltaFrame:
             if self.pinned or not create:
                 raise StoreError(f"no Delta table at {path}")
             write_deltalake(str(path), schema.empty_table(), mode="ignore")
+        torn = torn_commit(path) if version is None else None
+        if torn is not None:
+            raise StoreError(f"table {path.name}: the newest Delta log file {torn.name} is torn (a commit cut off "
+                             "while it was written; no client was told it landed); `lab store repair` takes it "
+                             "out and recovers the version before it")
         try:
             self._dt = DeltaTable(str(path), version=version)
         except Exception as exc:  # deltalake raises several types for a missing version
@@ -241,6 +247,45 @@ class DeltaFrame:
 
     def n_files(self) -> int:
         return len(self._dt.file_uris())
+
+
+TORN_FOLDER = "_torn_commits"  # beside _delta_log: where repair keeps a torn commit file
+
+
+def torn_commit(path: Path) -> Path | None:
+    """The newest commit file of the Delta table at ``path`` when it is torn: empty, not UTF-8, or
+    a line that is not whole JSON (a process killed or a disk filled while the file was written)."""
+    log = path / "_delta_log"
+    if not log.is_dir():
+        return None
+    commits = sorted(log.glob("[0-9]" * 20 + ".json"))
+    if not commits:
+        return None
+    newest = commits[-1]
+    try:
+        lines = [line for line in newest.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not lines:
+            return newest
+        for line in lines:
+            if not isinstance(json.loads(line), dict):
+                return newest
+    except (UnicodeDecodeError, ValueError):
+        return newest
+    return None
+
+
+def recover_torn_commit(path: Path) -> str | None:
+    """Move a torn newest commit file of the table at ``path`` aside (to ``_torn_commits/``), so the
+    table reads at the version before it; returns the file's name, or None when none is torn.
+    Only the torn commit is lost, and no writer was acknowledged for it (a commit is acknowledged
+    once its log file is whole)."""
+    torn = torn_commit(path)
+    if torn is None:
+        return None
+    aside = path / TORN_FOLDER
+    aside.mkdir(exist_ok=True)
+    torn.replace(aside / torn.name)
+    return torn.name
 
 
 def uri_path(uri: str) -> str:

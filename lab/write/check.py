@@ -76,6 +76,10 @@ def check_store(root: str | Path) -> CheckReport:
     dup_chunks = chunks.filter(pl.col("chunk_id").is_duplicated())["chunk_id"].unique().sort().to_list()
     if dup_chunks:
         report.problems.append(Problem("error", "table chunks", f"{len(dup_chunks)} duplicate chunk ids, e.g. {dup_chunks[0]}"))
+    stale, twice = store.orphan_chunks()
+    if stale or twice:
+        report.problems.append(Problem("warning", "table chunks", f"{len(stale) + len(twice)} orphan chunk row(s) "
+                                       "(left by a save cut off before its memories commit; compact or repair removes them)"))
     namespaces = store.namespaces()
     index_root = store.root / "indexes"
     for ns in namespaces:
@@ -106,6 +110,7 @@ def repair_tables(store: Store) -> dict[str, Any]:
         dropped = table.drop_damaged_files()
         if dropped:
             done["files_dropped"][name] = {"files": dropped, "version": table.version}
+    done.update(store.remove_orphan_chunks())
     index_root = store.root / "indexes"
     if index_root.is_dir():
         present = {namespace_folder(ns) for ns in store.namespaces()}

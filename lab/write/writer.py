@@ -252,6 +252,8 @@ class Writer:
         raw["access_count"] = self.store.stored_access_count(memory_id)
         raw.update(changes)
         row = normalize_memory(raw, now=utcnow(), where=f"update {memory_id}: ")
+        if changes.get("superseded_by") is not None:
+            self._check_superseder(memory_id, row["namespace"], row["superseded_by"])
         row["updated_at"] = max(utcnow(), row["created_at"])
         if row["content_hash"] != current["content_hash"]:
             other = self.store.find_by_hash(row["namespace"], row["content_hash"])
@@ -271,6 +273,16 @@ class Writer:
         else:
             self.indexes.touch(row["namespace"], version)
         return self.store.get(memory_id)
+
+    def _check_superseder(self, memory_id: str, namespace: str, superseder: str) -> None:
+        """``superseded_by`` names another memory of the same namespace, never the memory itself."""
+        if superseder == memory_id:
+            raise ValidationError(f"field 'superseded_by': memory {memory_id!r} cannot supersede itself")
+        # one answer whether the id is absent or in another namespace: no caller learns of a
+        # memory in a namespace it may not read
+        if not self.store.has_ids([superseder]) or self.store.get(superseder)["namespace"] != namespace:
+            raise NotFoundError(f"field 'superseded_by': no memory {superseder!r} in namespace {namespace!r} "
+                                "(a memory is superseded only by one of its own namespace)")
 
     @_locked
     def delete(self, ids: Sequence[str] | str, *, hard: bool = False) -> int:

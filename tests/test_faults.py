@@ -1,0 +1,181 @@
+"""The defects a fault probe found (issue 28), each held by a test that failed before its fix:
+a vector search that crashed on a selective filter, duplicate chunks after a retried save, a torn
+Delta log that made a store unreadable, and NaN server settings that were accepted."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from lab.config import IndexConfig, VectorIndexConfig
+from lab.embed.fake import FakeEmbedder
+from lab.errors import StoreError, ValidationError
+from lab.index.namespace import NamespaceIndex
+from lab.index.vector import GraphShortfall
+from lab.pipeline import Pipeline
+from lab.serve.settings import load_settings
+from lab.store.store import Store, recover_torn_commits
+from lab.write.check import check_store
+
+REPRO = Path(__file__).resolve().parent.parent.parent / "shared" / "repro" / "hnsw_repro.jsonl"
+
+
+# --------------------------------------------------------------------------- 1. filtered vector search
+def _index(vectors: np.ndarray, memory_of: list[str], m: int = 4) -> NamespaceIndex:
+    chunks = pl.DataFrame({
+        "chunk_id": [f"{mid}#{i:04d}" for i, mid in enumerate(memory_of)],
+        "memory_id": memory_of,
+        "text": [f"text {i}" for i in range(len(memory_of))],
+        "embedding": [v.tolist() for v in vectors],
+    }, schema_overrides={"embedding": pl.Array(pl.Float32, vectors.shape[1])})
+    config = IndexConfig(vector=VectorIndexConfig(m=m, ef_construction=8, ef_search=8))
+    return NamespaceIndex.build("ns", chunks, vectors.shape[1], config, "test", "0.0.0.0")
+
+
+def _brute(idx: NamespaceIndex, query: np.ndarray, k: int, allowed: np.ndarray) -> list[tuple[str, float]]:
+    """Each allowed live memory's best chunk cosine, best first, ties by id: the plain reference."""
+    best: dict[str, float] = {}
+    for label, mid in enumerate(idx.memory_of):
+        if idx.live[label] and allowed[label]:
+            best[mid] = max(best.get(mid, -np.inf), float(idx._vectors[label] @ query))
+    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 120), chunks_per=st.integers(1, 3), k=st.integers(1, 30), seed=st.integers(0, 10_000),
+       deleted=st.floats(0, 0.95), kept=st.floats(0, 1))
+def test_a_filtered_vector_search_returns_exactly_the_allowed_top_k(n, chunks_per, k, seed, deleted, kept):
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(n, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    memory_of = [f"m{i // chunks_per:03d}" for i in range(n)]
+    idx = _index(vectors, memory_of)
+    gone = [idx.chunk_ids[i] for i in np.flatnonzero(rng.random(n) < deleted)]
+    idx.apply(None, gone, "0.0.0.1")
+    allowed = rng.random(n) < kept
+    query = rng.normal(size=8).astype(np.float32)
+    query /= np.linalg.norm(query)
+    got = idx.search_vector(query, k, allowed)
+    want = _brute(idx, query, k, allowed)
+    assert [mid for mid, _ in got] == [mid for mid, _ in want]
+    assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
+
+
+def test_a_graph_that_cannot_supply_the_fetch_falls_back_to_an_exact_scan(monkeypatch):
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(50, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    idx = _index(vectors, [f"m{i:03d}" for i in range(50)])
+
+    def short(query, k):
+        raise GraphShortfall("hnswlib returned fewer than asked")
+
+    monkeypatch.setattr(idx.vector, "search", short)
+    allowed = np.zeros(50, dtype=bool)
+    allowed[[3, 17, 40]] = True
+    got = idx.search_vector(vectors[17], 10, allowed)
+    assert [mid for mid, _ in got][0] == "m017" and sorted(m for m, _ in got) == ["m003", "m017", "m040"]
+
+
+def test_the_reported_reproduction_answers_a_search(tmp_path):
+    if not REPRO.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{REPRO} is missing under CI")
+        pytest.skip(f"{REPRO} not present on this machine")
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.ingest(REPRO, namespace="upd", progress=False)
+        hits = pipe.search("base memory token", namespace="upd")
+        assert len(hits) == 10
+        valid = set(pipe.store.memories("upd").filter(pl.col("valid"))["id"].to_list())
+        assert {h.memory_id for h in hits} <= valid
+
+
+# --------------------------------------------------------------------------- 2. a save cut between its commits
+def test_a_retry_after_a_crash_between_the_two_commits_leaves_a_clean_store(tmp_path, monkeypatch):
+    root = tmp_path / "s"
+    with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.save("a memory saved before", "n")
+        real = pipe.store._memories.append
+
+        def killed(*args, **kwargs):  # the process dies after the chunks commit
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pipe.store._memories, "append", killed)
+        with pytest.raises(KeyboardInterrupt):
+            pipe.save("the memory being saved when the process died", "n")
+        monkeypatch.setattr(pipe.store._memories, "append", real)
+    assert [p.severity for p in check_store(root).problems] == ["warning"]  # orphan chunks, not an error
+    with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:  # the retry, in a new process
+        pipe.save("the memory being saved when the process died", "n")
+        assert pipe.store.chunks("n")["chunk_id"].is_duplicated().sum() == 0
+    report = check_store(root)
+    assert report.problems == [], [str(p) for p in report.problems]
+
+
+def test_compact_and_repair_remove_orphans_and_second_copies_of_any_age(tmp_path):
+    root = tmp_path / "s"
+    with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.save_many([{"content": f"memory number {i}", "namespace": "n"} for i in range(5)], progress=False)
+        stored = pipe.store._chunks.frame()
+        # what the old code left: the killed save's chunks and the retry's, both stored
+        pipe.store._chunks.append(stored.head(2).to_arrow().cast(pipe.store._chunks.schema))
+        orphan = stored.head(1).with_columns(pl.lit("n:orphan").alias("memory_id"),
+                                             pl.lit("n:orphan#0").alias("chunk_id"))
+        pipe.store._chunks.append(orphan.to_arrow().cast(pipe.store._chunks.schema))
+    assert check_store(root).errors, "duplicate chunks must be an error"
+    with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
+        done = pipe.repair()
+    assert (done["stale_chunks_removed"], done["duplicate_chunks_removed"]) == (1, 2)
+    assert check_store(root).problems == []
+    with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
+        assert pipe.store._chunks.frame().height == 5
+        assert len(pipe.search("memory number 3", namespace="n")) == 5
+
+
+# --------------------------------------------------------------------------- 5. a torn Delta log file
+def test_a_torn_last_log_file_is_named_and_repair_recovers_the_version_before_it(tmp_path):
+    root = tmp_path / "s"
+    with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.save("kept across the tear", "n")
+        pipe.save("the torn commit's memory", "n")
+    log = sorted((root / "tables" / "memories" / "_delta_log").glob("*.json"))[-1]
+    text = log.read_bytes()
+    log.write_bytes(text[: len(text) // 2])  # the process died while writing it
+    with pytest.raises(StoreError, match=f"{log.name} is torn"):
+        Store.open(root)
+    assert recover_torn_commits(root) == [f"memories/{log.name}"]
+    with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
+        pipe.repair()
+        assert pipe.store.memories("n")["content"].to_list() == ["kept across the tear"]
+        pipe.save("the torn commit's memory", "n")  # its retry lands
+    assert check_store(root).problems == []
+    assert recover_torn_commits(root) == []
+
+
+# --------------------------------------------------------------------------- 4. server settings
+@pytest.mark.parametrize("name,value", [("rate", "nan"), ("refresh_seconds", "nan"), ("rate", "inf"),
+                                        ("burst", "-1"), ("group_wait_ms", "1e9"), ("port", "70000"),
+                                        ("query_batch", "2.5"), ("embed_timeout_s", "0")])
+def test_nan_infinite_and_out_of_range_settings_are_refused_naming_where_they_came_from(tmp_path, name, value):
+    with pytest.raises(ValidationError, match=f"setting {name} from the command line"):
+        load_settings({name: value}, env={})
+    with pytest.raises(ValidationError, match=f"setting {name} from \\$LAB_SERVE_{name.upper()}"):
+        load_settings({}, env={f"LAB_SERVE_{name.upper()}": value})
+    conf = tmp_path / "serve.json"
+    conf.write_text(json.dumps({name: float(value)}))
+    with pytest.raises(ValidationError, match=f"setting {name} from {conf}"):
+        load_settings({}, env={}, config_file=conf)
+
+
+def test_a_setting_built_directly_is_checked_too():
+    from lab.serve.settings import Settings
+
+    with pytest.raises(ValidationError, match="setting rate must be a finite number"):
+        Settings(rate=float("nan"))
+    with pytest.raises(ValidationError, match="setting log_level must be one of"):
+        Settings(log_level="loud")
