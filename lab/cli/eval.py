@@ -47,8 +47,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.dataset:
         raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
     loaded = DatasetOptions(args.observations, args.summaries)
-    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
-                           summaries=args.summaries)
     options = _options(args)
     save = save_config(args.context_turns, args.time_in_text)
     if args.preset:
@@ -69,6 +67,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             counter = args.counter or candidate.assemble.counter
             options = replace(options, assemble=replace(candidate.assemble, counter=counter),
                               budget=(candidate.assemble.budget if args.budget is None else args.budget) or None)
+    # every input above is checked before the dataset is loaded and indexed (the long part)
+    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
+                           summaries=args.summaries)
     retriever = eval_retriever(dataset, save, progress=not args.quiet)
     for config in configs:
         result, out = evaluate_to_folder(retriever, dataset, config, options, args.out, loaded)

@@ -141,10 +141,12 @@ def compare(run_a: str | Path, run_b: str | Path, metrics: list[str] | None = No
 def candidate_from(preset: str | None, config_file: str | Path | None) -> Candidate:
     """A preset by name, or a candidate file (a SearchConfig, optionally with save and assemble sections)."""
     from lab.config import load_candidate
-    from lab.search.presets import resolve
+    from lab.search.presets import checked, resolve
 
     if config_file:
-        return load_candidate(config_file)
+        candidate = load_candidate(config_file)
+        checked(candidate.search, str(config_file))
+        return candidate
     return Candidate(resolve(preset))
 
 

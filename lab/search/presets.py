@@ -110,6 +110,19 @@ def preset(name: str) -> SearchConfig:
     return PRESETS[name]
 
 
+def checked(config: SearchConfig, where: str) -> SearchConfig:
+    """A configuration read from a file, checked against the registries (the fuser's name) before
+    any work starts: the config layer cannot see the registries, so this is where a file's
+    unknown fuser is caught, not after minutes of loading and indexing."""
+    from lab.search.fusion import get_fuser  # the fusion package, only when a file is read
+
+    try:
+        get_fuser(config.fusion.method)
+    except ValidationError as exc:
+        raise ValidationError(f"{where}: field 'fusion.method': {exc}") from None
+    return config
+
+
 def resolve(name_or_path: str | None) -> SearchConfig:
     """A preset name, or a YAML/JSON config file path; None gives the `lab` preset."""
     if name_or_path is None:
@@ -117,7 +130,7 @@ def resolve(name_or_path: str | None) -> SearchConfig:
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
     if name_or_path.endswith((".yaml", ".yml", ".json")):
-        return load_config(SearchConfig, name_or_path)
+        return checked(load_config(SearchConfig, name_or_path), name_or_path)
     raise ValidationError(f"unknown preset {name_or_path!r}; known: {sorted(PRESETS)} (or a .yaml/.json file)")
 
 

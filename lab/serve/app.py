@@ -173,14 +173,18 @@ class Measure:
 
 
 def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
-    """The methods some route of ``app`` answers on the request's path."""
-    from starlette.routing import Match
-
+    """The methods some operation of ``app``'s API answers on the request's path (from its OpenAPI
+    paths: included routers are not plain route lists to walk in every FastAPI release)."""
+    table = getattr(app.state, "method_table", None)
+    if table is None:
+        table = [(re.compile("^" + re.sub(r"\\{[^}]+\\}", ".+", re.escape(path)) + "$"),
+                  {m.upper() for m in ops})
+                 for path, ops in app.openapi().get("paths", {}).items()]
+        app.state.method_table = table
     methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches({**scope, "method": "GET"})
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
+    for pattern, ops in table:
+        if pattern.match(scope.get("path", "")):
+            methods |= ops
     if "GET" in methods:
         methods.add("HEAD")
     return sorted(methods)
@@ -210,8 +214,13 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
         yield
         service.close()
 
-    app = FastAPI(title="lab memory API", version=__version__, lifespan=lifespan,
+    # with auth on, the API's own description is behind a key too (everything but /health and a
+    # yes/no /ready is): its documents are served by routes that authenticate like any other
+    hidden = {"openapi_url": None, "docs_url": None, "redoc_url": None} if settings.auth_on else {}
+    app = FastAPI(title="lab memory API", version=__version__, lifespan=lifespan, **hidden,
                   description="Save, search and assemble agent memories with a gated retrieval configuration.")
+    if settings.auth_on:
+        routes.document_routes(app)
     app.state.lab = state
     root = str(service.store.root.resolve())
 

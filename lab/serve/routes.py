@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated, Any, Optional
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from lab.config import FilterConfig, SearchConfig
@@ -87,6 +87,8 @@ async def caller(request: Request) -> Caller:  # async: a few microseconds, no t
 
 
 State = Annotated[AppState, Depends(get_state)]
+MemoryIdPath = Annotated[str, Path(min_length=1, max_length=200, pattern=S.ID_PATTERN)]
+NamespacePath = Annotated[str, Path(min_length=1, max_length=128, pattern=S.NAMESPACE_PATTERN)]
 Auth = Annotated[Caller, Depends(caller)]
 operations = APIRouter(tags=["operations"])
 v1 = APIRouter(prefix="/v1", responses=ERRORS)
@@ -134,7 +136,7 @@ def health() -> dict[str, Any]:
     return {"status": "ok", "version": __version__}
 
 
-@operations.get("/ready", response_model=S.Ready, responses={503: {"model": S.Ready}})
+@operations.get("/ready", response_model=S.Ready, response_model_exclude_none=True, responses={503: {"model": S.Ready}})
 def ready(state: State, request: Request, response: Response) -> dict[str, Any]:
     """Readiness: every namespace's index is loaded and caught up with the store. With auth on,
     a request without a valid key is told only yes or no."""
@@ -157,6 +159,19 @@ def metrics(state: State, who: Auth) -> PlainTextResponse:
     from prometheus_client import CONTENT_TYPE_LATEST
 
     return PlainTextResponse(state.metrics.exposition(who.can), media_type=CONTENT_TYPE_LATEST)
+
+
+def document_routes(app: Any) -> None:
+    """/openapi.json and /docs behind the key check (``create_app`` with auth on)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_document(who: Auth) -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger(who: Auth) -> Any:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
 
 
 # --------------------------------------------------------------------------- memories
@@ -184,12 +199,12 @@ async def create(state: AppState, who: Caller, memories: list[S.MemoryIn]) -> di
 
 
 @v1.get("/memories/{memory_id:path}", response_model=S.Memory, tags=["memories"])
-def get_memory(memory_id: str, state: State, who: Auth) -> dict[str, Any]:
+def get_memory(memory_id: MemoryIdPath, state: State, who: Auth) -> dict[str, Any]:
     return memory_out(memory_for(state, who, memory_id))
 
 
 @v1.patch("/memories/{memory_id:path}", response_model=S.Memory, tags=["memories"])
-async def patch_memory(memory_id: str, body: S.MemoryPatch, state: State, who: Auth) -> dict[str, Any]:
+async def patch_memory(memory_id: MemoryIdPath, body: S.MemoryPatch, state: State, who: Auth) -> dict[str, Any]:
     """Change fields; a new content, title or tags re-embeds the memory before this returns."""
     changes = body.changes()
     if not changes:
@@ -199,7 +214,7 @@ async def patch_memory(memory_id: str, body: S.MemoryPatch, state: State, who: A
 
 
 @v1.delete("/memories/{memory_id:path}", response_model=S.Deleted, tags=["memories"])
-async def delete_memory(memory_id: str, state: State, who: Auth,
+async def delete_memory(memory_id: MemoryIdPath, state: State, who: Auth,
                         hard: Annotated[bool, Query(description="remove it for good (default: mark invalid)")] = False,
                         ) -> dict[str, Any]:
     memory_for(state, who, memory_id, write=True)
@@ -223,7 +238,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 @v1.get("/memories", response_model=S.MemoryPage, tags=["memories"])
 def list_memories(
     state: State, who: Auth,
-    namespace: Annotated[str, Query(min_length=1, max_length=128)],
+    namespace: Annotated[str, Query(min_length=1, max_length=128, pattern=S.NAMESPACE_PATTERN)],
     type: Annotated[Optional[list[S.MemoryType]], Query()] = None,
     tag: Annotated[Optional[list[str]], Query()] = None,
     valid: Optional[bool] = None,
@@ -257,8 +272,8 @@ async def add_edges(body: S.EdgeBatchIn, state: State, who: Auth) -> dict[str, A
 
 
 @v1.get("/edges", response_model=S.EdgeList, tags=["edges"])
-def list_edges(state: State, who: Auth, namespace: Annotated[str, Query(min_length=1, max_length=128)],
-               memory_id: Annotated[Optional[str], Query(min_length=1, max_length=200)] = None,
+def list_edges(state: State, who: Auth, namespace: Annotated[str, Query(min_length=1, max_length=128, pattern=S.NAMESPACE_PATTERN)],
+               memory_id: Annotated[Optional[str], Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)] = None,
                relation: Optional[S.Relation] = None) -> dict[str, Any]:
     who.require(namespace)
     require_namespace(state, namespace)
@@ -267,8 +282,8 @@ def list_edges(state: State, who: Auth, namespace: Annotated[str, Query(min_leng
 
 
 @v1.delete("/edges", response_model=S.EdgesAdded, tags=["edges"])
-async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_length=1, max_length=200)],
-                       dst: Annotated[str, Query(min_length=1, max_length=200)],
+async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)],
+                       dst: Annotated[str, Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)],
                        relation: Optional[S.Relation] = None) -> dict[str, Any]:
     """Remove the edges src -> dst (of one relation, or every relation); reported as ``added: -n``."""
     memory_for(state, who, src, write=True)
@@ -291,7 +306,7 @@ def list_namespaces(state: State, who: Auth) -> dict[str, Any]:
 
 
 @v1.get("/namespaces/{namespace:path}/stats", response_model=S.NamespaceStats, tags=["namespaces"])
-def namespace_stats(namespace: str, state: State, who: Auth) -> dict[str, Any]:
+def namespace_stats(namespace: NamespacePath, state: State, who: Auth) -> dict[str, Any]:
     who.require(namespace)
     require_namespace(state, namespace)
     service = state.service
@@ -308,7 +323,7 @@ def namespace_stats(namespace: str, state: State, who: Auth) -> dict[str, Any]:
 
 
 @v1.delete("/namespaces/{namespace:path}", response_model=S.NamespaceDeleted, tags=["namespaces"])
-async def delete_namespace(namespace: str, state: State, who: Auth) -> dict[str, Any]:
+async def delete_namespace(namespace: NamespacePath, state: State, who: Auth) -> dict[str, Any]:
     """Delete a namespace with its memories, edges and index."""
     who.require(namespace, write=True)
     require_namespace(state, namespace)

@@ -14,7 +14,13 @@ from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
 Relation = Literal[EDGE_RELATIONS]  # type: ignore[valid-type]
 Text = Field(min_length=1, max_length=1_000_000)
-Namespace = Field(min_length=1, max_length=128, description="one to four segments joined by '/': team-a/notes")
+# the patterns the store's own validation enforces (lab.store.records), so the OpenAPI document
+# says what is accepted: a client or a fuzzer generating from it meets the same rules
+NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}){0,3}$"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$"
+Namespace = Field(min_length=1, max_length=128, pattern=NAMESPACE_PATTERN,
+                  description="one to four segments joined by '/': team-a/notes")
+MemoryId = Field(min_length=1, max_length=200, pattern=ID_PATTERN)
 
 
 class Strict(BaseModel):
@@ -36,7 +42,7 @@ class ErrorBody(BaseModel):
 class MemoryIn(Strict):
     content: str = Text
     namespace: str = Namespace
-    id: Optional[str] = Field(None, min_length=1, max_length=200)
+    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN)
     title: Optional[str] = Field(None, max_length=10_000)
     tags: Optional[list[str]] = Field(None, max_length=100)
     type: Optional[MemoryType] = None
@@ -79,7 +85,7 @@ class MemoryPatch(Strict):
     importance: Optional[float] = Field(None, ge=0, le=1)
     pinned: Optional[bool] = None
     valid: Optional[bool] = None
-    superseded_by: Optional[str] = Field(None, min_length=1, max_length=200)
+    superseded_by: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN)
     metadata: Optional[dict[str, Any]] = None
 
     def changes(self) -> dict[str, Any]:
@@ -117,8 +123,8 @@ class Deleted(BaseModel):
 
 # --------------------------------------------------------------------------- edges
 class EdgeIn(Strict):
-    src: str = Field(min_length=1, max_length=200)
-    dst: str = Field(min_length=1, max_length=200)
+    src: str = MemoryId
+    dst: str = MemoryId
     relation: Relation = "related_to"
     weight: float = Field(1.0, ge=0, le=1e6, allow_inf_nan=False)
 
