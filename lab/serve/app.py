@@ -255,6 +255,10 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         headers = getattr(exc, "headers", None)
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            # FastAPI's words for a body its JSON parser gave up on (nested past the parser's depth):
+            # answered like any other body that is not JSON
+            return error_response(422, "body: not JSON that can be read (malformed, or nested too deeply)", "body")
         if exc.status_code == 405:  # every method the path answers to, not only its first route's
             headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(app, request.scope))}
         return error_response(exc.status_code, str(exc.detail), headers=headers)

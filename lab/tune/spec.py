@@ -148,6 +148,19 @@ def _value(name: str, kind: type, v: Any) -> Any:
     return kind(v)
 
 
+def _check_fuser(dim: Dimension) -> None:
+    """Every fuser a sweep names is registered: a misspelt one fails when the sweep file is read."""
+    if dim.name != "fusion.method":
+        return
+    from lab.search.fusion import get_fuser
+
+    for value in dim.values:
+        try:
+            get_fuser(value)
+        except ValidationError as exc:
+            raise ValidationError(f"space.{dim.name}: {exc}") from None
+
+
 def _check_lexical(dim: Dimension) -> None:
     """Every value of a lexical index dimension makes a valid index configuration:
     a misspelt variant or stemmer fails when the sweep file is read, not at its index point."""
@@ -179,6 +192,7 @@ def parse_spec(data: dict[str, Any], where: str = "sweep") -> SweepSpec:
     dims = tuple(_dimension(str(k), v) for k, v in space.items())
     for dim in dims:
         _check_lexical(dim)
+        _check_fuser(dim)
     strategy = str(data.get("strategy", "grid"))
     from lab.tune.strategies import STRATEGIES
 

@@ -76,6 +76,10 @@ def check_store(root: str | Path) -> CheckReport:
     dup_chunks = chunks.filter(pl.col("chunk_id").is_duplicated())["chunk_id"].unique().sort().to_list()
     if dup_chunks:
         report.problems.append(Problem("error", "table chunks", f"{len(dup_chunks)} duplicate chunk ids, e.g. {dup_chunks[0]}"))
+    unlisted = sorted(set(memories["namespace"].unique().to_list()) - set(store.namespaces()))
+    if unlisted:
+        report.problems.append(Problem("error", "table namespaces", f"namespace(s) {unlisted[:5]} hold memories but are "
+                                       "not listed (their rows were lost); repair lists them again"))
     stale, twice = store.orphan_chunks()
     if stale or twice:
         report.problems.append(Problem("warning", "table chunks", f"{len(stale) + len(twice)} orphan chunk row(s) "
@@ -110,6 +114,10 @@ def repair_tables(store: Store) -> dict[str, Any]:
         dropped = table.drop_damaged_files()
         if dropped:
             done["files_dropped"][name] = {"files": dropped, "version": table.version}
+    listed = set(store.namespaces())
+    done["namespaces_relisted"] = sorted(set(store.memories()["namespace"].unique().to_list()) - listed)
+    for ns in done["namespaces_relisted"]:  # their rows were in a dropped file or a torn commit
+        store.create_namespace(ns, exist_ok=True)
     done.update(store.remove_orphan_chunks())
     index_root = store.root / "indexes"
     if index_root.is_dir():
