@@ -179,3 +179,25 @@ def test_a_setting_built_directly_is_checked_too():
         Settings(rate=float("nan"))
     with pytest.raises(ValidationError, match="setting log_level must be one of"):
         Settings(log_level="loud")
+
+
+# --------------------------------------------------------------------------- 6. inputs checked before work
+def test_lab_eval_refuses_an_unknown_fuser_before_it_loads_anything(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fusion:\n  method: bogus\n")
+    # the dataset does not exist either: the fuser is named first, so no loading came before it
+    got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(tmp_path / "no-such-dataset"),
+                          "--config", str(bad), "--no-track", "--quiet"], capture_output=True, text=True)
+    assert got.returncode == 2 and "fusion.method" in got.stderr and "bogus" in got.stderr, got.stderr
+
+
+def test_a_sweep_naming_an_unknown_fuser_is_refused_when_read(tmp_path):
+    from lab.tune.spec import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("dataset: demo\nspace:\n  fusion.method: [rrf, bogus]\n")
+    with pytest.raises(ValidationError, match="space.fusion.method: unknown fusion method 'bogus'"):
+        load_spec(spec)

@@ -74,7 +74,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     else:
         for table in before:
             print(f"{table:<11} files {before[table]:>5} -> {after[table]:>5}")
-        print(f"stale chunks removed: {report['stale_chunks_removed']}; indexes rebuilt: "
+        print(f"stale chunks removed: {report['stale_chunks_removed']}; second copies removed: "
+              f"{report['duplicate_chunks_removed']}; indexes rebuilt: "
               f"{', '.join(report['indexes_rebuilt']) or '-'}")
     return 0
 
@@ -114,6 +115,11 @@ def cmd_repair(args: argparse.Namespace) -> int:
         for table, r in done["files_dropped"].items():
             print(f"table {table}: took out damaged file(s) {', '.join(r['files'])} (their rows are lost; "
                   f"now at version {r['version']})")
+        if done.get("namespaces_relisted"):
+            print(f"namespaces listed again (they hold memories; their rows were lost): {done['namespaces_relisted']}")
+        if done.get("stale_chunks_removed") or done.get("duplicate_chunks_removed"):
+            print(f"orphan chunks removed: {done['stale_chunks_removed']}; second copies removed: "
+                  f"{done['duplicate_chunks_removed']}")
         if done.get("memories_rechunked"):
             print(f"memories chunked and embedded again: {done['memories_rechunked']}")
         print(f"indexes rebuilt: {', '.join(done['indexes_rebuilt']) or '-'}; removed: {', '.join(done['removed']) or '-'}")
