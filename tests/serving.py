@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import os
 import signal
 import socket
@@ -22,15 +21,13 @@ def write_bundle(folder: Path, *, verdict: str = "GO", model: str | None = None,
                  config=None) -> Path:
     """A bundle as `lab gate --export` writes it (the same serialisers), for the fake embedder by
     default; ``config`` (a SearchConfig) instead of the preset."""
-    from lab.config import FAKE_MODEL, AssembleConfig, EmbedConfig, SaveConfig, to_json
+    from lab import bundle
+    from lab.config import FAKE_MODEL, AssembleConfig, EmbedConfig, SaveConfig
     from lab.search.presets import resolve
 
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(to_json(config or resolve(preset)) + "\n")
-    (folder / "assemble.json").write_text(to_json(AssembleConfig()) + "\n")
-    (folder / "save.json").write_text(to_json(SaveConfig(embed=EmbedConfig(model=model or FAKE_MODEL))) + "\n")
-    (folder / "manifest.json").write_text(json.dumps({"verdict": verdict, "candidate": preset, "run_id": "test"}))
-    return folder
+    return bundle.write_bundle(folder, config or resolve(preset), AssembleConfig(),
+                               SaveConfig(embed=EmbedConfig(model=model or FAKE_MODEL)),
+                               {"verdict": verdict, "candidate": preset, "run_id": "test"})
 
 
 def free_port() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 
 from serving import Server, write_bundle

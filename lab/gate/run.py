@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lab.bundle import write_bundle
 from lab.config import AssembleConfig, Candidate, SaveConfig, SearchConfig, from_dict, to_dict, to_json
 from lab.errors import ValidationError
 from lab.gate.checks import Check, GateConfig, candidate_config, suite_checks, verdict
@@ -166,12 +167,7 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
     with Retriever.open(store) as retriever:
         version = str(retriever.version)
     bundle = bundle or report.folder / "bundle"
-    bundle.mkdir(parents=True, exist_ok=True)
     config, assemble = chosen.search, chosen.assemble or AssembleConfig()
-    (bundle / "config.json").write_text(to_json(config) + "\n", encoding="utf-8")
-    (bundle / "assemble.json").write_text(to_json(assemble) + "\n", encoding="utf-8")
-    if chosen.save is not None:
-        (bundle / "save.json").write_text(to_json(chosen.save) + "\n", encoding="utf-8")
     manifest = {
         "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
         "store": {"path": str(Path(store).resolve()), "version": version},
@@ -180,7 +176,7 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
         "lab_version": __version__, "git_commit": tracking.git_commit(), "run_id": report.run_id,
         "exported_at": datetime.now(timezone.utc).isoformat(),
     }
-    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    write_bundle(bundle, config, assemble, chosen.save, manifest)
     got = tracking.export_model(report.run_id, bundle, gate.model, config_json=to_json(config),
                                 assemble_json=to_json(assemble), verdict=report.verdict, uri=uri,
                                 save_json=None if chosen.save is None else to_json(chosen.save))

@@ -6,13 +6,13 @@ registry's model version points at its bundle and carries the verdict as a tag.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.config import AssembleConfig, SaveConfig, SearchConfig, from_dict
+from lab.bundle import read_bundle, require_go
+from lab.config import AssembleConfig, SaveConfig, SearchConfig
 from lab.errors import ConflictError, NotFoundError, ValidationError
 
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
@@ -34,34 +34,12 @@ class Served:
                 "config": self.search.name, "gate_run": m.get("run_id"), "exported_at": m.get("exported_at")}
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValidationError(f"bundle file {path} cannot be read: {exc}") from None
-
-
 def load_bundle(folder: str | Path, source: str | None = None) -> Served:
-    """The bundle at ``folder``; refused unless its manifest's verdict is GO."""
-    folder = Path(folder)
-    if not (folder / "manifest.json").is_file():
-        raise NotFoundError(f"no bundle at {folder}: manifest.json is missing (bundles are written by "
-                            "`lab gate --export`)")
-    manifest = _read_json(folder / "manifest.json")
-    verdict = manifest.get("verdict")
-    if verdict != "GO":
-        raise ConflictError(f"refusing to serve {folder}: its gate verdict is {verdict!r}, not GO "
-                            f"(gate run {manifest.get('run_id')}; see its gate.md)")
-    for name in ("config.json", "assemble.json"):
-        if not (folder / name).is_file():
-            raise NotFoundError(f"bundle {folder} lacks {name}")
-    search = from_dict(SearchConfig, _read_json(folder / "config.json"), where=f"{folder / 'config.json'}: ")
-    assemble = from_dict(AssembleConfig, _read_json(folder / "assemble.json"), where=f"{folder / 'assemble.json'}: ")
-    save = None
-    if (folder / "save.json").is_file():
-        save = from_dict(SaveConfig, _read_json(folder / "save.json"), where=f"{folder / 'save.json'}: ")
+    """The bundle at ``folder`` (``lab.bundle``); refused unless its manifest's verdict is GO."""
+    bundle = require_go(read_bundle(folder), str(folder))
     # named by its folder's name, not its path: /ready shows the source and must not reveal paths
-    return Served(search, assemble, save, manifest, source or f"bundle {folder.resolve().name}")
+    return Served(bundle.search, bundle.assemble, bundle.save, bundle.manifest,
+                  source or f"bundle {Path(folder).resolve().name}")
 
 
 def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:

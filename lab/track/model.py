@@ -2,7 +2,6 @@
 ranked memory ids and assembled contexts out."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +21,15 @@ class LabModel(mlflow.pyfunc.PythonModel):
     query: ``memory_ids`` and ``scores`` (ranked), ``context`` (the assembled text), ``tokens``."""
 
     def load_context(self, context: Any) -> None:
-        from lab.config import AssembleConfig, SaveConfig, SearchConfig, from_dict
+        from lab.bundle import read_bundle
         from lab.retriever import Retriever
 
-        bundle = Path(context.artifacts["bundle"])
-        manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
-        self.manifest = manifest
-        config = from_dict(SearchConfig, json.loads((bundle / "config.json").read_text(encoding="utf-8")))
-        assemble = from_dict(AssembleConfig, json.loads((bundle / "assemble.json").read_text(encoding="utf-8")))
-        save_file = bundle / "save.json"  # index-time settings, when the candidate had its own
-        index = (from_dict(SaveConfig, json.loads(save_file.read_text(encoding="utf-8"))).index
-                 if save_file.is_file() else None)
-        self.retriever = Retriever.open(manifest["store"]["path"], pin=manifest["store"]["version"], search=config,
-                                        assemble=assemble, index=index)
-        self.assemble = assemble
+        bundle = read_bundle(Path(context.artifacts["bundle"]))
+        self.manifest = bundle.manifest
+        index = bundle.save.index if bundle.save is not None else None  # the candidate's own, when it had them
+        self.retriever = Retriever.open(bundle.store["path"], pin=bundle.store["version"], search=bundle.search,
+                                        assemble=bundle.assemble, index=index)
+        self.assemble = bundle.assemble
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         from lab.errors import ValidationError
