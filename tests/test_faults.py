@@ -201,3 +201,11 @@ def test_a_sweep_naming_an_unknown_fuser_is_refused_when_read(tmp_path):
     spec.write_text("dataset: demo\nspace:\n  fusion.method: [rrf, bogus]\n")
     with pytest.raises(ValidationError, match="space.fusion.method: unknown fusion method 'bogus'"):
         load_spec(spec)
+
+
+def test_a_whole_commit_holding_unicode_line_separators_is_not_taken_for_torn(tmp_path):
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.save("one line\u2028and another\x85and a third\u2029", "n")
+    assert recover_torn_commits(tmp_path / "s") == []
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder()) as pipe:
+        assert pipe.store.memories("n").height == 1

@@ -263,7 +263,8 @@ def torn_commit(path: Path) -> Path | None:
         return None
     newest = commits[-1]
     try:
-        lines = [line for line in newest.read_text(encoding="utf-8").splitlines() if line.strip()]
+        # split on newlines only: a JSON line may hold U+2028 and other characters splitlines() breaks on
+        lines = [line for line in newest.read_text(encoding="utf-8").split("\n") if line.strip()]
         if not lines:
             return newest
         for line in lines:
