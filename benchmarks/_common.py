@@ -13,6 +13,16 @@ ROOT = Path(__file__).resolve().parent.parent
 DATASETS = Path(os.environ.get("LAB_DATASETS", ROOT.parent / "shared" / "datasets"))
 
 
+def _install_workspace() -> None:
+    """A benchmark is an edge, like the CLI: its environment becomes the process's workspace."""
+    from lab.workspace import Workspace, install
+
+    install(Workspace.resolve())
+
+
+_install_workspace()
+
+
 def percentiles(samples_s: list[float]) -> dict[str, float]:
     ms = np.asarray(samples_s) * 1000.0
     return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),

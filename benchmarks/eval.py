@@ -12,7 +12,6 @@ Results go to stdout and benchmarks/results/eval.json.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -25,8 +24,9 @@ SEED_PRESETS = ("lab", "maia", "maia-code", "brainbridge", "lma", "mie", "stackm
 
 
 def run(root: Path) -> dict:
-    os.environ["LAB_EVAL_ROOT"] = str(root)
-    os.environ["LAB_EMBED_CACHE"] = str(root / "embeddings")
+    from lab import workspace
+
+    workspace.use(eval_root=root, embed_cache=root / "embeddings")
     from lab.eval.cache import candidate_table, forget_loaded
     from lab.eval.locomo import load_locomo
     from lab.eval.runner import EvalOptions, evaluate
@@ -67,7 +67,9 @@ def main() -> None:
             results["cold"] = run(Path(tmp))
             results["warm"] = run(Path(tmp))
     else:
-        root = Path(os.environ.get("LAB_EVAL_ROOT") or ".lab/eval")
+        from lab.workspace import current
+
+        root = current().eval_root
         run(root)  # make sure the cache exists
         results["warm"] = run(root)
     report("eval", results)

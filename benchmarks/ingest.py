@@ -7,7 +7,6 @@ Real model (all-MiniLM-L6-v2 on the CPU). Results go to stdout and benchmarks/re
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import tempfile
@@ -17,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATASETS, Timer, percentiles, report  # noqa: E402
 
 from lab.eval.locomo import load_conversations  # noqa: E402
+from lab import workspace  # noqa: E402
 from lab.pipeline import Pipeline  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def main() -> None:
     results: dict = {"locomo_turns": len(turns)}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        os.environ["LAB_EMBED_CACHE"] = str(tmp / "cache")
+        workspace.use(embed_cache=tmp / "cache")
         for label in ("cold", "warm"):
             pipe = Pipeline.open(tmp / f"store-{label}", create=True)
             pipe.embedder.embed(["warm up the model"])  # model load is not ingest time

@@ -6,7 +6,6 @@ It holds no logic of its own: every method hands over to one of the two.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from lab.search.engine import Result
 from lab.store.store import Store, StoreVersion
 from lab.write import EDITABLE, IngestReport, Writer
 from lab.write.writer import Records
+from lab.workspace import current
 
 __all__ = ["EDITABLE", "IngestReport", "Pipeline"]
 
@@ -39,7 +39,7 @@ class Pipeline:
         self.embedder = embedder
         self.cache: EmbeddingCache | None = None
         if config.embed.cache:
-            cache_root = cache_dir or os.environ.get("LAB_EMBED_CACHE") or store.root / "cache" / "embeddings"
+            cache_root = cache_dir or current().embed_cache or store.root / "cache" / "embeddings"
             self.cache = EmbeddingCache(cache_root, embedder.model_id, embedder.dim)
         self.indexes = IndexManager(store, config.index, embedder.dim, embedder.model_id)
         self.writer = Writer(store, config, embedder, self.indexes, self.cache)

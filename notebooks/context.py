@@ -7,6 +7,9 @@ app = marimo.App(width="medium", app_title="lab: context")
 @app.cell
 def _():
     import marimo as mo
+    from lab.workspace import Workspace, install
+
+    install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
 
     from lab.tune import views
     from lab.tune.session import TuneSession

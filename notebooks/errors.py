@@ -7,6 +7,9 @@ app = marimo.App(width="full", app_title="lab: errors")
 @app.cell
 def _():
     import marimo as mo
+    from lab.workspace import Workspace, install
+
+    install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
     import polars as pl
 
     from lab.tune import views

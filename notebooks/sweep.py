@@ -8,6 +8,9 @@ app = marimo.App(width="medium", app_title="lab: sweep")
 def _():
     import marimo as mo
 
+    from lab.workspace import Workspace, install
+
+    install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
     from lab.tune import views
 
     return mo, views

@@ -8,6 +8,9 @@ app = marimo.App(width="medium", app_title="lab: tune")
 def _():
     import marimo as mo
 
+    from lab.workspace import Workspace, install
+
+    install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
     from lab.search.presets import PRESETS
     from lab.tune import views
     from lab.tune.session import TuneSession
@@ -103,11 +106,11 @@ def _(assemble, log_button, mo, out, search, session):
 @app.cell
 def _(assemble, gate_button, mo, out, search, session, views):
     mo.stop(not gate_button.value, mo.md("_Gate not run yet._"))
-    from lab.eval.goldens import ROOT
+    from lab.workspace import current
     from lab.gate.checks import load_gate
     from lab.gate.run import run_gate
 
-    _gate_file = ROOT / "goldens" / ("gate-demo.yaml" if session.dataset.name == "demo" else "gate.yaml")
+    _gate_file = current().project / "goldens" / ("gate-demo.yaml" if session.dataset.name == "demo" else "gate.yaml")
     _candidate = session.write_candidate(search, assemble, f"{out}/tune-candidate.yaml")
     with mo.status.spinner(f"gate {_gate_file} on {_candidate}"):
         report = run_gate(load_gate(_gate_file), str(_candidate), out_root=f"{out}/gate")

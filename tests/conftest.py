@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab.embed.fake import FakeEmbedder
+from lab import workspace
 from lab.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,8 +53,18 @@ def _tracking_store(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mlflow")
     old = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
+    # the test process is an edge like the CLI: it resolves its workspace from the environment
+    workspace.install(workspace.Workspace.resolve())
     yield
     if old is None:
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = old
+
+
+@pytest.fixture(autouse=True)
+def _workspace_restored():
+    """A test that changes the installed workspace (``workspace.use``) leaves the next one as it was."""
+    before = workspace.current()
+    yield
+    workspace.install(before)

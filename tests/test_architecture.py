@@ -32,3 +32,35 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     proc = lint(tmp_path)
     assert proc.returncode != 0
     assert "lab.search.view -> lab.pipeline" in proc.stdout, proc.stdout
+
+
+# the edges: the command line and the server resolve their settings from the environment; the
+# workspace module is where that resolution lives
+EDGES = ("lab/cli/", "lab/serve/", "lab/workspace.py")
+# a module's own location, used to find lab's own code (never the project's folders): the code
+# digest that keys the candidate cache, and the git commit a run records
+OWN_CODE = ("lab/eval/cache.py", "lab/track/__init__.py")
+
+
+def _below_the_edges():
+    for path in sorted((ROOT / "lab").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith(EDGES):
+            yield rel, path.read_text(encoding="utf-8")
+
+
+def test_no_layer_below_the_edges_reads_the_environment_or_locates_the_project():
+    env = [rel for rel, text in _below_the_edges() if "os.environ" in text or "getenv(" in text]
+    assert env == [], f"read the environment below the edges (take it from lab.workspace.current()): {env}"
+    located = [rel for rel, text in _below_the_edges() if "__file__" in text and rel not in OWN_CODE]
+    assert located == [], f"paths from __file__ below the edges (use the workspace's project): {located}"
+
+
+def test_the_environment_check_would_catch_a_new_read(tmp_path):
+    planted = ROOT / "lab" / "search" / "_planted_for_test.py"
+    planted.write_text('import os\nROOT = os.environ.get("X")\n', encoding="utf-8")
+    try:
+        found = [rel for rel, text in _below_the_edges() if "os.environ" in text]
+    finally:
+        planted.unlink()
+    assert found == ["lab/search/_planted_for_test.py"]

@@ -323,3 +323,20 @@ def test_shingles_ignore_case_and_punctuation_and_are_stable_across_processes():
     assert shingle_set("café au lait") != shingle_set("cafe au lait")
     # fixed multipliers, not Python's salted str hash: this value is the same in every process
     assert min(shingle_set("the quick brown fox")) == 97930174293923
+
+
+def test_the_signature_memo_is_safe_to_share_between_threads():
+    import concurrent.futures as cf
+
+    from lab.assemble.dedupe import SignatureMemo, shingle_set, signatures
+
+    memo = SignatureMemo(limit=64)  # small: threads empty it under each other all the time
+    texts = [f"memory number {i} about the {i % 13} topic and more words {i * 7}" for i in range(400)]
+
+    def work(offset: int) -> bool:
+        batch = texts[offset:] + texts[:offset]
+        got = signatures(batch, 0.8, memo)
+        return all(set(sig.shingles.tolist()) == shingle_set(t) for t, sig in zip(batch, got))
+
+    with cf.ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(work, range(0, 400, 10)))

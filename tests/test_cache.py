@@ -6,6 +6,7 @@ import numpy as np
 from lab.embed.cache import EmbeddingCache
 from lab.embed.fake import FakeEmbedder
 from lab.pipeline import Pipeline
+from lab import workspace
 
 
 def test_cache_hits_misses_and_persistence(tmp_path):
@@ -45,7 +46,7 @@ def test_compact_merges_parts_and_keeps_vectors(tmp_path):
 
 
 def test_reingesting_unchanged_data_into_a_new_store_embeds_nothing(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAB_EMBED_CACHE", str(tmp_path / "shared-cache"))
+    workspace.use(embed_cache=tmp_path / "shared-cache")
     records = [{"namespace": "n", "content": f"memory {i}"} for i in range(40)]
     first = Pipeline.open(tmp_path / "one", embedder=FakeEmbedder(), create=True)
     assert first.save_many(records, progress=False).embedded == 40

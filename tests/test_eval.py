@@ -20,6 +20,7 @@ from lab.eval.regressions import check, run_regressions
 from lab.eval.report import compare, write_run
 from lab.eval.runner import EvalOptions, evaluate
 from lab.eval.stores import eval_retriever
+from lab import workspace
 from tests.conftest import ROOT, require_dataset
 
 
@@ -93,7 +94,7 @@ def test_golden_errors_name_the_question(tmp_path):
 
 @pytest.fixture
 def demo_eval(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAB_EVAL_ROOT", str(tmp_path / "eval"))
+    workspace.use(eval_root=tmp_path / "eval")
     d = load_golden(ROOT / "goldens" / "demo.yaml")
     retriever = eval_retriever(d, embedder=FakeEmbedder(), root=tmp_path / "eval")
     yield d, retriever, tmp_path / "eval"
@@ -215,7 +216,7 @@ def test_contextual_indexing_lifts_lexical_recall_on_locomo(tmp_path):
 
 
 def test_regression_conditions_do_not_leak_options_into_each_other(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAB_EVAL_ROOT", str(tmp_path / "eval"))
+    workspace.use(eval_root=tmp_path / "eval")
     spec = tmp_path / "regressions.yaml"
     spec.write_text(
         "conditions:\n"

@@ -13,6 +13,7 @@ Signatures are memoised per text, since sweeps and sliders re-assemble the same 
 from __future__ import annotations
 
 import re
+import threading
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -60,27 +61,52 @@ class Signature:
         return inter / (len(self) + len(other) - inter)
 
 
-_memo: dict[tuple[str, float], Signature] = {}
+class SignatureMemo:
+    """Signatures by (text, threshold), at most ``limit`` of them (emptied when full). Safe to share
+    between threads: a server's assembly threads use one; a lookup never depends on an entry
+    staying in it (another thread may empty it at any moment)."""
+
+    def __init__(self, limit: int = 65536) -> None:
+        self.limit = limit
+        self._map: dict[tuple[str, float], Signature] = {}
+        self._lock = threading.Lock()
+
+    def get_many(self, texts: Sequence[str], threshold: float) -> list[Signature | None]:
+        with self._lock:
+            return [self._map.get((t, threshold)) for t in texts]
+
+    def put_many(self, threshold: float, fresh: dict[str, Signature]) -> None:
+        with self._lock:
+            if len(self._map) + len(fresh) > self.limit:
+                self._map.clear()
+            self._map.update(((t, threshold), sig) for t, sig in fresh.items())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._map.clear()
+
+
+MEMO = SignatureMemo()  # the process's: signatures depend on the text alone, so any caller may share them
 
 
 def clear_memo() -> None:
-    _memo.clear()
+    MEMO.clear()
 
 
-def signatures(texts: Sequence[str], threshold: float) -> list[Signature]:
+def signatures(texts: Sequence[str], threshold: float, memo: SignatureMemo | None = None) -> list[Signature]:
     """Signatures of ``texts`` for ``threshold``, from the memo or computed in one batch."""
-    out: list[Signature | None] = [_memo.get((t, threshold)) for t in texts]
+    memo = MEMO if memo is None else memo
+    out = memo.get_many(texts, threshold)
     todo = [i for i, s in enumerate(out) if s is None]
     if todo:
-        if len(_memo) > 65536:
-            _memo.clear()
-        fresh = list(dict.fromkeys(texts[i] for i in todo))  # each distinct text once
-        for lo in range(0, len(fresh), _MAX_BATCH):
-            part = fresh[lo:lo + _MAX_BATCH]
-            for text, sig in zip(part, _batch(part, threshold)):
-                _memo[(text, threshold)] = sig
+        fresh: dict[str, Signature] = {}
+        distinct = list(dict.fromkeys(texts[i] for i in todo))  # each distinct text once
+        for lo in range(0, len(distinct), _MAX_BATCH):
+            part = distinct[lo:lo + _MAX_BATCH]
+            fresh.update(zip(part, _batch(part, threshold)))
+        memo.put_many(threshold, fresh)
         for i in todo:
-            out[i] = _memo[(texts[i], threshold)]
+            out[i] = fresh[texts[i]]
     return out  # type: ignore[return-value]
 
 

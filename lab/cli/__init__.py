@@ -36,6 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lab.errors import LabError
+    from lab.workspace import Workspace, install
+
+    try:  # the command line is an edge: the environment is read here, once, then passed down
+        install(Workspace.resolve())
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -46,8 +54,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    from lab.errors import LabError
-
     try:
         return args.func(args)
     except LabError as exc:

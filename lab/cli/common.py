@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 DEFAULT_STORE = ".lab/store"
 
 
 def store_arg(p: argparse.ArgumentParser) -> None:
+    from lab.workspace import current
+
     p.add_argument(
-        "--store", default=os.environ.get("LAB_STORE", DEFAULT_STORE),
+        "--store", default=str(current().store or DEFAULT_STORE),
         help=f"store folder (env LAB_STORE; default {DEFAULT_STORE})",
     )
 

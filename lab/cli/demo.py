@@ -7,14 +7,10 @@ then say where everything is. Every step is an MLflow run in the local tracking 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from lab.cli.common import print_hits
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-DEMO_SWEEP = ROOT / "goldens" / "sweeps" / "demo.yaml"
-DEMO_GATE = ROOT / "goldens" / "gate-demo.yaml"
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -31,7 +27,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from lab.search.presets import preset
     from lab.tune.spec import load_spec
     from lab.tune.sweep import run_sweep
+    from lab.workspace import current
 
+    project = current().project
+    demo_sweep, demo_gate = project / "goldens" / "sweeps" / "demo.yaml", project / "goldens" / "gate-demo.yaml"
     uri = args.tracking_uri
     store = Path(args.store)
     print(f"1/5 ingest: {'reusing' if (store / 'lab-store.json').exists() else 'creating'} store at {store}", flush=True)
@@ -53,15 +52,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version), uri=uri)
     print(f"    recall@10 {m['recall@10']:.4f}  ndcg@10 {m['ndcg@10']:.4f}  mrr {m['mrr']:.4f}  -> {folder}")
 
-    print(f"3/5 sweep: {DEMO_SWEEP.relative_to(ROOT)}", flush=True)
-    sweep = run_sweep(load_spec(DEMO_SWEEP), out_root=Path(args.out) / "sweeps", progress=True, embedder=embedder,
+    print(f"3/5 sweep: {demo_sweep.relative_to(project)}", flush=True)
+    sweep = run_sweep(load_spec(demo_sweep), out_root=Path(args.out) / "sweeps", progress=True, embedder=embedder,
                       tracking_uri=uri)
     obj = sweep.spec.objective
     print(f"    {sweep.info['scored']} configurations; best {obj} {sweep.best[f'tune/{obj}']:.4f} on tune, "
           f"{sweep.best[f'validation/{obj}']:.4f} on validation  -> {sweep.folder}")
 
     print("4/5 gate: the sweep's best configuration", flush=True)
-    report = run_gate(load_gate(DEMO_GATE), str(sweep.folder / "best.yaml"), out_root=Path(args.out) / "gate",
+    report = run_gate(load_gate(demo_gate), str(sweep.folder / "best.yaml"), out_root=Path(args.out) / "gate",
                       uri=uri, export=True, embedder=embedder)
     print("    " + report_table(report).replace("\n", "\n    "))
 
@@ -82,11 +81,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from lab.cli.store import DEMO_DATA
+    from lab.cli.store import demo_data
+    from lab.workspace import current
 
     p = sub.add_parser("demo", help="the main job on the demo data: ingest, evaluate, sweep, gate, export on GO")
-    p.add_argument("--store", default=os.environ.get("LAB_STORE", ".lab/demo"), help="store folder (default .lab/demo)")
-    p.add_argument("--data", default=str(DEMO_DATA), help="memories file or folder (default: datasets/demo)")
+    p.add_argument("--store", default=str(current().store or ".lab/demo"),
+                   help="store folder (env LAB_STORE; default .lab/demo)")
+    p.add_argument("--data", default=str(demo_data()), help="memories file or folder (default: datasets/demo)")
     p.add_argument("--out", default="runs", help="folder for run, sweep and gate folders (default runs/)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: env, else .lab/mlflow)")
     p.set_defaults(func=cmd_demo)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -194,9 +193,12 @@ def stage_export(params: dict[str, Any], args: argparse.Namespace) -> str:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
+    from lab.workspace import current, use
+
     params = load_params(args.params)
     # every stage shares one embedding cache outside the stages' outputs (nothing embedded twice)
-    os.environ.setdefault("LAB_EMBED_CACHE", str(OUT / "embeddings"))
+    if current().embed_cache is None:
+        use(embed_cache=OUT / "embeddings")
     run = {"prepare": stage_prepare, "index": stage_index, "candidates": stage_candidates, "sweep": stage_sweep,
            "gate": stage_gate, "export": stage_export}[args.stage]
     print(f"{args.stage}: {run(params, args)}", flush=True)

@@ -6,7 +6,11 @@ from pathlib import Path
 
 from lab.cli.common import print_json, print_stats, store_arg
 
-DEMO_DATA = Path(__file__).resolve().parent.parent.parent / "datasets" / "demo"
+def demo_data() -> Path:
+    """The embedded demo data, in the workspace's project."""
+    from lab.workspace import current
+
+    return current().project / "datasets" / "demo"
 DEMO_QUERIES = (
     ("atlas", "why did the billing service fail in February?"),
     ("household", "when is the next dentist appointment?"),

@@ -1,7 +1,6 @@
 """The sentence-transformers embedder over the bundled all-MiniLM-L6-v2 (no download, ever)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Sequence
 
@@ -9,6 +8,7 @@ import numpy as np
 
 from lab.config import DEFAULT_MODEL
 from lab.errors import LabError
+from lab.workspace import set_library_env
 
 
 def model_dir() -> Path:
@@ -60,10 +60,8 @@ class SentenceTransformerEmbedder:
     def _load(self):
         if self._model is None:
             # Offline by construction: the weights are on disk and the hub must never be asked.
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            os.environ["TRANSFORMERS_OFFLINE"] = "1"
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            set_library_env({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, overwrite=True)
+            set_library_env({"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
             from sentence_transformers import SentenceTransformer
             from transformers.utils import logging as hf_logging
 

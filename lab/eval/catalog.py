@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.eval.goldens import ROOT, default_datasets
+from lab.eval.goldens import default_datasets
+from lab.workspace import current
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[d
                     "source": k.source, "licence": k.licence,
                     "steps": [s.replace("$DATASETS", str(root)) for s in k.steps]})
     out.append({"name": "demo", "title": "the bundled demo: 347 memories, 250 edges, 120 golden questions",
-                "where": str(ROOT / "datasets" / "demo"), "status": "found" if (ROOT / "datasets" / "demo").is_dir() else "missing",
+                "where": str(current().project / "datasets" / "demo"),
+                "status": "found" if (current().project / "datasets" / "demo").is_dir() else "missing",
                 "files": [], "source": "written for this project (datasets/demo, goldens/demo.yaml)",
                 "licence": "the project's own (MIT)", "steps": []})
     known_folders = {k.folder for k in KNOWN}

@@ -7,9 +7,9 @@ import polars as pl
 from lab.errors import ValidationError
 from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
 from lab.store.ingest import find_dataset_files, read_records
+from lab.workspace import current
 
 GOLDEN_KEYS = {"id", "namespace", "question", "expected", "category", "notes", "stale", "save", "expected_phrases"}
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset:
@@ -20,7 +20,7 @@ def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset
     doc = read_yaml(path, "golden file")
     if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
         raise ValidationError(f"{path}: expected a mapping with a 'questions' list")
-    data_dir = Path(data) if data else ROOT / "datasets" / str(doc.get("dataset", "demo"))
+    data_dir = Path(data) if data else current().project / "datasets" / str(doc.get("dataset", "demo"))
     memories_file, edges_file = find_dataset_files(data_dir)
     memories = [dict(record) for _, record in read_records(memories_file)]
     edges = [dict(record) for _, record in read_records(edges_file)] if edges_file else []
@@ -81,7 +81,7 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     if name == "scifact":
         return load_beir(root / "scifact", split)
     if name == "demo":
-        return load_golden(ROOT / "goldens" / "demo.yaml")
+        return load_golden(current().project / "goldens" / "demo.yaml")
     p = Path(name)
     from lab.eval.tables import is_tables, read_tables
 
@@ -102,9 +102,7 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
 
 
 def default_datasets() -> Path:
-    """``$LAB_DATASETS``, else ``../shared/datasets`` beside the project."""
-    import os
-
-    return Path(os.environ.get("LAB_DATASETS") or ROOT.parent / "shared" / "datasets")
+    """The workspace's datasets root (``$LAB_DATASETS``, else ``../shared/datasets`` beside the project)."""
+    return current().datasets_root
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from lab.errors import ValidationError
+from lab.workspace import set_library_env
 
 ID_COLUMNS: tuple[str, ...] = ("ragas_id_recall", "ragas_id_precision")
 TEXT_COLUMNS: tuple[str, ...] = ("ragas_text_recall", "ragas_text_precision")
@@ -79,7 +79,7 @@ def ragas_metrics(rows: list[dict]) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
 
     # ragas batches usage analytics and posts them over the network unless told not to.
-    os.environ["RAGAS_DO_NOT_TRACK"] = "true"
+    set_library_env({"RAGAS_DO_NOT_TRACK": "true"}, overwrite=True)
     with warnings.catch_warnings():
         # ragas (and langchain under it) warn on import and on use of these legacy metric
         # classes; the classes are what 0.4.3 offers for LLM-free scoring of samples.

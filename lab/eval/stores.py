@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,14 @@ from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
+from lab.workspace import current
 
 READY = "lab-eval-ready.json"
 
 
 def eval_root() -> Path:
     """Where evaluation stores, candidate tables and the shared embedding cache live."""
-    return Path(os.environ.get("LAB_EVAL_ROOT") or ".lab/eval")
+    return current().eval_root
 
 
 def digest(*parts: Any) -> str:
@@ -52,8 +52,8 @@ def index_suffix(chunk: ChunkConfig) -> str:
 
 
 def embeddings_dir(root: Path) -> Path:
-    # one embedding cache for every eval store (unless $LAB_EMBED_CACHE names another)
-    return Path(os.environ.get("LAB_EMBED_CACHE") or root / "embeddings")
+    # one embedding cache for every eval store (unless the workspace names another)
+    return current().embed_cache or root / "embeddings"
 
 
 def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,

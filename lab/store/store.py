@@ -17,6 +17,7 @@ from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
 from lab.schema import ACCESS_LOG, EDGES, MEMORIES, MEMORY_TYPES, NAMESPACES, EDGE_RELATIONS, chunks_schema
 from lab.store.records import namespace_folder, validate_id, validate_namespace
 from lab.store.table import DeltaFrame, in_list, recover_torn_commit
+from lab.workspace import current
 
 STORE_FORMAT = 1
 INFO_FILE = "lab-store.json"
@@ -237,15 +238,13 @@ class Store:
         """The store's writer lock: an OS file lock, so writers in different processes (a server,
         a notebook, the CLI) take turns. Re-entrant in one thread; readers never take it.
 
-        ``timeout`` (seconds; default ``$LAB_WRITE_LOCK_TIMEOUT`` or 600) bounds the wait: a writer
-        stuck behind another for longer gets a ConflictError instead of hanging."""
-        import os
-
+        ``timeout`` (seconds; default the workspace's ``write_lock_timeout``, 600) bounds the wait: a
+        writer stuck behind another for longer gets a ConflictError instead of hanging."""
         from filelock import FileLock
 
         if self._lock is None:
             self._lock = FileLock(str(self.root / WRITE_LOCK))
-        wait = float(os.environ.get("LAB_WRITE_LOCK_TIMEOUT", 600)) if timeout is None else timeout
+        wait = current().write_lock_timeout if timeout is None else timeout
         return _Held(self, wait)
 
     def follow_other_writers(self, every_seconds: float) -> None:

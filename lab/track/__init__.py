@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import subprocess
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
+
+from lab.workspace import current, set_library_env
 
 EXPERIMENT = "lab"
 DEFAULT_DIR = Path(".lab/mlflow")
@@ -22,8 +23,8 @@ _configured: dict[str, str] = {}
 
 
 def tracking_uri(uri: str | None = None) -> str:
-    """The tracking URI: the argument, else $MLFLOW_TRACKING_URI, else SQLite under .lab/mlflow."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    """The tracking URI: the argument, else the workspace's ($MLFLOW_TRACKING_URI), else SQLite under .lab/mlflow."""
+    uri = uri or current().tracking_uri
     if uri:
         return uri
     return f"sqlite:///{(DEFAULT_DIR / 'mlflow.db').resolve()}"
@@ -35,9 +36,8 @@ def ui_command(uri: str | None = None) -> str:
 
 
 def _quiet() -> None:
-    for key, value in {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-                       "MLFLOW_LOGGING_LEVEL": "WARNING", "GIT_PYTHON_REFRESH": "quiet"}.items():
-        os.environ.setdefault(key, value)
+    set_library_env({"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+                     "MLFLOW_LOGGING_LEVEL": "WARNING", "GIT_PYTHON_REFRESH": "quiet"})
     for pattern in (r".*An input example was not provided", r".*Add type hints to the `predict` method",
                     r".*Hint: Inferred schema contains integer column", r".*``noload`` loader strategy"):
         warnings.filterwarnings("ignore", message=pattern)
