@@ -106,14 +106,13 @@ def _(assemble, log_button, mo, out, search, session):
 @app.cell
 def _(assemble, gate_button, mo, out, search, session, views):
     mo.stop(not gate_button.value, mo.md("_Gate not run yet._"))
+    from lab.flow.stages import gate_candidate
     from lab.workspace import current
-    from lab.gate.checks import load_gate
-    from lab.gate.run import run_gate
 
     _gate_file = current().project / "goldens" / ("gate-demo.yaml" if session.dataset.name == "demo" else "gate.yaml")
     _candidate = session.write_candidate(search, assemble, f"{out}/tune-candidate.yaml")
     with mo.status.spinner(f"gate {_gate_file} on {_candidate}"):
-        report = run_gate(load_gate(_gate_file), str(_candidate), out_root=f"{out}/gate")
+        report = gate_candidate(_gate_file, _candidate, out_root=f"{out}/gate")
     mo.vstack([mo.md(f"## Gate: <span id='gate-verdict'>{report.verdict}</span> ({_gate_file.name}, "
                      f"MLflow run `{report.run_id}`)"), mo.ui.table(views.checks_frame(report), selection=None)])
     return

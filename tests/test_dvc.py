@@ -44,7 +44,7 @@ def test_prepared_tables_round_trip(tmp_path):
 def test_bad_params_name_the_problem(tmp_path, change, message):
     import yaml
 
-    from lab.cli.stage import load_params
+    from lab.flow.stages import load_params
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({**params, **change}))

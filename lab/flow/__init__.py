@@ -1,0 +1,11 @@
+"""The pipeline's stages as functions: prepare, index, candidates, sweep, gate, export, and the demo
+that runs them end to end. `lab stage` (and DVC through it), `lab demo` and the notebooks call
+these; they return what they made and print nothing, so the shells only parse and print.
+
+Modules: `stages` (the DVC pipeline's stages over a `Layout` of folders, their parameters from
+params.yaml) and `demo` (ingest, evaluate, sweep, gate, export on the embedded demo data). Import
+them by name (`from lab.flow.stages import run_stage`): this package imports nothing itself, so a
+shell that only builds its parser stays instant.
+"""
+
+STAGES = ("prepare", "index", "candidates", "sweep", "gate", "export")  # the DVC pipeline, in order

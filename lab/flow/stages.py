@@ -1,0 +1,244 @@
+"""The DVC pipeline's stages (dvc.yaml): prepare -> index -> candidates -> sweep -> gate -> export.
+
+Each reads only what the stage before it wrote (under the `Layout`'s folder, ``.lab/dvc``) and
+writes only its own outputs, so `dvc repro` reruns exactly the stages whose code, data or
+parameters changed, and a second `dvc repro` does nothing. Question and memory vectors go to a
+shared embedding cache outside every stage's outputs (the workspace's), so nothing is embedded
+twice. Each stage returns one line saying what it made.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.config import DEFAULT_KS, SaveConfig, read_yaml
+from lab.errors import ValidationError
+from lab.eval.stores import save_config
+from lab.flow import STAGES
+from lab.gate.checks import load_gate
+from lab.gate.run import GateReport, export_gated, load_report, run_gate
+from lab.workspace import current, use
+
+PARAM_KEYS = {"dataset", "preset", "index", "profiles", "model"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the stages read and write (dvc.yaml names the same paths)."""
+
+    out: Path = Path(".lab/dvc")
+
+    @property
+    def prepared(self) -> Path:
+        return self.out / "prepared"
+
+    @property
+    def eval_root(self) -> Path:  # the index stage's stores and the candidates stage's tables
+        return self.out / "eval"
+
+    @property
+    def gate_root(self) -> Path:  # the gate's own stores: its suites may name other datasets
+        return self.out / "gate-eval"
+
+    @property
+    def metrics(self) -> Path:
+        return self.out / "metrics"
+
+    @property
+    def plots(self) -> Path:
+        return self.out / "plots"
+
+    @property
+    def embeddings(self) -> Path:
+        return self.out / "embeddings"
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    datasets: str | Path | None = None  # the datasets root (None: the workspace's)
+    track: bool = True  # log sweep and gate runs to MLflow (export needs them)
+    progress: bool = True
+
+
+def load_params(path: str | Path) -> dict[str, Any]:
+    """params.yaml, checked: every problem names its key."""
+    p = Path(path)
+    data = read_yaml(p, "params file")
+    if not isinstance(data, dict):
+        raise ValidationError(f"{p}: expected a mapping")
+    unknown = sorted(set(data) - PARAM_KEYS)
+    if unknown:
+        raise ValidationError(f"{p}: unknown key(s) {unknown}; allowed: {sorted(PARAM_KEYS)}")
+    for key in ("dataset", "preset", "profiles", "model"):
+        if key not in data:
+            raise ValidationError(f"{p}: '{key}' is required")
+    profiles = data["profiles"]
+    if not isinstance(profiles, dict) or data["dataset"] not in profiles:
+        raise ValidationError(f"{p}: profiles has no entry for dataset {data['dataset']!r}; "
+                              f"known: {sorted(profiles) if isinstance(profiles, dict) else []}")
+    profile = profiles[data["dataset"]]
+    for key in ("sweep", "gate"):
+        if not isinstance(profile, dict) or not profile.get(key):
+            raise ValidationError(f"{p}: profiles.{data['dataset']}.{key} is required (a file path)")
+    index = data.get("index") or {}
+    if not isinstance(index, dict) or set(index) - {"context_turns", "time_in_text", "views"}:
+        raise ValidationError(f"{p}: index takes context_turns, time_in_text and views only, got {index!r}")
+    return {**data, "index": index, "profile": profile}
+
+
+def _save(params: dict[str, Any]) -> SaveConfig:
+    index = params["index"]
+    return save_config(index.get("context_turns"), bool(index.get("time_in_text", False)), index.get("views"))
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+
+
+def _fresh(folder: Path) -> Path:
+    """An output folder emptied first: a stage's outputs are exactly what this run wrote."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _prepared(layout: Layout):
+    from lab.eval.tables import read_tables
+
+    return read_tables(layout.prepared)
+
+
+def stage_prepare(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+    from lab.eval.goldens import load_dataset
+    from lab.eval.tables import write_tables
+
+    dataset = load_dataset(params["dataset"], opts.datasets)
+    write_tables(dataset, _fresh(layout.prepared))
+    s = dataset.summary()
+    return f"{dataset.name}: {s['memories']} memories, {s['questions']} questions -> {layout.prepared}"
+
+
+def stage_index(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+    import time
+
+    from lab.eval.stores import eval_store
+
+    dataset = _prepared(layout)
+    started = time.perf_counter()
+    path = eval_store(dataset, _save(params), root=layout.eval_root, progress=opts.progress)
+    seconds = round(time.perf_counter() - started, 2)
+    _write_json(layout.metrics / "index.json", {"dataset": dataset.name, "memories": len(dataset.memories),
+                                                "store": path.name, "build_seconds": seconds, "index": params["index"]})
+    return f"store {path}"
+
+
+def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+    import polars as pl
+
+    from lab.eval.cache import candidate_table, prepared_for
+    from lab.eval.report import candidate_from
+    from lab.eval.runner import EvalOptions, evaluate
+    from lab.eval.stores import eval_retriever
+
+    dataset = _prepared(layout)
+    search = candidate_from(params["preset"], None).search
+    retriever = eval_retriever(dataset, _save(params), root=layout.eval_root, progress=opts.progress)
+    cands, _ = candidate_table(retriever, dataset, search, depth=max(DEFAULT_KS), root=layout.eval_root)
+    prepared_for(cands)  # its encodings are written beside the table now, not by a later stage
+    result = evaluate(retriever, dataset, search, EvalOptions(budget=2000), cands=cands)
+    m = result.metrics
+    _write_json(layout.metrics / "baseline.json", {"dataset": dataset.name, "preset": search.name, **m["metrics"],
+                                                   **{f"context_{k.removeprefix('context_')}": v
+                                                      for k, v in (m.get("context") or {}).items()}})
+    layout.plots.mkdir(parents=True, exist_ok=True)
+    ks = list(DEFAULT_KS)
+    pl.DataFrame({"k": ks, "recall": [m["metrics"][f"recall@{k}"] for k in ks]}).write_csv(
+        layout.plots / "recall_curve.csv")
+    pl.DataFrame(m["by_category"]).select("category", "recall@10", "ndcg@10").write_csv(
+        layout.plots / "by_category.csv")
+    return f"{cands.height} candidate rows; {search.name} recall@10 {m['metrics']['recall@10']:.4f}"
+
+
+def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+    import polars as pl
+
+    from lab.tune.spec import parse_spec
+    from lab.tune.sweep import run_sweep
+
+    source = read_yaml(Path(params["profile"]["sweep"]), "sweep file")
+    # the prepared dataset and the index-time parameters, pinned (one store: the index stage's)
+    chunk = _save(params).chunk
+    index_dims = {"index.context_turns": [int(chunk.context_turns)], "index.time_in_text": [bool(chunk.time_in_text)]}
+    spec = parse_spec({**source, "dataset": str(layout.prepared), "base": params["preset"],
+                       "space": {**index_dims, **{k: v for k, v in source["space"].items() if not k.startswith("index.")}}},
+                      where=params["profile"]["sweep"])
+    out = _fresh(layout.out / "sweep")
+    result = run_sweep(spec, out_root=out, progress=opts.progress, root=layout.eval_root, track=opts.track)
+    shutil.copy(result.folder / "best.yaml", out / "best.yaml")
+    summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
+    _write_json(layout.metrics / "sweep.json", {k: summary[k] for k in ("sweep", "objective", "tune", "validation",
+                                                                        "gap", "configs", "seconds") if k in summary})
+    obj = spec.objective if f"tune/{spec.objective}" in result.table.columns else "recall@10"
+    cols = [c for c in ("trial", "fusion.k", f"tune/{obj}", f"validation/{obj}") if c in result.table.columns]
+    layout.plots.mkdir(parents=True, exist_ok=True)
+    (result.table.filter(pl.col("error").is_null()).select(cols)
+     .rename({f"tune/{obj}": "tune", f"validation/{obj}": "validation"}).write_csv(layout.plots / "sweep.csv"))
+    return f"best {obj} {summary['tune']:.4f} on tune, {summary['validation']:.4f} on validation -> {out / 'best.yaml'}"
+
+
+def gate_candidate(gate_file: str | Path, candidate: str | Path, *, out_root: str | Path, track: bool = True,
+                   export: bool = False, datasets: str | Path | None = None, root: Path | None = None,
+                   uri: str | None = None, progress: bool = False, embedder=None) -> GateReport:
+    """Judge ``candidate`` (a preset name or a candidate file) against the gate file; on ``export``
+    and GO, export it as the champion. The one way every face runs the gate."""
+    return run_gate(load_gate(gate_file), str(candidate), datasets=datasets, out_root=out_root, track=track,
+                    root=root, progress=progress, export=export, uri=uri, embedder=embedder)
+
+
+def stage_gate(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+    out = _fresh(layout.out / "gate")
+    report = gate_candidate(params["profile"]["gate"], layout.out / "sweep" / "best.yaml", out_root=out,
+                            track=opts.track, datasets=opts.datasets, root=layout.gate_root, progress=opts.progress)
+    shutil.copy(report.folder / "gate.json", out / "gate.json")
+    _write_json(layout.metrics / "gate.json", {"verdict": report.verdict, "go": int(report.verdict == "GO"),
+                                               "checks_failed": sum(not c.passed for c in report.checks),
+                                               **{f"{s}.{k}": v for s, d in report.suites.items()
+                                                  for k, v in d["metrics"].items()}})
+    return f"verdict {report.verdict} ({len(report.checks)} checks)"
+
+
+def stage_export(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+    reports = sorted((layout.out / "gate").glob("*/gate.json"))
+    if not reports:
+        raise ValidationError(f"no gate report under {layout.out / 'gate'}: run `lab stage gate` first")
+    report = load_report(reports[0].parent)
+    gate = load_gate(params["profile"]["gate"])
+    if gate.model != params["model"]:
+        gate = replace(gate, model=params["model"])
+    store = json.loads((layout.metrics / "index.json").read_text(encoding="utf-8"))["store"]
+    bundle = _fresh(layout.out / "bundle")
+    got = export_gated(report, str(layout.out / "sweep" / "best.yaml"), gate, layout.eval_root / "stores" / store,
+                       bundle=bundle)
+    _write_json(layout.out / "export.json", {k: v for k, v in got.items() if k != "bundle"} | {"bundle": str(bundle)})
+    return f"exported {params['model']} version {got.get('version')} -> {bundle}"
+
+
+RUN: dict[str, Callable[[dict[str, Any], Layout, StageOptions], str]] = {
+    "prepare": stage_prepare, "index": stage_index, "candidates": stage_candidates, "sweep": stage_sweep,
+    "gate": stage_gate, "export": stage_export,
+}
+
+
+def run_stage(name: str, params: dict[str, Any], layout: Layout = Layout(), opts: StageOptions = StageOptions()) -> str:
+    """Run one stage; returns the line saying what it made."""
+    if name not in RUN:
+        raise ValidationError(f"unknown stage {name!r}; known: {list(STAGES)}")
+    # every stage shares one embedding cache outside the stages' outputs (nothing embedded twice)
+    if current().embed_cache is None:
+        use(embed_cache=layout.embeddings)
+    return RUN[name](params, layout, opts)
