@@ -3,10 +3,16 @@ from __future__ import annotations
 
 
 class LabError(Exception):
-    """Base class of every error lab raises on purpose."""
+    """Base class of every error lab raises on purpose. ``field`` names the input field at fault
+    (``content``, ``fusion.k``), when there is one: the edges report it (the server as the error
+    body's ``field``) without reading it back out of the message."""
 
     exit_code = 1
     http_status = 500
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
 
 
 class ValidationError(LabError, ValueError):

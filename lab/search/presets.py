@@ -119,7 +119,7 @@ def checked(config: SearchConfig, where: str) -> SearchConfig:
     try:
         get_fuser(config.fusion.method)
     except ValidationError as exc:
-        raise ValidationError(f"{where}: field 'fusion.method': {exc}") from None
+        raise ValidationError(f"{where}: field 'fusion.method': {exc}", field="fusion.method") from None
     return config
 
 

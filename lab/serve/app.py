@@ -62,7 +62,6 @@ class AppState:
 # an absolute file path (two segments or more), but not one of our own routes (/v1/...)
 _PATH = re.compile(r"(?<![\w/])(?!/v1/)(?:[A-Za-z]:)?(?:/[^\s/'\"()]+){2,}/?")
 _KNOWN = re.compile(r";\s*known: \[[^\]]*\]")
-_FIELD = re.compile(r"field '?([A-Za-z_][\w.]*)'?")
 
 
 def public_message(exc: LabError, store_root: str) -> str:
@@ -240,10 +239,9 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
         if isinstance(exc, StoreError) or exc.http_status >= 500:
             log.error("store error on %s %s: %s", request.method, request.url.path, exc)
             return error_response(500, "the store could not be read or written; the server log has the details")
-        found = _FIELD.search(str(exc))
         field = None
-        if found:  # named like pydantic's errors: where the field was sent
-            field = ("body." if request.method in ("POST", "PATCH", "PUT") else "query.") + found.group(1)
+        if exc.field:  # named like pydantic's errors: where the field was sent
+            field = ("body." if request.method in ("POST", "PATCH", "PUT") else "query.") + exc.field
         return error_response(exc.http_status, public_message(exc, root), field)
 
     @app.exception_handler(RequestValidationError)

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from lab.config import FilterConfig, SearchConfig
 from lab.errors import NotFoundError
 from lab.serve import schemas as S
+from lab.serve import work as W
 from lab.serve.app import ApiError, AppState
 from lab.serve.auth import ApiKey
 
@@ -194,7 +195,7 @@ async def create(state: AppState, who: Caller, memories: list[S.MemoryIn]) -> di
         require_namespace(state, ns)
     records = [m.record() for m in memories]
     state.service.writer.validate(records)  # 422 before queueing: a bad record never joins a group
-    got = await queued(state.service.submit_write("create", records=records))
+    got = await queued(state.service.submit_write(W.Create(tuple(records))))
     return {**got, "one": {**got["memories"][0], "version": got["version"]}}
 
 
@@ -210,7 +211,7 @@ async def patch_memory(memory_id: MemoryIdPath, body: S.MemoryPatch, state: Stat
     if not changes:
         raise ApiError(422, "body: give at least one field to change", field="body")
     memory_for(state, who, memory_id, write=True)
-    return memory_out(await queued(state.service.submit_write("update", id=memory_id, changes=changes)))
+    return memory_out(await queued(state.service.submit_write(W.Update(memory_id, changes))))
 
 
 @v1.delete("/memories/{memory_id:path}", response_model=S.Deleted, tags=["memories"])
@@ -218,7 +219,7 @@ async def delete_memory(memory_id: MemoryIdPath, state: State, who: Auth,
                         hard: Annotated[bool, Query(description="remove it for good (default: mark invalid)")] = False,
                         ) -> dict[str, Any]:
     memory_for(state, who, memory_id, write=True)
-    n = await queued(state.service.submit_write("delete", id=memory_id, hard=hard))
+    n = await queued(state.service.submit_write(W.Delete(memory_id, hard)))
     return {"deleted": n, "hard": hard}
 
 
@@ -267,7 +268,7 @@ async def add_edges(body: S.EdgeBatchIn, state: State, who: Auth) -> dict[str, A
     for edge in body.edges:
         for end in (edge.src, edge.dst):
             memory_for(state, who, end, write=True)
-    n = await queued(state.service.submit_write("add_edges", edges=[e.model_dump() for e in body.edges]))
+    n = await queued(state.service.submit_write(W.AddEdges(tuple(e.model_dump() for e in body.edges))))
     return {"added": n}
 
 
@@ -287,7 +288,7 @@ async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_le
                        relation: Optional[S.Relation] = None) -> dict[str, Any]:
     """Remove the edges src -> dst (of one relation, or every relation); reported as ``added: -n``."""
     memory_for(state, who, src, write=True)
-    n = await queued(state.service.submit_write("remove_edges", src=src, dst=dst, relation=relation))
+    n = await queued(state.service.submit_write(W.RemoveEdges(src, dst, relation)))
     return {"added": -n}
 
 
@@ -295,7 +296,7 @@ async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_le
 @v1.post("/namespaces", status_code=201, response_model=S.NamespaceOut, tags=["namespaces"])
 async def create_namespace(body: S.NamespaceIn, state: State, who: Auth) -> dict[str, Any]:
     who.require(body.name, write=True)
-    await queued(state.service.submit_write("create_namespace", name=body.name, description=body.description))
+    await queued(state.service.submit_write(W.CreateNamespace(body.name, body.description)))
     return {"name": body.name}
 
 
@@ -327,7 +328,7 @@ async def delete_namespace(namespace: NamespacePath, state: State, who: Auth) ->
     """Delete a namespace with its memories, edges and index."""
     who.require(namespace, write=True)
     require_namespace(state, namespace)
-    counts = await queued(state.service.submit_write("delete_namespace", name=namespace))
+    counts = await queued(state.service.submit_write(W.DeleteNamespace(namespace)))
     return {"name": namespace, "memories": counts["memories"]}
 
 
@@ -350,8 +351,7 @@ async def search(body: S.SearchIn, state: State, who: Auth) -> JSONResponse:
     started = time.perf_counter()
     config = search_config(state, body.filters)
     response = await queued(state.service.submit_read(
-        "search", query=body.query, namespace=body.namespace, k=body.k or config.fusion.top_k,
-        config=config, explain=body.explain))
+        W.Search(body.query, body.namespace, body.k or config.fusion.top_k, config, body.explain)))
     # returned as a response: the dict already has the documented shape (SearchOut), and skipping
     # FastAPI's second validation of it saves about a millisecond per request
     return JSONResponse({"query": body.query, "namespace": body.namespace, "config": response.config,
@@ -368,8 +368,7 @@ async def context(body: S.ContextIn, state: State, who: Auth) -> JSONResponse:
     if body.budget is not None:
         assemble = replace(assemble, budget=body.budget)
     ctx = await queued(state.service.submit_read(
-        "context", query=body.query, namespace=body.namespace, candidates=body.candidates,
-        config=search_config(state, body.filters), assemble=assemble))
+        W.Context(body.query, body.namespace, body.candidates, search_config(state, body.filters), assemble)))
     data = ctx.to_dict()
     return JSONResponse({"query": body.query, "namespace": body.namespace, "text": ctx.render(body.format), "format": body.format,
             **{k: data[k] for k in ("budget", "used", "counter", "zones", "items", "skipped")},

@@ -41,6 +41,7 @@ from lab.pipeline import Pipeline
 from lab.search.engine import SearchRequest
 from lab.serve.bundle import Served, served_save_config
 from lab.serve.settings import Settings
+from lab.serve.work import Context, Create, Read, Write
 from lab.store.store import Store
 
 log = logging.getLogger("lab.serve")
@@ -48,8 +49,7 @@ log = logging.getLogger("lab.serve")
 
 @dataclass
 class Job:
-    kind: str
-    payload: dict[str, Any]
+    work: Any  # a work item of lab.serve.work: Read for the reader threads, Write for the committer
     future: Future
     size: int = 1  # memories, for grouping creates
 
@@ -189,8 +189,8 @@ class MemoryService:
             return fn()
 
     # ------------------------------------------------------------------ queued work
-    def submit_read(self, kind: str, **payload: Any) -> Future:
-        job = Job(kind, payload, Future())
+    def submit_read(self, work: Read) -> Future:
+        job = Job(work, Future())
         with self._read_cond:
             if self._closing:
                 raise ConflictError("the server is shutting down")
@@ -198,8 +198,8 @@ class MemoryService:
             self._read_cond.notify()
         return job.future
 
-    def submit_write(self, kind: str, **payload: Any) -> Future:
-        job = Job(kind, payload, Future(), size=len(payload.get("records", ())) or 1)
+    def submit_write(self, work: Write) -> Future:
+        job = Job(work, Future(), size=work.size if isinstance(work, Create) else 1)
         with self._write_cond:
             if self._closing:
                 raise ConflictError("the server is shutting down")
@@ -222,7 +222,7 @@ class MemoryService:
                 if not batch:
                     continue
                 try:
-                    texts = sorted({job.payload["query"] for job in batch})
+                    texts = sorted({job.work.query for job in batch})
                     started = time.perf_counter()
                     with model_lock:
                         vectors = model.embed(texts)
@@ -233,7 +233,7 @@ class MemoryService:
                         job.future.set_exception(exc)
                     continue
                 with self._embedded_cond:
-                    self._embedded.extend((job, vector_of[job.payload["query"]]) for job in batch)
+                    self._embedded.extend((job, vector_of[job.work.query]) for job in batch)
                     self._embedded_cond.notify()
         finally:
             with self._embedded_cond:
@@ -261,17 +261,14 @@ class MemoryService:
     def _answer_group(self, group: list[tuple[Job, Any]]) -> None:
         """Answer queries of one namespace and configuration together; should that fail, each
         alone, so one bad request gets its own error and does not fail the others."""
-        first = group[0][0].payload
-        requests = [SearchRequest(job.payload["query"], vector,
-                                  job.payload["k"] if job.kind == "search" else job.payload["candidates"],
-                                  job.kind == "search" and job.payload["explain"])
-                    for job, vector in group]
+        first = group[0][0].work
+        requests = [job.work.request(vector) for job, vector in group]
         started = time.perf_counter()
         try:
             with self.lock:
-                responses = self.retriever.search_many(requests, first["namespace"], config=first["config"])
+                responses = self.retriever.search_many(requests, first.namespace, config=first.config)
                 searched = time.perf_counter()
-                answers = [self._finish(job, response) for (job, _), response in zip(group, responses)]
+                answers = [job.work.finish(self.retriever, response) for (job, _), response in zip(group, responses)]
         except BaseException as exc:
             if len(group) == 1:
                 group[0][0].future.set_exception(exc)
@@ -280,19 +277,12 @@ class MemoryService:
                 self._answer_group([one])
             return
         assembled = time.perf_counter()
-        contexts = sum(job.kind == "context" for job, _ in group)
+        contexts = sum(isinstance(job.work, Context) for job, _ in group)
         self.observer.searched(len(group), searched - started)
         for _ in range(contexts):
             self.observer.assembled((assembled - searched) / contexts)
         for (job, _), answer in zip(group, answers):
             job.future.set_result(answer)
-
-    def _finish(self, job: Job, response: Any) -> Any:
-        """A search job's answer is its response; a context job's, its results assembled."""
-        if job.kind == "search":
-            return response
-        p = job.payload
-        return self.retriever.assemble(response.results, p["namespace"], p["assemble"], p["config"])
 
     # ------------------------------------------------------------------ the committer thread
     def _write_loop(self) -> None:
@@ -313,7 +303,7 @@ class MemoryService:
                 self._save_snapshots()
                 continue
             group = [job for job in group if job.future.set_running_or_notify_cancel()]
-            if group and group[0].kind == "create":
+            if group and isinstance(group[0].work, Create):
                 self._commit_creates(group)
             else:
                 for job in group:
@@ -330,14 +320,14 @@ class MemoryService:
     def _take_group(self) -> list[Job]:
         """The next write, with the creates queued right behind it (called holding the condition)."""
         first = self._writes.popleft()
-        if first.kind != "create":
+        if not isinstance(first.work, Create):
             return [first]
         group, size = [first], first.size
         deadline = time.monotonic() + self.settings.group_wait_ms / 1000
         while size < self.settings.group_max:
             if self._writes:
                 nxt = self._writes[0]
-                if nxt.kind != "create" or size + nxt.size > self.settings.group_max:
+                if not isinstance(nxt.work, Create) or size + nxt.size > self.settings.group_max:
                     break
                 group.append(self._writes.popleft())
                 size += nxt.size
@@ -359,7 +349,7 @@ class MemoryService:
         self._dirty_since = None
 
     def _commit_creates(self, group: list[Job]) -> None:
-        records = [r for job in group for r in job.payload["records"]]
+        records = [r for job in group for r in job.work.records]
         started = time.perf_counter()
         try:
             # validation reads no store: done once, outside the lock, for the embedding ahead and
@@ -385,7 +375,7 @@ class MemoryService:
         remaining = iter(rows)
         for job in group:
             outcomes = []
-            for row in (next(remaining) for _ in job.payload["records"]):
+            for row in (next(remaining) for _ in job.work.records):
                 rid = report.id_map.get(row["id"], row["id"])
                 fresh = rid in created and rid not in claimed
                 claimed.add(rid)
@@ -394,23 +384,9 @@ class MemoryService:
             job.future.set_result({"memories": outcomes, "version": report.version})
 
     def _run_write(self, job: Job) -> None:
-        p = job.payload
         try:
             with self.lock:
-                if job.kind == "update":
-                    result = self.writer.update(p["id"], **p["changes"])
-                elif job.kind == "delete":
-                    result = self.writer.delete([p["id"]], hard=p["hard"])
-                elif job.kind == "add_edges":
-                    result = self.writer.add_edges(p["edges"])
-                elif job.kind == "remove_edges":
-                    result = self.writer.remove_edges(p["src"], p["dst"], p["relation"])
-                elif job.kind == "create_namespace":
-                    result = self.writer.create_namespace(p["name"], p["description"])
-                elif job.kind == "delete_namespace":
-                    result = self.writer.delete_namespace(p["name"])
-                else:
-                    raise ValueError(f"unknown write {job.kind!r}")
+                result = job.work.run(self.writer)
             job.future.set_result(result)
         except BaseException as exc:
             job.future.set_exception(exc)
@@ -421,10 +397,10 @@ def _groups(batch: list[tuple[Job, Any]]) -> list[list[tuple[Job, Any]]]:
     configuration), in order of first arrival."""
     groups: list[list[tuple[Job, Any]]] = []
     for item in batch:
-        p = item[0].payload
+        p = item[0].work
         for group in groups:
-            q = group[0][0].payload
-            if q["namespace"] == p["namespace"] and (q["config"] is p["config"] or q["config"] == p["config"]):
+            q = group[0][0].work
+            if q.namespace == p.namespace and (q.config is p.config or q.config == p.config):
                 group.append(item)
                 break
         else:

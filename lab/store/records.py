@@ -105,7 +105,7 @@ def _str(raw: Mapping[str, Any], key: str, default: str, where: str) -> str:
     if value is None:
         return default
     if not isinstance(value, str):
-        raise ValidationError(f"{where}field '{key}': expected a string, got {type(value).__name__}")
+        raise ValidationError(f"{where}field '{key}': expected a string, got {type(value).__name__}", field=key)
     return check_utf8(value, key, where)
 
 
@@ -115,7 +115,7 @@ def check_utf8(text: str, key: str, where: str = "") -> str:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValidationError(f"{where}field '{key}': character {exc.start} ({text[exc.start]!r}) is a lone "
-                              "surrogate, not valid Unicode text") from None
+                              "surrogate, not valid Unicode text", field=key) from None
     return text
 
 
@@ -137,33 +137,33 @@ def normalize_memory(
         raise ValidationError(f"{where}unknown field(s) {unknown}; allowed: {list(MEMORY_FIELDS)}")
     ns = raw.get("namespace", namespace)
     if ns is None:
-        raise ValidationError(f"{where}field 'namespace' is required")
+        raise ValidationError(f"{where}field 'namespace' is required", field="namespace")
     try:
         ns = validate_namespace(ns)
     except ValidationError as exc:
-        raise ValidationError(f"{where}field 'namespace': {exc}") from None
+        raise ValidationError(f"{where}field 'namespace': {exc}", field="namespace") from None
     content = raw.get("content")
     if not isinstance(content, str) or not content.strip():
-        raise ValidationError(f"{where}field 'content' must be a non-empty string, got {content!r}")
+        raise ValidationError(f"{where}field 'content' must be a non-empty string, got {content!r}", field="content")
     if len(content) > MAX_CONTENT_CHARS:
         raise ValidationError(
-            f"{where}field 'content' has {len(content)} characters; the limit is {MAX_CONTENT_CHARS}"
-        )
+            f"{where}field 'content' has {len(content)} characters; the limit is {MAX_CONTENT_CHARS}",
+            field="content")
     check_utf8(content, "content", where)
     digest = content_hash(ns, content)
     mem_id = raw.get("id")
     try:
         mem_id = default_id(ns, digest) if mem_id is None else validate_id(mem_id)
     except ValidationError as exc:
-        raise ValidationError(f"{where}field 'id': {exc}") from None
+        raise ValidationError(f"{where}field 'id': {exc}", field="id") from None
     mtype = raw.get("type", "semantic")
     if mtype not in MEMORY_TYPES:
-        raise ValidationError(f"{where}field 'type': {mtype!r} is not one of {list(MEMORY_TYPES)}")
+        raise ValidationError(f"{where}field 'type': {mtype!r} is not one of {list(MEMORY_TYPES)}", field="type")
     tags = raw.get("tags", [])
     if tags is None:
         tags = []
     if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) and t.strip() for t in tags):
-        raise ValidationError(f"{where}field 'tags' must be a list of non-empty strings, got {tags!r}")
+        raise ValidationError(f"{where}field 'tags' must be a list of non-empty strings, got {tags!r}", field="tags")
     tags = list(dict.fromkeys(check_utf8(t.strip(), "tags", where) for t in tags))  # de-duplicated, order kept
 
     def _time(key: str, default: datetime | None) -> datetime | None:
@@ -173,34 +173,36 @@ def normalize_memory(
         try:
             return parse_time(value, key)
         except ValidationError as exc:
-            raise ValidationError(f"{where}field {exc}") from None
+            raise ValidationError(f"{where}field {exc}", field=key) from None
 
     created_at = _time("created_at", now)
     updated_at = _time("updated_at", created_at)
     if updated_at < created_at:
-        raise ValidationError(f"{where}field 'updated_at' is earlier than 'created_at'")
+        raise ValidationError(f"{where}field 'updated_at' is earlier than 'created_at'", field="updated_at")
     accessed_at = _time("accessed_at", None)
     access_count = raw.get("access_count", 0)
     if access_count is None:
         access_count = 0
     if isinstance(access_count, bool) or not isinstance(access_count, int) or not 0 <= access_count <= MAX_INT64:
-        raise ValidationError(f"{where}field 'access_count' must be an integer in 0..{MAX_INT64}, got {access_count!r}")
+        raise ValidationError(f"{where}field 'access_count' must be an integer in 0..{MAX_INT64}, got {access_count!r}",
+                              field="access_count")
     importance = raw.get("importance", 0.5)
     if importance is None:
         importance = 0.5
     if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0 <= importance <= 1:
-        raise ValidationError(f"{where}field 'importance' must be a number in [0, 1], got {importance!r}")
+        raise ValidationError(f"{where}field 'importance' must be a number in [0, 1], got {importance!r}",
+                              field="importance")
     pinned = raw.get("pinned", mtype == "anchor")
     valid = raw.get("valid", True)
     for key, value in (("pinned", pinned), ("valid", valid)):
         if not isinstance(value, bool):
-            raise ValidationError(f"{where}field '{key}' must be true or false, got {value!r}")
+            raise ValidationError(f"{where}field '{key}' must be true or false, got {value!r}", field=key)
     superseded_by = raw.get("superseded_by")
     if superseded_by is not None:
         try:
             validate_id(superseded_by, "superseded_by")
         except ValidationError as exc:
-            raise ValidationError(f"{where}field {exc}") from None
+            raise ValidationError(f"{where}field {exc}", field="superseded_by") from None
     metadata = raw.get("metadata", {})
     if metadata is None:
         metadata = {}
@@ -208,9 +210,10 @@ def normalize_memory(
         try:
             metadata = json.loads(metadata) if metadata.strip() else {}
         except json.JSONDecodeError as exc:
-            raise ValidationError(f"{where}field 'metadata' is not valid JSON: {exc}") from None
+            raise ValidationError(f"{where}field 'metadata' is not valid JSON: {exc}", field="metadata") from None
     if not isinstance(metadata, Mapping):
-        raise ValidationError(f"{where}field 'metadata' must be an object, got {type(metadata).__name__}")
+        raise ValidationError(f"{where}field 'metadata' must be an object, got {type(metadata).__name__}",
+                              field="metadata")
     for key in EPISODE_KEYS:
         value = metadata.get(key)
         # episode keys group turns: a string, an integer or a boolean names one group the same way
@@ -222,7 +225,7 @@ def normalize_memory(
     try:
         metadata_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ValidationError(f"{where}field 'metadata' is not JSON-serialisable: {exc}") from None
+        raise ValidationError(f"{where}field 'metadata' is not JSON-serialisable: {exc}", field="metadata") from None
     check_utf8(metadata_json, "metadata", where)
     title = _str(raw, "title", "", where)
     return {
@@ -263,28 +266,28 @@ def normalize_edge(
     out["namespace"] = ns
     for key in ("src", "dst"):
         if key not in raw:
-            raise ValidationError(f"{where}edge field '{key}' is required")
+            raise ValidationError(f"{where}edge field '{key}' is required", field=key)
         try:
             out[key] = validate_id(raw[key], key)
         except ValidationError as exc:
-            raise ValidationError(f"{where}edge field {exc}") from None
+            raise ValidationError(f"{where}edge field {exc}", field=key) from None
     if out["src"] == out["dst"]:
         raise ValidationError(f"{where}an edge cannot link {out['src']!r} to itself")
     relation = raw.get("relation", "related_to")
     if relation not in EDGE_RELATIONS:
         raise ValidationError(
-            f"{where}edge field 'relation': {relation!r} is not one of {list(EDGE_RELATIONS)}"
-        )
+            f"{where}edge field 'relation': {relation!r} is not one of {list(EDGE_RELATIONS)}",
+            field="relation")
     out["relation"] = relation
     weight = raw.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
-        raise ValidationError(f"{where}edge field 'weight' must be a number in [0, 1], got {weight!r}")
+        raise ValidationError(f"{where}edge field 'weight' must be a number in [0, 1], got {weight!r}", field="weight")
     out["weight"] = float(weight)
     created = raw.get("created_at")
     try:
         out["created_at"] = now if created is None else parse_time(created, "created_at")
     except ValidationError as exc:
-        raise ValidationError(f"{where}edge field {exc}") from None
+        raise ValidationError(f"{where}edge field {exc}", field="created_at") from None
     return out
 
 

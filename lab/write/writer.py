@@ -208,14 +208,14 @@ class Writer:
                 edge = normalize_edge(raw, now=now, namespace=namespace, where=where)
                 for end in ("src", "dst"):
                     if edge[end] not in ns_of:
-                        raise ValidationError(f"{where}edge field '{end}': no memory with id {edge[end]!r}")
+                        raise ValidationError(f"{where}edge field '{end}': no memory with id {edge[end]!r}", field=end)
                 src_ns, dst_ns = ns_of[edge["src"]], ns_of[edge["dst"]]
                 if src_ns != dst_ns:
                     raise ValidationError(f"{where}edge {edge['src']} -> {edge['dst']} crosses namespaces "
                                           f"({src_ns} vs {dst_ns}); edges stay inside one namespace")
                 if edge["namespace"] not in (None, src_ns):
                     raise ValidationError(f"{where}edge field 'namespace': {edge['namespace']!r} does not match "
-                                          f"its memories' namespace {src_ns!r}")
+                                          f"its memories' namespace {src_ns!r}", field="namespace")
                 edges.append(edge)
         report = self.save_many(records, namespace, progress=progress)
         for edge in edges:
@@ -277,12 +277,13 @@ class Writer:
     def _check_superseder(self, memory_id: str, namespace: str, superseder: str) -> None:
         """``superseded_by`` names another memory of the same namespace, never the memory itself."""
         if superseder == memory_id:
-            raise ValidationError(f"field 'superseded_by': memory {memory_id!r} cannot supersede itself")
+            raise ValidationError(f"field 'superseded_by': memory {memory_id!r} cannot supersede itself",
+                                  field="superseded_by")
         # one answer whether the id is absent or in another namespace: no caller learns of a
         # memory in a namespace it may not read
         if not self.store.has_ids([superseder]) or self.store.get(superseder)["namespace"] != namespace:
             raise NotFoundError(f"field 'superseded_by': no memory {superseder!r} in namespace {namespace!r} "
-                                "(a memory is superseded only by one of its own namespace)")
+                                "(a memory is superseded only by one of its own namespace)", field="superseded_by")
 
     @_locked
     def delete(self, ids: Sequence[str] | str, *, hard: bool = False) -> int:
