@@ -74,7 +74,7 @@ def __dir__() -> list[str]:
 def open_pipeline(path: str | Path, config: Any = None, *, embedder: Any = None, create: bool = False,
                   pin: str | None = None, cache_dir: str | Path | None = None) -> "Pipeline":
     """Open (or, with ``create``, create) the store at ``path`` with its save and search pipeline."""
-    from lab.pipeline import Pipeline
+    from lab.pipeline import Pipeline  # heavy: numba (import lab stays light)
 
     return Pipeline.open(path, config, embedder=embedder, create=create, pin=pin, cache_dir=cache_dir)
 
@@ -83,6 +83,6 @@ def open_retriever(path: str | Path, *, pin: str | None = None, search: Any = No
     """Open the store at ``path`` read-only, at its latest version or pinned at ``pin`` ("M.C.E.A").
 
     ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset)."""
-    from lab.retriever import Retriever
+    from lab.retriever import Retriever  # heavy: numba (import lab stays light)
 
     return Retriever.open(path, pin=pin, search=search, embedder=embedder)

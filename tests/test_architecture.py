@@ -64,3 +64,85 @@ def test_the_environment_check_would_catch_a_new_read(tmp_path):
     finally:
         planted.unlink()
     assert found == ["lab/search/_planted_for_test.py"]
+
+
+CYCLES = """
+import json, sys
+import grimp
+
+graph = grimp.build_graph("lab", cache_dir=None)
+index, low, stack, on_stack, found = {}, {}, [], set(), []
+sys.setrecursionlimit(10000)
+
+def visit(v):  # Tarjan's strongly connected components
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(graph.find_modules_directly_imported_by(v)):
+        if w not in index:
+            visit(w)
+            low[v] = min(low[v], low[w])
+        elif w in on_stack:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        component = []
+        while True:
+            w = stack.pop()
+            on_stack.discard(w)
+            component.append(w)
+            if w == v:
+                break
+        if len(component) > 1:
+            found.append(sorted(component))
+
+for module in sorted(graph.modules):
+    if module not in index:
+        visit(module)
+print(json.dumps(found))
+"""
+
+
+def _cycles(package_root: Path) -> list[list[str]]:
+    """Import cycles among lab's modules (function-local imports included): strongly connected
+    components of more than one module, in the lab package found under ``package_root``."""
+    import json
+
+    env = {"PYTHONPATH": str(package_root), "PATH": str(Path(sys.executable).parent)}
+    got = subprocess.run([sys.executable, "-c", CYCLES], cwd=package_root, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0, got.stderr
+    return json.loads(got.stdout)
+
+
+def test_no_import_cycles_anywhere_in_lab():
+    assert _cycles(ROOT) == []
+
+
+def test_a_new_cycle_is_found(tmp_path):
+    shutil.copytree(ROOT / "lab", tmp_path / "lab", ignore=shutil.ignore_patterns("__pycache__"))
+    types = tmp_path / "lab" / "assemble" / "render.py"
+    # render reaching back into the module that imports it: the kind of cycle this test exists for
+    types.write_text(types.read_text() + "\n\ndef _planted():\n    from lab.assemble.types import Context  # noqa\n")
+    assert _cycles(tmp_path) == [["lab.assemble.render", "lab.assemble.types"]]
+
+
+def test_function_local_imports_of_lab_say_why():
+    """Below the shells a lab module is imported at the top, unless importing it would pull a heavy
+    dependency into a module that is light without it: then the import says so (# heavy: ...)."""
+    silent = []
+    for path in sorted((ROOT / "lab").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("lab/cli/"):
+            continue
+        in_type_checking = False
+        for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+            if line.startswith("if TYPE_CHECKING"):
+                in_type_checking = True
+                continue
+            if line and not line.startswith(" "):
+                in_type_checking = False
+            stripped = line.strip()
+            if (line.startswith(" ") and not in_type_checking and (stripped.startswith("from lab") or stripped.startswith("import lab"))
+                    and "# heavy:" not in line):
+                silent.append(f"{rel}:{number}: {stripped}")
+    assert silent == []

@@ -35,10 +35,10 @@ Everything public is re-exported here.
 """
 from __future__ import annotations
 
-# the internal modules import from each other, never from this package: no import cycles
 from lab.assemble.fill import assemble
+from lab.assemble.render import line
 from lab.assemble.tokens import EstimateCounter, ExactCounter, TokenCounter, make_counter
-from lab.assemble.types import Context, ContextItem, Item, Skipped, ZoneUsage, item_from_result, line
+from lab.assemble.types import Context, ContextItem, Item, Skipped, ZoneUsage, item_from_result
 from lab.config import AssembleConfig
 
 __all__ = [

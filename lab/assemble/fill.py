@@ -10,10 +10,11 @@ import numpy as np
 from lab.assemble.dedupe import Deduper, signatures
 from lab.assemble.merge import _merge_chunks
 from lab.assemble.neighbours import _expand
+from lab.assemble.render import line
 from lab.assemble.routing import _reason, _zones, capacities as zone_capacities
 from lab.assemble.tokens import TokenCounter, make_counter
 from lab.assemble.truncate import _truncate
-from lab.assemble.types import Context, ContextItem, Item, Skipped, ZoneUsage, _Candidate, item_from_result, line
+from lab.assemble.types import Context, ContextItem, Item, Skipped, ZoneUsage, _Candidate, item_from_result
 from lab.config import ZONES, AssembleConfig
 from lab.errors import ValidationError
 from lab.store.records import parse_time

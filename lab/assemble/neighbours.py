@@ -5,8 +5,9 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from lab.assemble.dedupe import Deduper, signatures
+from lab.assemble.render import line
 from lab.assemble.tokens import TokenCounter
-from lab.assemble.types import Item, _Candidate, line
+from lab.assemble.types import Item, _Candidate
 from lab.config import AssembleConfig
 
 

@@ -1,25 +1,27 @@
 """Rendering an assembled context: plain text or markdown, zone headers, memory ids as citations."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Sequence
 
-from lab.assemble.types import line
 from lab.errors import ValidationError
-
-if TYPE_CHECKING:
-    from lab.assemble.types import Context
 
 FORMATS = ("text", "markdown")
 HEADERS = {"critical": "Critical", "middle": "Relevant", "recency": "Recent"}
 
 
-def render(context: "Context", fmt: str = "text") -> str:
-    """Zones in reading order, each item as ``[memory_id] text``; empty context -> empty string."""
+def line(memory_id: str, text: str) -> str:
+    """An item as rendered (and as paid for): the citation, then the text."""
+    return f"[{memory_id}] {text}"
+
+
+def render(items: Sequence[Any], fmt: str = "text") -> str:
+    """A context's items (``ContextItem``: zone, memory_id, text, created_at) in reading order, zone
+    by zone, each as ``[memory_id] text``; no items -> empty string."""
     if fmt not in FORMATS:
         raise ValidationError(f"unknown context format {fmt!r}; known: {list(FORMATS)}")
     blocks: list[str] = []
     zone = None
-    for item in context.items:
+    for item in items:
         if item.zone != zone:
             zone = item.zone
             title = HEADERS[zone]

@@ -11,6 +11,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from lab.embed.st import HFTokenizer, model_dir
 from lab.errors import ValidationError
 
 _WORD = re.compile(r"\S+")
@@ -37,7 +38,6 @@ def _n_words(text: str) -> int:
 
 class EstimateCounter:
     """max(ceil(chars / 4), ceil(words * 1.5)); no tokenizer, microseconds per item."""
-
     name = "estimate"
 
     def count(self, text: str) -> int:
@@ -62,13 +62,10 @@ class EstimateCounter:
 
 class ExactCounter:
     """Word pieces of the embedding model's tokenizer (no special tokens, no truncation)."""
-
     name = "exact"
 
     def __init__(self, tokenizer=None) -> None:
         if tokenizer is None:
-            from lab.embed.st import HFTokenizer, model_dir
-
             tokenizer = HFTokenizer(model_dir())
         self._tok = tokenizer
         self._memo: dict[str, int] = {}  # re-assembling the same candidates must not re-tokenize

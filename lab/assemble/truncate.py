@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from lab.assemble.render import line
 from lab.assemble.tokens import TokenCounter
-from lab.assemble.types import _Candidate, line
+from lab.assemble.types import _Candidate
 
 
 def _truncate(c: _Candidate, counter: TokenCounter, space: int) -> _Candidate:

@@ -6,13 +6,13 @@ from datetime import datetime
 from typing import Any
 
 from lab.assemble.dedupe import Signature
+from lab.assemble.render import render
 from lab.store.records import item_text
 
 
 @dataclass(frozen=True)
 class Item:
     """One retrieved memory (or chunk of one) offered to assembly."""
-
     memory_id: str
     text: str
     score: float
@@ -93,10 +93,7 @@ class Context:
         return [i.memory_id for i in self.items]
 
     def render(self, fmt: str = "text") -> str:
-        # imported here: render imports this module
-        from lab.assemble.render import render
-
-        return render(self, fmt)
+        return render(self.items, fmt)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,15 +113,9 @@ def item_from_result(result: Any, pinned: bool = False, episode: str | None = No
                 bool(getattr(result, "pinned", pinned)), getattr(result, "episode", episode))
 
 
-def line(memory_id: str, text: str) -> str:
-    """An item as rendered (and as paid for): the citation, then the text."""
-    return f"[{memory_id}] {text}"
-
-
 @dataclass(slots=True)
 class _Candidate:
     """An item on its way into a zone: shared by the fill, the truncation and the neighbour expansion."""
-
     item: Item
     line: str
     tokens: int

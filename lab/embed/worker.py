@@ -28,6 +28,9 @@ from typing import IO, Sequence
 
 import numpy as np
 
+from lab.config import EmbedConfig
+from lab.embed import make_embedder
+from lab.embed.st import set_model_threads
 from lab.errors import LabError
 
 _LENGTH = struct.Struct("<I")
@@ -35,7 +38,6 @@ _LENGTH = struct.Struct("<I")
 
 class EmbedderProcessError(LabError):
     """The embedding process died or could not start (a server answers 503: a retry gets a new one)."""
-
     http_status = 503
 
 
@@ -186,10 +188,6 @@ class ProcessEmbedder:
 
 
 def _serve(model: str, threads: int, batch_size: int, inp: IO[bytes], out: IO[bytes]) -> int:
-    from lab.config import EmbedConfig
-    from lab.embed import make_embedder
-    from lab.embed.st import set_model_threads
-
     embedder = make_embedder(EmbedConfig(model=model, batch_size=batch_size, cache=False))
     set_model_threads(embedder, threads)
     embedder.embed(["warm up"])  # load the model before saying so

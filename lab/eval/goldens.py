@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 import polars as pl
 
+from lab.config import read_yaml
 from lab.errors import ValidationError
+from lab.eval.beir import load_beir
 from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
+from lab.eval.locomo import load_locomo
+from lab.eval.tables import is_tables, read_tables
 from lab.store.ingest import find_dataset_files, read_records
 from lab.workspace import current
 
@@ -14,8 +19,6 @@ GOLDEN_KEYS = {"id", "namespace", "question", "expected", "category", "notes", "
 
 def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset:
     """A golden YAML and the memories it is about (``data``, else its ``dataset`` key: demo)."""
-    from lab.config import read_yaml
-
     path = Path(path)
     doc = read_yaml(path, "golden file")
     if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
@@ -72,9 +75,6 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
                  observations: bool = False, summaries: bool = False) -> EvalDataset:
     """``locomo``, ``scifact``, ``demo`` (goldens/demo.yaml), a golden .yaml, a BEIR folder, or a
     folder of prepared tables (`lab.eval.tables`)."""
-    from lab.eval.beir import load_beir
-    from lab.eval.locomo import load_locomo
-
     root = Path(datasets) if datasets else default_datasets()
     if name == "locomo":
         return load_locomo(root / "locomo" / "locomo10-dev.json", observations=observations, summaries=summaries)
@@ -83,7 +83,6 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     if name == "demo":
         return load_golden(current().project / "goldens" / "demo.yaml")
     p = Path(name)
-    from lab.eval.tables import is_tables, read_tables
 
     if p.is_dir() and is_tables(p):  # a dataset prepared into Parquet tables (the DVC prepare stage)
         return read_tables(p)

@@ -6,12 +6,10 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lab.errors import ValidationError
-
-if TYPE_CHECKING:
-    from lab.eval.dataset import EvalDataset
+from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
 
 SESSION_RE = re.compile(r"^session_(\d+)$")
 # Turns of one session share its timestamp upstream; spacing them keeps their order in time.
@@ -125,7 +123,6 @@ def load_locomo(path: str | Path, *, observations: bool = False, summaries: bool
     """
     import polars as pl
 
-    from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
 
     convs = load_conversations(path)
     memories: list[dict[str, Any]] = []

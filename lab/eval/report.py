@@ -10,8 +10,11 @@ from typing import Any
 import polars as pl
 
 from lab.config import Candidate, SearchConfig, to_yaml
+from lab.config import load_candidate
 from lab.errors import NotFoundError, ValidationError
+from lab.eval.metrics import compare_runs
 from lab.eval.runner import EvalResult
+from lab.search.presets import checked, resolve
 
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr", "hit@10", "recall@100")
 
@@ -123,8 +126,6 @@ def load_run(path: str | Path) -> tuple[dict[str, Any], pl.DataFrame]:
 
 def compare(run_a: str | Path, run_b: str | Path, metrics: list[str] | None = None) -> pl.DataFrame:
     """Metric deltas B - A on the questions both runs share, with bootstrap CIs and p-values."""
-    from lab.eval.metrics import compare_runs
-
     meta_a, a = load_run(run_a)
     meta_b, b = load_run(run_b)
     if meta_a["dataset"] != meta_b["dataset"]:
@@ -140,9 +141,6 @@ def compare(run_a: str | Path, run_b: str | Path, metrics: list[str] | None = No
 
 def candidate_from(preset: str | None, config_file: str | Path | None) -> Candidate:
     """A preset by name, or a candidate file (a SearchConfig, optionally with save and assemble sections)."""
-    from lab.config import load_candidate
-    from lab.search.presets import checked, resolve
-
     if config_file:
         candidate = load_candidate(config_file)
         checked(candidate.search, str(config_file))

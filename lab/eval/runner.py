@@ -13,9 +13,13 @@ from typing import Any
 import polars as pl
 
 from lab.config import AssembleConfig, SearchConfig, to_dict
+from lab.eval import metrics as M
 from lab.eval.cache import candidate_table, memo_entry, prepared_for
+from lab.eval.context import context_metrics
 from lab.eval.dataset import EvalDataset
+from lab.eval.health import list_health, signal_health
 from lab.eval.metrics import DEFAULT_KS, bootstrap_cis
+from lab.eval.ragas_adapter import ragas_metrics
 from lab.retriever import Retriever
 from lab.search.fusion import PreparedCandidates, fuse
 
@@ -61,8 +65,6 @@ def scored_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig
                dataset: EvalDataset) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the fused run, per-question metrics: qid, namespace, category and one column per metric; a
     question without results scores 0)."""
-    from lab.eval import metrics as M
-
     run = fused_run(prepared, config, options, dataset)
     per_query = M.retrieval_metrics(run, dataset.qrels, ks=options.ks)
     per_query = dataset.questions.select("qid", "namespace", "category").join(per_query, on="qid", how="left")
@@ -73,9 +75,6 @@ def scored_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig
 def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, options: EvalOptions | None = None, *,
              cands: pl.DataFrame | None = None, prepared: PreparedCandidates | None = None) -> EvalResult:
     """Fuse cached candidates under ``config`` and score them against the dataset's gold."""
-    from lab.eval import metrics as M
-    from lab.eval.health import list_health, signal_health
-
     options = options or EvalOptions()
     info: dict[str, Any] = {}
     if cands is None:
@@ -100,14 +99,10 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
                     "credit_derived": options.credit_derived, "budget": options.budget},
     }
     if options.budget:
-        from lab.eval.context import context_metrics
-
         ctx = context_metrics(retriever, dataset, run, config, replace(options.assemble, budget=options.budget))
         per_query = per_query.join(ctx, on="qid", how="left")
         out["context"] = {c: float(ctx[c].mean()) for c in ctx.columns if c != "qid"}
     if options.ragas:
-        from lab.eval.ragas_adapter import ragas_metrics
-
         k = 10 if 10 in options.ks else max(options.ks)
         gold = dataset.qrels.group_by("qid").agg(pl.col("memory_id").sort().alias("ref"))
         top = run.filter(pl.col("rank") <= k).sort("qid", "rank").group_by("qid", maintain_order=True).agg(

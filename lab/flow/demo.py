@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from lab import track
+from lab.eval.goldens import load_dataset
+from lab.search.presets import preset
+from lab.tune.spec import load_spec
+from lab.tune.sweep import run_sweep
 from lab.workspace import current
 
 DEMO_QUERY = ("atlas", "why did the billing service fail in February?")  # a sample search after ingest
@@ -36,17 +41,12 @@ def demo_files() -> dict[str, Path]:
 
 def run_demo(store: str | Path, data: str | Path, out: str | Path, uri: str | None = None) -> Iterator[DemoStep]:
     """Run the five steps, yielding each as it starts and as it ends."""
-    from lab import track
-    from lab.eval.goldens import load_dataset
-    from lab.eval.runner import EvalOptions
-    from lab.eval.runs import evaluate_to_folder
-    from lab.eval.stores import eval_retriever
-    from lab.flow.stages import gate_candidate
-    from lab.pipeline import Pipeline
-    from lab.retriever import Retriever
-    from lab.search.presets import preset
-    from lab.tune.spec import load_spec
-    from lab.tune.sweep import run_sweep
+    from lab.eval.runner import EvalOptions  # heavy: numba
+    from lab.eval.runs import evaluate_to_folder  # heavy: numba
+    from lab.eval.stores import eval_retriever  # heavy: numba
+    from lab.flow.stages import gate_candidate  # heavy: numba
+    from lab.pipeline import Pipeline  # heavy: numba
+    from lab.retriever import Retriever  # heavy: numba
 
     files, store, out = demo_files(), Path(store), Path(out)
     verb = "reusing" if (store / "lab-store.json").exists() else "creating"

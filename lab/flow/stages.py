@@ -16,10 +16,20 @@ from typing import Any, Callable
 
 from lab.config import DEFAULT_KS, SaveConfig, read_yaml
 from lab.errors import ValidationError
+from lab.eval.cache import candidate_table, prepared_for
+from lab.eval.goldens import load_dataset
+from lab.eval.report import candidate_from
+from lab.eval.runner import EvalOptions, evaluate
+from lab.eval.stores import eval_retriever
+from lab.eval.stores import eval_store
 from lab.eval.stores import save_config
+from lab.eval.tables import read_tables
+from lab.eval.tables import write_tables
 from lab.flow import STAGES
 from lab.gate.checks import load_gate
 from lab.gate.run import GateReport, export_gated, load_report, run_gate
+from lab.tune.spec import parse_spec
+from lab.tune.sweep import run_sweep
 from lab.workspace import current, use
 
 PARAM_KEYS = {"dataset", "preset", "index", "profiles", "model"}
@@ -28,7 +38,6 @@ PARAM_KEYS = {"dataset", "preset", "index", "profiles", "model"}
 @dataclass(frozen=True)
 class Layout:
     """Where the stages read and write (dvc.yaml names the same paths)."""
-
     out: Path = Path(".lab/dvc")
 
     @property
@@ -108,15 +117,10 @@ def _fresh(folder: Path) -> Path:
 
 
 def _prepared(layout: Layout):
-    from lab.eval.tables import read_tables
-
     return read_tables(layout.prepared)
 
 
 def stage_prepare(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
-    from lab.eval.goldens import load_dataset
-    from lab.eval.tables import write_tables
-
     dataset = load_dataset(params["dataset"], opts.datasets)
     write_tables(dataset, _fresh(layout.prepared))
     s = dataset.summary()
@@ -126,7 +130,6 @@ def stage_prepare(params: dict[str, Any], layout: Layout, opts: StageOptions) ->
 def stage_index(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
     import time
 
-    from lab.eval.stores import eval_store
 
     dataset = _prepared(layout)
     started = time.perf_counter()
@@ -140,10 +143,6 @@ def stage_index(params: dict[str, Any], layout: Layout, opts: StageOptions) -> s
 def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
     import polars as pl
 
-    from lab.eval.cache import candidate_table, prepared_for
-    from lab.eval.report import candidate_from
-    from lab.eval.runner import EvalOptions, evaluate
-    from lab.eval.stores import eval_retriever
 
     dataset = _prepared(layout)
     search = candidate_from(params["preset"], None).search
@@ -167,8 +166,6 @@ def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions)
 def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
     import polars as pl
 
-    from lab.tune.spec import parse_spec
-    from lab.tune.sweep import run_sweep
 
     source = read_yaml(Path(params["profile"]["sweep"]), "sweep file")
     # the prepared dataset and the index-time parameters, pinned (one store: the index stage's)

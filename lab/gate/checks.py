@@ -23,7 +23,9 @@ from typing import Any
 import polars as pl
 
 from lab.config import Candidate
+from lab.config import read_yaml
 from lab.errors import ValidationError
+from lab.eval.metrics import compare_runs
 
 _SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_search", "observations"}
 
@@ -76,8 +78,6 @@ def _thresholds(raw: Any, where: str) -> dict[str, float]:
 
 
 def load_gate(path: str | Path) -> GateConfig:
-    from lab.config import read_yaml
-
     p = Path(path)
     data = read_yaml(p, "gate config")
     if not isinstance(data, dict) or not isinstance(data.get("suites"), dict) or not data["suites"]:
@@ -108,8 +108,6 @@ def load_gate(path: str | Path) -> GateConfig:
 
 def suite_checks(suite: Suite, result: Any, dataset: Any, champion: Any | None, alpha: float, seed: int) -> list[Check]:
     """The checks of one suite, from the candidate's evaluation (and the champion's, when there is one)."""
-    from lab.eval.metrics import compare_runs
-
     checks: list[Check] = []
     metrics, ci = result.metrics["metrics"], result.metrics["ci95"]
     for name, minimum in sorted(suite.minimums.items()):
@@ -158,7 +156,7 @@ def verdict(checks: list[Check]) -> str:
 
 def candidate_config(candidate: str | None) -> Candidate:
     """A preset name, or a candidate file (e.g. a sweep's best.yaml, with its save and assemble settings)."""
-    from lab.eval.report import candidate_from
+    from lab.eval.report import candidate_from  # heavy: numba
 
     if candidate and Path(candidate).suffix in (".yaml", ".yml", ".json"):
         return candidate_from(None, candidate)

@@ -11,10 +11,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lab import track as tracking
 from lab.bundle import write_bundle
 from lab.config import AssembleConfig, Candidate, SaveConfig, SearchConfig, from_dict, to_dict, to_json
 from lab.errors import ValidationError
+from lab.eval.goldens import load_dataset
 from lab.gate.checks import Check, GateConfig, candidate_config, suite_checks, verdict
+from lab.version import __version__
 
 
 @dataclass
@@ -45,11 +48,9 @@ def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | 
              store: str | Path | None = None, progress: bool = False, embedder=None, root: Path | None = None) -> GateReport:
     """Judge ``candidate`` (a preset name or a candidate file) against ``gate``: its search config on
     stores built with its index-time (save) settings; on export, its assembly settings go with it."""
-    from lab import track as tracking
-    from lab.eval.goldens import load_dataset
-    from lab.eval.report import write_run
-    from lab.eval.runner import EvalOptions, evaluate
-    from lab.eval.stores import eval_retriever
+    from lab.eval.report import write_run  # heavy: numba
+    from lab.eval.runner import EvalOptions, evaluate  # heavy: numba
+    from lab.eval.stores import eval_retriever  # heavy: numba
 
     chosen = candidate_config(candidate)
     config = chosen.search
@@ -160,9 +161,7 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
             bundle: Path | None = None) -> dict[str, Any]:
     """The bundle folder (search, save and assembly configs, manifest), then the pyfunc model
     registered as the new champion."""
-    from lab import track as tracking
-    from lab.retriever import Retriever
-    from lab.version import __version__
+    from lab.retriever import Retriever  # heavy: numba
 
     with Retriever.open(store) as retriever:
         version = str(retriever.version)

@@ -9,6 +9,7 @@ from lab.config import (
     AnalysisConfig, FilterConfig, FusionConfig, SearchConfig, from_dict, load_config, to_dict,
 )
 from lab.errors import ValidationError
+from lab.search.fusion import get_fuser
 
 ALL_FIVE = ("vector", "lexical", "recency", "frequency", "graph")
 MAIA_WEIGHTS = {"vector": 0.35, "lexical": 0.25, "recency": 0.20, "frequency": 0.10, "graph": 0.10}
@@ -114,8 +115,6 @@ def checked(config: SearchConfig, where: str) -> SearchConfig:
     """A configuration read from a file, checked against the registries (the fuser's name) before
     any work starts: the config layer cannot see the registries, so this is where a file's
     unknown fuser is caught, not after minutes of loading and indexing."""
-    from lab.search.fusion import get_fuser  # the fusion package, only when a file is read
-
     try:
         get_fuser(config.fusion.method)
     except ValidationError as exc:

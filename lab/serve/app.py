@@ -12,7 +12,6 @@ import re
 import threading
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,42 +21,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lab.embed.worker import EmbedderModelError, EmbedderProcessError
 from lab.errors import LabError, StoreError
+from lab.serve import routes
 from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
 from lab.serve.metrics import Metrics
 from lab.serve.service import MemoryService
 from lab.serve.settings import Settings
+from lab.serve.state import ApiError, AppState, error_response
+from lab.version import __version__
 
 log = logging.getLogger("lab.serve")
-
-CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-         409: "conflict", 413: "too_large", 422: "invalid", 429: "rate_limited", 500: "internal", 503: "unavailable"}
-
-
-class ApiError(Exception):
-    """An HTTP error with lab's body; raised by routes and dependencies."""
-
-    def __init__(self, status: int, message: str, *, field: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.field, self.headers = status, message, field, headers
-
-
-def error_response(status: int, message: str, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"status": status, "code": CODES.get(status, "error"), "message": message, "field": field}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-@dataclass
-class AppState:
-    settings: Settings
-    service: MemoryService
-    keys: KeyRing
-    limiter: RateLimiter
-    metrics: Metrics
-    auth_on: bool
-
 
 # an absolute file path (two segments or more), but not one of our own routes (/v1/...)
 _PATH = re.compile(r"(?<![\w/])(?!/v1/)(?:[A-Za-z]:)?(?:/[^\s/'\"()]+){2,}/?")
@@ -73,7 +46,6 @@ def public_message(exc: LabError, store_root: str) -> str:
 
 class BodyLimit:
     """Refuses request bodies over ``limit`` bytes with 413, by Content-Length or while streaming."""
-
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
 
@@ -122,7 +94,6 @@ class Unexpected:
 
     Starlette's own last-resort handler sends the 500 and then re-raises, and the server closes
     the connection on the re-raised error: the client's next request on it was reset."""
-
     def __init__(self, app: Any) -> None:
         self.app = app
 
@@ -148,7 +119,6 @@ class Unexpected:
 
 class Measure:
     """Counts requests and times them per route template (plain ASGI: no per-request task)."""
-
     def __init__(self, app: Any, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
 
@@ -192,9 +162,6 @@ def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
 def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
                keys: KeyRing | None = None) -> FastAPI:
     """The REST app over ``served`` (a GO configuration) and the store ``settings`` names."""
-    from lab.serve import routes
-    from lab.version import __version__
-
     metrics = Metrics()
     service = service or MemoryService(settings, served, observer=metrics)
     service.observer = metrics

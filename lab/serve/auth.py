@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from lab.config import read_yaml
 from lab.errors import ValidationError
 from lab.store.records import validate_namespace
 
@@ -106,14 +107,12 @@ def _parse_list(data: Any, where: str, allow_secret: bool) -> list[ApiKey]:
 @dataclass
 class KeyRing:
     """Every key the server accepts, looked up by hash (compared in constant time)."""
-
     keys: list[ApiKey] = field(default_factory=list)
 
     @classmethod
     def load(cls, keys_file: str | Path | None, env: Mapping[str, str] | None = None) -> "KeyRing":
         import yaml
 
-        from lab.config import read_yaml
 
         env = os.environ if env is None else env
         keys: list[ApiKey] = []
@@ -172,7 +171,6 @@ class RateLimiter:
     """A token bucket per caller: ``rate`` requests per second refilled, up to ``burst`` at once.
 
     Used from the event loop only (one thread), so it needs no lock."""
-
     def __init__(self, rate: float, burst: int, clock=time.monotonic) -> None:
         self.rate, self.burst, self.clock = rate, burst, clock
         self._buckets: dict[str, tuple[float, float]] = {}  # caller -> (tokens, at)

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab import track
 from lab.bundle import read_bundle, require_go
 from lab.config import AssembleConfig, SaveConfig, SearchConfig
 from lab.errors import ConflictError, NotFoundError, ValidationError
+from lab.store.store import Store
 
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
 
@@ -21,7 +23,6 @@ MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<ver
 @dataclass(frozen=True)
 class Served:
     """The gated configuration: search, assembly and (when the bundle has one) index-time settings."""
-
     search: SearchConfig
     assemble: AssembleConfig
     save: SaveConfig | None
@@ -44,8 +45,6 @@ def load_bundle(folder: str | Path, source: str | None = None) -> Served:
 
 def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
     """The registered model version ``model_uri`` names (models:/NAME@ALIAS or models:/NAME/VERSION)."""
-    from lab import track
-
     match = MODEL_URI.match(model_uri)
     if not match:
         raise ValidationError(f"model {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
@@ -66,7 +65,6 @@ def served_save_config(served: Served) -> SaveConfig | None:
     evaluated on (when that store is still there), else None (the served store's own)."""
     if served.save is not None:
         return served.save
-    from lab.store.store import Store
 
     path = (served.manifest.get("store") or {}).get("path")
     if path and (Path(path) / "lab-store.json").is_file():

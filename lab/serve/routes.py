@@ -21,8 +21,10 @@ from lab.config import FilterConfig, SearchConfig
 from lab.errors import NotFoundError
 from lab.serve import schemas as S
 from lab.serve import work as W
-from lab.serve.app import ApiError, AppState
 from lab.serve.auth import ApiKey
+from lab.serve.state import ApiError, AppState
+from lab.store.records import validate_namespace
+from lab.version import __version__
 
 ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 422, 429, 500, 503)}
 
@@ -112,8 +114,6 @@ def memory_out(row: dict[str, Any]) -> dict[str, Any]:
 
 def require_namespace(state: AppState, namespace: str) -> None:
     """404 for a namespace that does not exist (named, without listing the others)."""
-    from lab.store.records import validate_namespace
-
     validate_namespace(namespace)
     if namespace not in state.service.read(state.service.store.namespaces):
         raise NotFoundError(f"unknown namespace {namespace!r} (create it with POST /v1/namespaces)")
@@ -132,8 +132,6 @@ def memory_for(state: AppState, who: Caller, memory_id: str, write: bool = False
 @operations.get("/health", response_model=S.Health)
 def health() -> dict[str, Any]:
     """Liveness: the process answers."""
-    from lab.version import __version__
-
     return {"status": "ok", "version": __version__}
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from lab.config import read_yaml
 from lab.errors import ValidationError
 
 ENV_PREFIX = "LAB_SERVE_"
@@ -23,7 +24,6 @@ DEFAULT_STORE = ".lab/serve/store"
 @dataclass(frozen=True)
 class Settings:
     """What ``lab serve`` runs with. ``bundle`` wins over ``model`` when both are set."""
-
     model: str = DEFAULT_MODEL  # a registered model version: models:/NAME@ALIAS or models:/NAME/VERSION
     bundle: str | None = None  # an exported bundle folder, instead of the registry
     store: str = DEFAULT_STORE  # the store served (created on first start with the gated index settings)
@@ -139,8 +139,6 @@ def load_settings(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, s
                   config_file: str | Path | None = None) -> Settings:
     """Settings from ``flags`` (None means not given), then ``env`` (default: os.environ), then
     ``config_file`` (default: $LAB_SERVE_CONFIG when set), then the defaults."""
-    from lab.config import read_yaml
-
     env = os.environ if env is None else env
     names = [f.name for f in fields(Settings)]
     config_file = config_file or env.get(ENV_PREFIX + "CONFIG")

@@ -15,6 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+from lab.config import to_dict
+from lab.version import __version__
 from lab.workspace import current, set_library_env
 
 EXPERIMENT = "lab"
@@ -46,7 +48,6 @@ def _quiet() -> None:
 class _DropKnownNoise(logging.Filter):
     """MLflow's advice that does not apply here: the model class is importable from the installed
     package (so pickling it by reference is what we want), and its output has no fixed schema."""
-
     NOISE = ("Passing a Python object as `python_model`", "Failed to infer model signature")
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -103,8 +104,6 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def base_tags(kind: str, **tags: Any) -> dict[str, str]:
-    from lab.version import __version__
-
     out = {"lab.kind": kind, "lab.version": __version__, "lab.git_commit": git_commit() or "unknown"}
     out.update({f"lab.{k}": str(v) for k, v in tags.items() if v is not None})
     return out
@@ -157,8 +156,6 @@ def log_metrics(c, run_id: str, metrics: dict[str, float], step: int = 0) -> Non
 def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri: str | None = None,
              parent: str | None = None, kind: str = "eval", extra_tags: dict[str, str] | None = None) -> str:
     """One evaluation as a run: the flattened config, metrics with CI bounds, tags, the run folder."""
-    from lab.config import to_dict
-
     m = result.metrics
     metrics = dict(m["metrics"])
     for name, (lo, hi) in m.get("ci95", {}).items():
@@ -220,8 +217,7 @@ def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, ass
     """Log the bundle as a pyfunc model in ``run_id``, register a new version, and move @champion to it."""
     from mlflow.exceptions import MlflowException
 
-    from lab.track.model import LabModel
-    from lab.version import __version__
+    from lab.track.model import LabModel  # heavy: fastapi, mlflow
 
     mlflow, c, _ = client(uri)
     with mlflow.start_run(run_id=run_id):

@@ -8,6 +8,9 @@ from typing import Any
 import mlflow.pyfunc
 import pandas as pd
 
+from lab.bundle import read_bundle
+from lab.errors import ValidationError
+
 
 def _optional_int(value: Any) -> int | None:
     """A frame cell that may be absent, None or NaN (a column only some rows fill)."""
@@ -19,10 +22,8 @@ class LabModel(mlflow.pyfunc.PythonModel):
 
     Input frame: ``query``, ``namespace``, optional ``k`` and ``budget``. Output frame, one row per
     query: ``memory_ids`` and ``scores`` (ranked), ``context`` (the assembled text), ``tokens``."""
-
     def load_context(self, context: Any) -> None:
-        from lab.bundle import read_bundle
-        from lab.retriever import Retriever
+        from lab.retriever import Retriever  # heavy: numba
 
         bundle = read_bundle(Path(context.artifacts["bundle"]))
         self.manifest = bundle.manifest
@@ -32,8 +33,6 @@ class LabModel(mlflow.pyfunc.PythonModel):
         self.assemble = bundle.assemble
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from lab.errors import ValidationError
-
         missing = {"query", "namespace"} - set(model_input.columns)
         if missing:
             raise ValidationError(f"model input lacks column(s) {sorted(missing)}; needs query and namespace")

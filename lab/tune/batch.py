@@ -53,7 +53,6 @@ def batchable(config: FusionConfig) -> bool:
 @dataclass
 class _Comparisons:
     """Per gold pair: the pairs always ahead of it, and those to compare under each configuration."""
-
     need: np.ndarray  # pairs to score (golds and compared pairs), prepared pair indices
     gold_local: np.ndarray  # each gold's position in ``need``
     gold_rel: np.ndarray
@@ -155,7 +154,7 @@ class BatchScorer:
         return (bool(coverage), tuple(sorted(boosts)), bool(superseded), demote_up)
 
     def _prune(self, method: str, dims: tuple) -> _Comparisons:
-        from lab.tune.kernels import dominance
+        from lab.tune.kernels import dominance  # heavy: numba
 
         fuser = get_fuser(method)
         key = (method if not fuser.uses_k else "rank-based", *dims)
@@ -230,7 +229,7 @@ class BatchScorer:
         return self._base_cache[key]
 
     def _evaluate_batch(self, configs: Sequence[FusionConfig], cmp: _Comparisons) -> dict[str, np.ndarray]:
-        from lab.tune.kernels import gold_ranks
+        from lab.tune.kernels import gold_ranks  # heavy: numba
 
         prep = self.prep
         fuser = get_fuser(configs[0].method)

@@ -20,6 +20,7 @@ import polars as pl
 
 from lab.config import LEARNED_BASE_FEATURES, LearnedFusion, SearchConfig, check_number
 from lab.errors import ValidationError
+from lab.eval.metrics import compare_runs
 from lab.search.fusion import PreparedCandidates
 from lab.search.fusion.fused import base_scores, live_rows
 from lab.search.fusion.learned import feature_matrix
@@ -201,7 +202,6 @@ def cross_validate(per_query: Callable[[SearchConfig], pl.DataFrame], prep: Prep
             f = out.folds[-1]
             progress(f"fold {ns}: {objective} {f.base[objective]:.4f} -> {f.learned[objective]:.4f} "
                      f"({f.delta[objective]:+.4f})")
-    from lab.eval.metrics import compare_runs
 
     held = pl.concat(held_rows)
 
@@ -223,8 +223,8 @@ def learn_fusion(retriever, dataset, config: SearchConfig, options, *, l2: float
     """``config`` with a model trained on all of ``dataset``'s questions, and (``cv``) the
     leave-one-namespace-out judgement of training it that way. ``options`` are the evaluation's
     (EvalOptions: cutoffs, derived credit)."""
-    from lab.eval.cache import candidate_table, prepared_for
-    from lab.eval.runner import scored_run
+    from lab.eval.cache import candidate_table, prepared_for  # heavy: numba
+    from lab.eval.runner import scored_run  # heavy: numba
 
     check_number("l2", l2, above=0)
     cands, _ = candidate_table(retriever, dataset, without_model(config), depth=max(options.ks))

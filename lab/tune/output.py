@@ -7,14 +7,13 @@ from typing import Any
 
 import polars as pl
 
-from lab.config import to_dict
+from lab import track
+from lab.config import Candidate, to_dict
 from lab.eval.dataset import EvalDataset
 
 
 def write_sweep(result: Any, dataset: EvalDataset) -> Path:
     """results.parquet/.csv, assembly.parquet, pareto.parquet, best.yaml, split.parquet, summary.json, plots."""
-    from lab.tune.sweep import best_preset_yaml, summary
-
     out = result.folder
     out.mkdir(parents=True, exist_ok=True)
     result.table.write_parquet(out / "results.parquet")
@@ -97,8 +96,6 @@ def plots(result: Any, out: Path) -> list[Path]:
 
 def log_sweep(result: Any, dataset: EvalDataset, groups: dict[str, Any], uri: str | None = None) -> str:
     """One parent run (spec, best, the full results table as an artifact) and the best N as child runs."""
-    from lab import track
-
     spec = result.spec
     obj = spec.objective
     store_versions = sorted({str(g.retriever.version) for g in groups.values()})
@@ -129,3 +126,30 @@ def log_sweep(result: Any, dataset: EvalDataset, groups: dict[str, Any], uri: st
                 track.log_metrics(cc, child, {k.replace("/", "."): v for k, v in row.items()
                                               if "/" in k and isinstance(v, float)})
     return parent
+
+
+def summary(result: Any) -> dict[str, Any]:
+    """What summary.json holds: the spec in brief, the best row, tune and validation scores and the gap."""
+    spec = result.spec
+    obj = spec.objective
+    best = result.best
+    tune, val = best.get(f"tune/{obj}"), best.get(f"validation/{obj}")
+    return {
+        "sweep": spec.name, "dataset": spec.dataset, "strategy": spec.strategy, "objective": obj,
+        "constraints": [str(c) for c in spec.constraints], "interrupted": result.interrupted,
+        "best": {k: v for k, v in best.items() if k != "error"},
+        "tune": tune, "validation": val,
+        "gap": (tune - val) if tune is not None and val is not None and val == val else None,
+        "best_config": to_dict(result.best_config), "best_save": to_dict(result.best_save),
+        "best_assemble": to_dict(result.best_assemble), **result.info,
+    }
+
+
+def best_preset_yaml(result: Any) -> str:
+    """The best configuration as a candidate file: its SearchConfig (so it is also a preset file for
+    `lab eval --config`), with the index-time (``save:``) and ``assemble:`` settings it was chosen
+    with, which `lab eval` and `lab gate` apply."""
+    head = (f"# best of sweep {result.spec.name} on {result.spec.dataset}: {result.spec.objective} "
+            f"{result.best.get('tune/' + result.spec.objective, float('nan')):.4f} on tune, "
+            f"{result.best.get('validation/' + result.spec.objective, float('nan')):.4f} on validation\n")
+    return Candidate(result.best_config, result.best_save, result.best_assemble).to_yaml(head)

@@ -21,13 +21,24 @@ from typing import Any, Sequence
 import numpy as np
 import polars as pl
 
+from lab.assemble import assemble
 from lab.config import DEFAULT_KS, AssembleConfig, Candidate, SaveConfig, SearchConfig
 from lab.errors import ValidationError
+from lab.eval.cache import candidate_table
+from lab.eval.cache import prepared_for
+from lab.eval.context import context_items, context_reference
 from lab.eval.dataset import EvalDataset
+from lab.eval.goldens import load_dataset
 from lab.eval.metrics import bootstrap_cis, resample_counts
+from lab.eval.report import candidate_from
+from lab.eval.runner import EvalOptions
+from lab.eval.runs import evaluate_to_folder
+from lab.eval.stores import eval_retriever
 from lab.search.fusion import FUSERS, fuse_arrays
+from lab.track import log_eval
 from lab.tune.assembly import ContextPool, PooledAssembler
 from lab.tune.batch import BatchScorer
+from lab.tune.sweep import _assemble_config, _fusion_config
 
 CURVE_KS: tuple[int, ...] = (1, 2, 3, 5, 10, 15, 20, 30, 50, 100)
 DEPTH = max(DEFAULT_KS)  # the run `lab eval` scores and assembles: the top 100
@@ -41,7 +52,6 @@ KNOBS: tuple[str, ...] = ("fusion.method", "fusion.k", "fusion.neighbour_boost",
 @dataclass
 class TuneNumbers:
     """Everything one configuration scores, per question and in summary."""
-
     search: SearchConfig
     assemble: AssembleConfig
     qids: list[str]
@@ -81,10 +91,8 @@ class TuneNumbers:
 
 class TuneSession:
     """A dataset, a starting preset (or candidate file) and everything needed to re-score it fast."""
-
     def __init__(self, dataset: EvalDataset, candidate: Candidate, retriever, cands: pl.DataFrame,
                  *, budget: int | None = None, seed: int = 0, resamples: int = 1000) -> None:
-        from lab.eval.cache import prepared_for
 
         self.dataset = dataset
         self.candidate = candidate
@@ -112,11 +120,6 @@ class TuneSession:
              root: Path | None = None, embedder=None, progress: bool = False) -> "TuneSession":
         """Load ``dataset`` (demo, locomo, scifact, a golden .yaml or BEIR folder) and the store and
         candidate table of ``preset`` (or of a candidate file such as a sweep's best.yaml)."""
-        from lab.eval.cache import candidate_table
-        from lab.eval.goldens import load_dataset
-        from lab.eval.report import candidate_from
-        from lab.eval.stores import eval_retriever
-
         data = load_dataset(dataset, datasets, observations=observations)
         candidate = candidate_from(None if config_file else preset, config_file)
         retriever = eval_retriever(data, candidate.save or SaveConfig(), root=root, embedder=embedder, progress=progress)
@@ -152,8 +155,6 @@ class TuneSession:
     def configure(self, knobs: dict[str, Any]) -> tuple[SearchConfig, AssembleConfig]:
         """The preset with ``knobs`` applied (sweep-space names; the middle zone takes what the
         critical and recency ratios leave). A bad value raises `ValidationError` naming it."""
-        from lab.tune.sweep import _assemble_config, _fusion_config
-
         unknown = sorted(k for k in knobs if k not in KNOBS and not k.startswith("fusion.weights."))
         if unknown:
             raise ValidationError(f"unknown knob(s) {unknown}; known: {list(KNOBS)} and fusion.weights.<signal>")
@@ -222,10 +223,6 @@ class TuneSession:
             uri: str | None = None) -> tuple[str, Path]:
         """Evaluate the configuration through `lab eval`'s own path (run folder and all) and log it
         to MLflow; returns (MLflow run id, run folder)."""
-        from lab.eval.runner import EvalOptions
-        from lab.eval.runs import evaluate_to_folder
-        from lab.track import log_eval
-
         options = EvalOptions(budget=assemble.budget or None, assemble=assemble)
         result, folder = evaluate_to_folder(self.retriever, self.dataset, search, options, out)
         run_id = log_eval(result, folder, dataset=self.dataset, store_version=str(self.retriever.version), uri=uri,
@@ -285,9 +282,6 @@ class TuneSession:
 
     def context(self, qid: str, numbers: TuneNumbers):
         """The assembled context of one question under ``numbers``' configuration (`lab.assemble.Context`)."""
-        from lab.assemble import assemble
-        from lab.eval.context import context_items, context_reference
-
         if qid not in set(self.qids):
             raise ValidationError(f"unknown question {qid!r} in dataset {self.dataset.name!r}")
         run = self.run_frame(numbers).filter(pl.col("qid") == qid)

@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import LISTS
+from lab.config import LexicalIndexConfig
+from lab.config import read_yaml
 from lab.errors import ValidationError
+from lab.search.fusion import get_fuser
+from lab.tune.batch import metric_names
+from lab.tune.dimension import Dimension
+from lab.tune.strategies import STRATEGIES
 
 # every parameter a sweep can vary, with its kind; the kind decides what a change costs
 FUSION_PARAMS = {"fusion.k": float, "fusion.method": str, "fusion.coverage_bonus": float,
@@ -48,19 +54,6 @@ ASSEMBLE_PARAMS = {"assemble.budget": int, "assemble.critical_ratio": float, "as
 PARAMS = {**FUSION_PARAMS, **INDEX_PARAMS, **ASSEMBLE_PARAMS}
 CONTEXT_METRICS = ("context_recall", "context_gold_critical", "context_tokens")
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z_@0-9.]+)\s*(<=|>=|<|>|==)\s*(-?[0-9.eE+-]+)\s*$")
-
-
-@dataclass(frozen=True)
-class Dimension:
-    name: str
-    values: tuple[Any, ...] = ()  # the choices (a list, or a range with a step)
-    low: float | None = None  # a continuous range (random / tpe draw from it; grid needs a step)
-    high: float | None = None
-    kind: type = float
-
-    @property
-    def stage(self) -> str:
-        return self.name.split(".", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -152,7 +145,6 @@ def _check_fuser(dim: Dimension) -> None:
     """Every fuser a sweep names is registered: a misspelt one fails when the sweep file is read."""
     if dim.name != "fusion.method":
         return
-    from lab.search.fusion import get_fuser
 
     for value in dim.values:
         try:
@@ -167,7 +159,6 @@ def _check_lexical(dim: Dimension) -> None:
     if dim.name not in LEXICAL_DIMS:
         return
     field_name = LEXICAL_DIMS[dim.name][0]
-    from lab.config import LexicalIndexConfig
 
     for value in dim.values or (dim.low, dim.high):
         try:
@@ -194,8 +185,6 @@ def parse_spec(data: dict[str, Any], where: str = "sweep") -> SweepSpec:
         _check_lexical(dim)
         _check_fuser(dim)
     strategy = str(data.get("strategy", "grid"))
-    from lab.tune.strategies import STRATEGIES
-
     if strategy not in STRATEGIES:
         raise ValidationError(f"{where}.strategy: unknown {strategy!r}; known: {sorted(STRATEGIES)}")
     trials = data.get("trials")
@@ -233,14 +222,10 @@ def parse_spec(data: dict[str, Any], where: str = "sweep") -> SweepSpec:
 
 
 def _check_metric(name: str, ks: tuple[int, ...], where: str) -> None:
-    from lab.tune.batch import metric_names
-
     known = [*metric_names(ks), *CONTEXT_METRICS]
     if name not in known:
         raise ValidationError(f"{where}: unknown metric {name!r}; known with ks {list(ks)}: {known}")
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    from lab.config import read_yaml
-
     return parse_spec(read_yaml(path, "sweep file"), where=str(Path(path)))

@@ -9,12 +9,12 @@ import itertools
 import random
 from typing import Any, Callable, Sequence
 
-from lab.tune.spec import Dimension
+from lab.errors import ValidationError
+from lab.tune.dimension import Dimension
 
 
 class Strategy:
     """``ask(n)``: up to n new points ([] when the budget is spent); ``tell(points, scores)``."""
-
     def __init__(self, dims: Sequence[Dimension], trials: int | None, seed: int) -> None:
         self.dims = tuple(dims)
         self.trials = trials
@@ -26,7 +26,6 @@ class Strategy:
 
     def tell(self, points: Sequence[dict[str, Any]], scores: Sequence[float | None]) -> None:
         """Scores of earlier points (None: infeasible or failed)."""
-
     def total(self) -> int | None:
         """How many points this strategy will propose, when known."""
         return self.trials
@@ -34,7 +33,6 @@ class Strategy:
 
 class Grid(Strategy):
     """Every combination, in the order the dimensions and values are written (capped by ``trials``)."""
-
     def __init__(self, dims: Sequence[Dimension], trials: int | None, seed: int) -> None:
         super().__init__(dims, trials, seed)
         self._it = itertools.product(*[d.values for d in self.dims])
@@ -54,7 +52,6 @@ class Grid(Strategy):
 
 class RandomSearch(Strategy):
     """``trials`` points drawn with a seeded generator: choices uniformly, ranges uniformly (ints rounded)."""
-
     def __init__(self, dims: Sequence[Dimension], trials: int | None, seed: int) -> None:
         super().__init__(dims, trials, seed)
         self._rng = random.Random(seed)
@@ -73,7 +70,6 @@ class RandomSearch(Strategy):
 
 class TPE(Strategy):
     """optuna's TPE sampler (seeded), through its ask/tell interface; maximises the objective."""
-
     def __init__(self, dims: Sequence[Dimension], trials: int | None, seed: int) -> None:
         super().__init__(dims, trials, seed)
         import optuna
@@ -119,8 +115,6 @@ STRATEGIES: dict[str, Callable[[Sequence[Dimension], int | None, int], Strategy]
 
 
 def make_strategy(name: str, dims: Sequence[Dimension], trials: int | None, seed: int) -> Strategy:
-    from lab.errors import ValidationError
-
     if name not in STRATEGIES:
         raise ValidationError(f"unknown sweep strategy {name!r}; known: {sorted(STRATEGIES)}")
     return STRATEGIES[name](dims, trials, seed)

@@ -17,10 +17,12 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from lab.config import DEFAULT_KS, AssembleConfig, Candidate, ChunkConfig, IndexConfig, SaveConfig, SearchConfig, to_dict
+from lab.config import DEFAULT_KS, AssembleConfig, ChunkConfig, IndexConfig, SaveConfig, SearchConfig, to_dict
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
+from lab.eval.goldens import load_dataset
 from lab.tune.batch import BatchScorer
+from lab.tune.output import log_sweep, summary, write_sweep
 from lab.tune.spec import CONTEXT_METRICS, LEXICAL_DIMS, SweepSpec
 from lab.tune.split import split_questions
 from lab.tune.strategies import make_strategy
@@ -85,7 +87,6 @@ def _assemble_config(base: AssembleConfig, point: dict[str, Any]) -> AssembleCon
 @dataclass
 class _Group:
     """One index-time point: its retriever and the scorer over its candidate table."""
-
     retriever: Any
     scorer: BatchScorer
 
@@ -94,10 +95,9 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
               progress: bool = True, embedder=None, root: Path | None = None, track: bool = True,
               tracking_uri: str | None = None, on_stage: Callable[[str], None] | None = None) -> SweepResult:
     """Run ``spec``; write its folder under ``out_root``; log it to MLflow when ``track``."""
-    from lab.eval.cache import candidate_table, prepared_for
-    from lab.eval.goldens import load_dataset
-    from lab.eval.report import config_from
-    from lab.eval.stores import eval_retriever
+    from lab.eval.cache import candidate_table, prepared_for  # heavy: numba
+    from lab.eval.report import config_from  # heavy: numba
+    from lab.eval.stores import eval_retriever  # heavy: numba
 
     say = on_stage or (lambda _msg: None)
     started = time.perf_counter()
@@ -200,12 +200,8 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
     folder = Path(out_root) / spec.name
     result = SweepResult(spec, table, assembly, {**best_row, **(best_asm or {})}, best_config, best_save,
                          best_assemble, pareto, folder, split, interrupted, info)
-    from lab.tune.output import write_sweep
-
     write_sweep(result, dataset)
     if track:
-        from lab.tune.output import log_sweep
-
         result.info["mlflow_run_id"] = log_sweep(result, dataset, groups, tracking_uri)
         (folder / "summary.json").write_text(json.dumps(summary(result), indent=2, default=str) + "\n", encoding="utf-8")
     return result
@@ -218,8 +214,8 @@ def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, data
     assembled under all points at once by `BatchAssembler` (equal to `context_metrics`)."""
     import itertools
 
-    from lab.eval.runner import EvalOptions, fused_run
-    from lab.tune.assembly import BatchAssembler
+    from lab.eval.runner import EvalOptions, fused_run  # heavy: numba
+    from lab.tune.assembly import BatchAssembler  # heavy: numba
 
     dims = spec.dims("assemble")
     points = [dict(zip([d.name for d in dims], combo)) for combo in itertools.product(*[d.values for d in dims])] or [{}]
@@ -298,23 +294,6 @@ def _pareto(assembly: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(keep, infer_schema_length=None)
 
 
-def summary(result: SweepResult) -> dict[str, Any]:
-    """What summary.json holds: the spec in brief, the best row, tune and validation scores and the gap."""
-    spec = result.spec
-    obj = spec.objective
-    best = result.best
-    tune, val = best.get(f"tune/{obj}"), best.get(f"validation/{obj}")
-    return {
-        "sweep": spec.name, "dataset": spec.dataset, "strategy": spec.strategy, "objective": obj,
-        "constraints": [str(c) for c in spec.constraints], "interrupted": result.interrupted,
-        "best": {k: v for k, v in best.items() if k != "error"},
-        "tune": tune, "validation": val,
-        "gap": (tune - val) if tune is not None and val is not None and val == val else None,
-        "best_config": to_dict(result.best_config), "best_save": to_dict(result.best_save),
-        "best_assemble": to_dict(result.best_assemble), **result.info,
-    }
-
-
 class _NoBar:
     def update(self, n: int) -> None:
         pass
@@ -329,13 +308,3 @@ def _progress(total: int | None, enabled: bool, desc: str):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="cfg", leave=False, mininterval=0.5)
-
-
-def best_preset_yaml(result: SweepResult) -> str:
-    """The best configuration as a candidate file: its SearchConfig (so it is also a preset file for
-    `lab eval --config`), with the index-time (``save:``) and ``assemble:`` settings it was chosen
-    with, which `lab eval` and `lab gate` apply."""
-    head = (f"# best of sweep {result.spec.name} on {result.spec.dataset}: {result.spec.objective} "
-            f"{result.best.get('tune/' + result.spec.objective, float('nan')):.4f} on tune, "
-            f"{result.best.get('validation/' + result.spec.objective, float('nan')):.4f} on validation\n")
-    return Candidate(result.best_config, result.best_save, result.best_assemble).to_yaml(head)

@@ -14,6 +14,9 @@ from typing import Any, Sequence
 
 import polars as pl
 
+from lab import track
+from lab.errors import ValidationError
+
 ZONE_COLOURS = {"critical": "#d62728", "middle": "#1f77b4", "recency": "#2ca02c"}
 
 
@@ -82,11 +85,7 @@ def load_sweep(name_or_run: str | None = None, *, uri: str | None = None, folder
     """A sweep's results from MLflow: the parent run named ``sweep NAME`` (or run id; default the
     newest sweep), its results table, assembly table, Pareto front and summary from its artifacts.
     ``folder``: read a sweep folder instead (what `lab sweep` writes), without MLflow."""
-    from lab.errors import ValidationError
-
     if folder is None:
-        from lab import track
-
         _, c, _ = track.client(uri)
         every = track.recent_runs(200, uri, kind="sweep")
         runs = every

@@ -15,8 +15,10 @@ from lab.embed import Embedder
 from lab.embed.cache import EmbeddingCache
 from lab.errors import ConflictError, NotFoundError, ValidationError
 from lab.index.manager import IndexManager
+from lab.store.ingest import find_dataset_files, read_records
 from lab.store.records import chunk_index_hash, normalize_edge, normalize_memory, validate_id
 from lab.store.store import Store, StoreVersion, utcnow
+from lab.write.check import repair_tables
 from lab.write.rows import chunk_records, chunk_rows
 
 EDITABLE = (
@@ -29,7 +31,6 @@ Records = Iterable[Mapping[str, Any] | tuple[str, Mapping[str, Any]]]
 @dataclass
 class IngestReport:
     """What a save did: new ids, ids of duplicates already stored, and the work it took."""
-
     created: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     # requested id -> stored id, for duplicates saved earlier under another id (edges follow it)
@@ -82,7 +83,6 @@ def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
 class Writer:
     """Every change to a store goes through here. Indexes are kept in step on write: those loaded
     are updated at once, the others are brought up to date and saved by ``flush``."""
-
     def __init__(self, store: Store, config: SaveConfig, embedder: Embedder, indexes: IndexManager,
                  cache: EmbeddingCache | None = None) -> None:
         self.store = store
@@ -186,8 +186,6 @@ class Writer:
     @_locked
     def ingest(self, path: str | Path, namespace: str | None = None, *, progress: bool = True) -> IngestReport:
         """Load a memories file or folder (memories + edges) after validating all of it."""
-        from lab.store.ingest import find_dataset_files, read_records
-
         memories_path, edges_path = find_dataset_files(path)
         records = read_records(memories_path)
         rows = self.validate(records, namespace)  # fail before any write
@@ -346,8 +344,6 @@ class Writer:
     def repair(self) -> dict[str, Any]:
         """Take damaged files out of their tables, remove leftover index folders, chunk again
         memories whose chunks were lost, and rebuild and save every index."""
-        from lab.write.check import repair_tables
-
         done = repair_tables(self.store)
         self.indexes.forget_all()  # built on the tables as they were: start from the store again
         visible = set(self.store.chunks()["memory_id"].to_list())
