@@ -39,6 +39,45 @@ def assemble(
     maps a memory id to its adjacent turns (Items), used when ``config.neighbours`` > 0.
     """
     counter = counter or make_counter(config.counter)
+    items, ids, score_arr = _scored_items(results)
+    order = _greedy_order(score_arr, ids)
+    reference = _reference(reference_time, config, items)
+    n = len(items)
+    best = float(score_arr[order[0]]) if n else 0.0
+    norm = score_arr / best if best > 0 else np.zeros(n)
+    recent_from = reference - timedelta(hours=config.recent_hours) if reference is not None else None
+    zone_of, working, pinned = _zones(items, norm, recent_from, config)
+    tok, low, over = _token_bounds(items, ids, counter, config.budget)
+    zones = _ZoneFill(items, ids, order, norm, zone_of, working, pinned, tok, low,
+                      over if config.oversize == "truncate" else np.zeros(n, dtype=bool), counter, config)
+
+    # Fill once without looking for near-duplicates, then shingle everything placed in one batch.
+    # If no two placed items are near-duplicates, checking as they were placed would have changed
+    # nothing (each would have fitted and found no earlier duplicate), so this is the answer; else
+    # fill again, checking each item as it is placed. The batch is what makes a new query's texts cheap.
+    filled = zones.fill(None)
+    dedupe = Deduper(config.dedupe_threshold)
+    clean = not _ALWAYS_INLINE
+    for c, sig in zip(filled.placed_all, signatures([c.item.text for c in filled.placed_all], config.dedupe_threshold)):
+        c.sig = sig
+        if dedupe.find(sig) is not None:
+            clean = False
+            break
+        dedupe.add(sig, c)
+    if not clean:
+        dedupe = Deduper(config.dedupe_threshold)
+        filled = zones.fill(dedupe)
+
+    expansion = 0
+    if config.neighbours and neighbours:
+        expansion = _expand(filled.placed, filled.placed_all, dedupe, filled.usage["recency"].free, neighbours,
+                            counter, config)
+    return Context(_context_items(filled.placed), filled.usage, config.budget, counter.name,
+                   lambda: zones.skipped(filled), reference, expansion)
+
+
+def _scored_items(results: Iterable[Item | Any]) -> tuple[list[Item], list[str], np.ndarray]:
+    """The results as Items (chunks of one memory merged), their ids and their scores, each a number."""
     items = list(results)
     if not set(map(type, items)) <= {Item}:
         items = [r if isinstance(r, Item) else item_from_result(r) for r in items]
@@ -47,30 +86,34 @@ def assemble(
         items = _merge_chunks(items)
         ids = list(map(_get_id, items))
     scores = list(map(_get_score, items))
-    n = len(items)
     score_arr = np.asarray(scores, dtype=np.float64) if set(map(type, scores)) <= {float, int} else None
     if score_arr is None or np.isnan(score_arr).any():
         for it, sc in zip(items, scores):
             if not isinstance(sc, _NUMBER) or sc != sc:
                 raise ValidationError(f"item {it.memory_id!r}: score must be a number, got {sc!r}")
         score_arr = np.asarray(scores, dtype=np.float64)
-    # Everything below is indexed by the item's input position k; ``order`` lists the positions in
-    # the greedy order: score descending, then memory id. A stable argsort gives it unless scores
-    # tie; then (rarely) a sort on (score, id) tuples, which compares in C.
+    return items, ids, score_arr
+
+
+def _greedy_order(score_arr: np.ndarray, ids: list[str]) -> np.ndarray:
+    """Input positions in the greedy order: score descending, then memory id. A stable argsort gives
+    it unless scores tie; then (rarely) a sort on (score, id) tuples, which compares in C."""
+    n = len(ids)
     order = np.argsort(-score_arr, kind="stable")
     by_rank = score_arr[order]
     if n > 1 and not (by_rank[1:] < by_rank[:-1]).all():
         order = np.asarray([k for _, _, k in sorted(zip((-score_arr).tolist(), ids, range(n)))], dtype=np.int64)
-    reference = _reference(reference_time, config, items)
-    capacities = zone_capacities(config)
-    best = float(score_arr[order[0]]) if n else 0.0
-    norm = score_arr / best if best > 0 else np.zeros(n)
-    recent_from = reference - timedelta(hours=config.recent_hours) if reference is not None else None
-    zone_of, working, pinned = _zones(items, norm, recent_from, config)
+    return order
 
-    # Token counts. A line costs at least its lower bound (the estimator's chars / 4); exact counts
-    # are taken only for items that get that far, so a full budget stops the scan early instead of
-    # counting hundreds of candidates that cannot fit. Counters without bounds count everything.
+
+def _token_bounds(items: list[Item], ids: list[str], counter: TokenCounter,
+                  budget: int) -> tuple[list[int | None], np.ndarray, np.ndarray]:
+    """(exact token counts where known, a lower bound per item, whether each exceeds the budget).
+
+    A line costs at least its lower bound (the estimator's chars / 4); exact counts are taken only
+    for items that get that far, so a full budget stops the scan early instead of counting hundreds
+    of candidates that cannot fit. Counters without bounds count everything."""
+    n = len(items)
     text_chars = np.fromiter(map(len, map(_get_text, items)), dtype=np.int64, count=n)
     bounds = getattr(counter, "bounds", None)
     tok: list[int | None]
@@ -79,35 +122,60 @@ def assemble(
         low, _ = bounds(text_chars + 4)
         _, high = bounds(text_chars + 3 + (max(map(len, ids)) if n else 0))
         tok = [None] * n
-        over = low > config.budget
+        over = low > budget
         # whether an item exceeds the whole budget (and so may be truncated) must be known exactly
-        for k in np.flatnonzero(~over & (high > config.budget)).tolist():
+        for k in np.flatnonzero(~over & (high > budget)).tolist():
             t = tok[k] = counter.count(line(ids[k], items[k].text))
-            over[k] = t > config.budget
+            over[k] = t > budget
     else:
         tok = list(counter.count_many([line(i, it.text) for i, it in zip(ids, items)]))
         low = np.asarray(tok, dtype=np.int64)
-        over = low > config.budget
-    truncatable = over if config.oversize == "truncate" else np.zeros(n, dtype=bool)
-    # plain lists for scalar access in the greedy loop (numpy scalar indexing is slow)
-    low_list, trunc_list = low.tolist(), truncatable.tolist()
-    norm_list, zone_list = norm.tolist(), zone_of.tolist()
-    working_list, pinned_list = working.tolist(), pinned.tolist()
-    min_trunc = config.min_truncated_tokens
-    zone_by_rank = zone_of[order]
+        over = low > budget
+    return tok, low, over
 
-    threshold = config.dedupe_threshold
 
-    def fill(inline: Deduper | None):
+class _Filled:
+    """One greedy fill: what each zone holds, and what was left out and why."""
+
+    __slots__ = ("placed", "placed_all", "usage", "duplicates", "last_zone", "taken")
+
+    def __init__(self, placed: dict[str, list[_Candidate]], placed_all: list[_Candidate], usage: dict[str, ZoneUsage],
+                 duplicates: dict[int, str], last_zone: np.ndarray, taken: list[bool]) -> None:
+        self.placed, self.placed_all, self.usage = placed, placed_all, usage
+        self.duplicates, self.last_zone, self.taken = duplicates, last_zone, taken  # by input position
+
+
+class _ZoneFill:
+    """The items of one assembly, indexed by input position, with what the greedy fill reads:
+    zones, normalised scores, token counts and bounds, which may be truncated."""
+
+    def __init__(self, items: list[Item], ids: list[str], order: np.ndarray, norm: np.ndarray, zone_of: np.ndarray,
+                 working: np.ndarray, pinned: np.ndarray, tok: list[int | None], low: np.ndarray,
+                 truncatable: np.ndarray, counter: TokenCounter, config: AssembleConfig) -> None:
+        self.items, self.ids, self.order, self.zone_of = items, ids, order, zone_of
+        self.tok, self.low, self.truncatable, self.counter, self.config = tok, low, truncatable, counter, config
+        self.capacities = zone_capacities(config)
+        # plain lists for scalar access in the greedy loop (numpy scalar indexing is slow)
+        self.low_list, self.trunc_list = low.tolist(), truncatable.tolist()
+        self.norm_list, self.zone_list = norm.tolist(), zone_of.tolist()
+        self.working_list, self.pinned_list = working.tolist(), pinned.tolist()
+        self.zone_by_rank = zone_of[order]
+
+    def fill(self, inline: Deduper | None) -> _Filled:
         """The greedy fill of the three zones; near-duplicates are checked as items are placed
         when ``inline`` is given, else not at all."""
+        items, ids, order, tok, counter, low, truncatable = (self.items, self.ids, self.order, self.tok, self.counter,
+                                                             self.low, self.truncatable)
+        low_list, trunc_list, norm_list, zone_list = self.low_list, self.trunc_list, self.norm_list, self.zone_list
+        working_list, pinned_list, zone_by_rank = self.working_list, self.pinned_list, self.zone_by_rank
+        min_trunc, threshold, capacities = self.config.min_truncated_tokens, self.config.dedupe_threshold, self.capacities
         placed: dict[str, list[_Candidate]] = {z: [] for z in ZONES}
         placed_all: list[_Candidate] = []
         duplicates: dict[int, str] = {}  # item index -> the placed memory it duplicates
-        last_zone = zone_of.copy()  # the zone each item was last tried in
+        last_zone = self.zone_of.copy()  # the zone each item was last tried in
         usage: dict[str, ZoneUsage] = {}
         carry = 0
-        taken_list = [False] * n  # placed or found to be a duplicate
+        taken_list = [False] * len(items)  # placed or found to be a duplicate
         for z, zone in enumerate(ZONES):
             available = capacities[zone] + carry
             free_by_rank = ~np.asarray(taken_list, dtype=bool)[order]
@@ -155,35 +223,34 @@ def assemble(
                 space -= c.tokens
             usage[zone] = ZoneUsage(zone, capacities[zone], available, available - space, len(placed[zone]))
             carry = space
-        return placed, placed_all, usage, duplicates, last_zone, taken_list
+        return _Filled(placed, placed_all, usage, duplicates, last_zone, taken_list)
 
-    # Fill once without looking for near-duplicates, then shingle everything placed in one batch.
-    # If no two placed items are near-duplicates, checking as they were placed would have changed
-    # nothing (each would have fitted and found no earlier duplicate), so this is the answer; else
-    # fill again, checking each item as it is placed. The batch is what makes a new query's texts cheap.
-    placed, placed_all, usage, duplicates, last_zone, taken_list = fill(None)
-    dedupe = Deduper(threshold)
-    clean = not _ALWAYS_INLINE
-    for c, sig in zip(placed_all, signatures([c.item.text for c in placed_all], threshold)):
-        c.sig = sig
-        if dedupe.find(sig) is not None:
-            clean = False
-            break
-        dedupe.add(sig, c)
-    if not clean:
-        dedupe = Deduper(threshold)
-        placed, placed_all, usage, duplicates, last_zone, taken_list = fill(dedupe)
+    def skipped(self, filled: _Filled) -> list[Skipped]:
+        """What was left out, in greedy order, and why (built on demand: most callers want the
+        items, not the hundreds of left-out candidates)."""
+        ids, tok, taken, duplicates = self.ids, self.tok, filled.taken, filled.duplicates
+        left = [k for k in self.order.tolist() if not taken[k] or k in duplicates]
+        todo = [k for k in left if tok[k] is None]
+        for k, t in zip(todo, self.counter.count_many([line(ids[k], self.items[k].text) for k in todo])):
+            tok[k] = t
+        out: list[Skipped] = []
+        for k in left:
+            zone = ZONES[int(filled.last_zone[k])]
+            if k in duplicates:
+                out.append(Skipped(ids[k], tok[k], f"duplicate-of:{duplicates[k]}", zone))
+            else:
+                out.append(Skipped(ids[k], tok[k], "oversize" if tok[k] > self.config.budget else "no-space", zone))
+        return out
 
-    expansion = 0
-    if config.neighbours and neighbours:
-        expansion = _expand(placed, placed_all, dedupe, usage["recency"].free, neighbours, counter, config)
 
+def _context_items(placed: dict[str, list[_Candidate]]) -> list[ContextItem]:
+    """The placed candidates in reading order (critical and middle by score, recency by time)."""
     ordered = (
         sorted(placed["critical"], key=_by_score)
         + sorted(placed["middle"], key=_by_score)
         + sorted(placed["recency"], key=_by_time)
     )
-    out = [
+    return [
         ContextItem(  # positional: this runs for every placed item
             c.item.memory_id, c.zone, i, c.tokens, c.item.score, c.normalised, c.item.text, c.item.created_at,
             c.item.type, c.reason, c.reason.endswith("+truncated"), tuple(c.merged),
@@ -191,23 +258,6 @@ def assemble(
         )
         for i, c in enumerate(ordered, start=1)
     ]
-
-    def skipped() -> list[Skipped]:
-        # built on demand: most callers want the items, not the hundreds of left-out candidates
-        left = [k for k in order.tolist() if not taken_list[k] or k in duplicates]  # in greedy order
-        todo = [k for k in left if tok[k] is None]
-        for k, t in zip(todo, counter.count_many([line(ids[k], items[k].text) for k in todo])):
-            tok[k] = t
-        out_: list[Skipped] = []
-        for k in left:
-            zone = ZONES[int(last_zone[k])]
-            if k in duplicates:
-                out_.append(Skipped(ids[k], tok[k], f"duplicate-of:{duplicates[k]}", zone))
-            else:
-                out_.append(Skipped(ids[k], tok[k], "oversize" if tok[k] > config.budget else "no-space", zone))
-        return out_
-
-    return Context(out, usage, config.budget, counter.name, skipped, reference, expansion)
 
 
 _get_score = attrgetter("score")

@@ -123,68 +123,23 @@ def load_locomo(path: str | Path, *, observations: bool = False, summaries: bool
     """
     import polars as pl
 
-
     convs = load_conversations(path)
     memories: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
     credit: dict[str, str] = {}
-    questions, qrels = [], []
-    repaired, dropped = [], []
+    questions: list[tuple[str, str, str, str]] = []
+    qrels: list[tuple[str, str, int]] = []
+    repaired: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
     for conv in convs:
-        sid = conv.sample_id
         memories.extend(conv.turns)
         known = {t["source"] for t in conv.turns}
         times = {t["metadata"]["session"]: t["created_at"] for t in reversed(conv.turns)}
         if observations:
-            for key, by_speaker in sorted((conv.raw.get("observation") or {}).items()):
-                m = re.match(r"session_(\d+)_observation", key)
-                if not m or not isinstance(by_speaker, dict):
-                    continue
-                session = int(m.group(1))
-                for speaker, facts in sorted(by_speaker.items()):
-                    for i, fact in enumerate(facts):
-                        if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)):
-                            continue
-                        sources = [s for s in (repair_evidence(str(fact[1]), known)[0]) if s in known]
-                        fid = f"{sid}:obs:S{session}:{speaker}:{i + 1}"
-                        memories.append({
-                            "id": fid, "namespace": sid, "content": fact[0], "type": "fact", "source": "observation",
-                            "created_at": times.get(session, conv.turns[0]["created_at"]),
-                            "metadata": {"session": session, "speaker": speaker, "derived_from": sources},
-                        })
-                        for s in sources:
-                            edges.append({"src": fid, "dst": f"{sid}:{s}", "relation": "derived_from", "namespace": sid})
-                        if sources:
-                            credit[fid] = f"{sid}:{sources[0]}"
+            _add_observations(conv, known, times, memories, edges, credit)
         if summaries:
-            for key, text in sorted((conv.raw.get("session_summary") or {}).items()):
-                m = re.match(r"session_(\d+)_summary", key)
-                if m and isinstance(text, str) and text.strip():
-                    session = int(m.group(1))
-                    memories.append({
-                        "id": f"{sid}:summary:S{session}", "namespace": sid, "content": text, "type": "topic",
-                        "source": "session_summary", "created_at": times.get(session, conv.turns[0]["created_at"]),
-                        "metadata": {"session": session, "episode": f"{sid}:S{session}"},
-                    })
-        for n, qa in enumerate(conv.raw.get("qa") or [], start=1):
-            qid = f"{sid}:q{n}"
-            if not isinstance(qa, dict) or not isinstance(qa.get("question"), str):
-                raise ValidationError(f"{path}: sample {sid} question {n}: expected an object with a 'question' string")
-            if not isinstance(qa.get("evidence") or [], list):
-                raise ValidationError(f"{path}: sample {sid} question {n}: 'evidence' must be a list of dia_ids")
-            gold: list[str] = []
-            for raw in qa.get("evidence") or []:
-                ids, why = repair_evidence(str(raw), known)
-                if why:
-                    dropped.append({"qid": qid, "evidence": raw, "reason": why})
-                elif ids != [raw]:
-                    repaired.append({"qid": qid, "evidence": raw, "as": ids})
-                gold.extend(i for i in ids if i not in gold)
-            if not gold:
-                dropped.append({"qid": qid, "evidence": qa.get("evidence"), "reason": "question without usable evidence"})
-                continue
-            questions.append((qid, sid, str(qa["question"]), CATEGORIES.get(qa.get("category"), str(qa.get("category")))))
-            qrels.extend((qid, f"{sid}:{g}", 1) for g in gold)
+            memories.extend(_summaries(conv, times))
+        _add_questions(path, conv, known, questions, qrels, repaired, dropped)
     n_questions = sum(len(c.raw.get("qa") or []) for c in convs)
     if not questions:
         raise ValidationError(f"{path}: no usable questions ({n_questions} in the file, "
@@ -201,3 +156,72 @@ def load_locomo(path: str | Path, *, observations: bool = False, summaries: bool
         report={"questions_in_file": n_questions, "evidence_repaired": repaired, "dropped": dropped,
                 "options": {"observations": observations, "summaries": summaries}},
     )
+
+
+def _add_observations(conv: Any, known: set[str], times: dict[int, Any], memories: list[dict[str, Any]],
+                      edges: list[dict[str, Any]], credit: dict[str, str]) -> None:
+    """Each session's observations as fact memories, each with derived_from edges to its source turns
+    (and credited to the first)."""
+    sid = conv.sample_id
+    for key, by_speaker in sorted((conv.raw.get("observation") or {}).items()):
+        m = re.match(r"session_(\d+)_observation", key)
+        if not m or not isinstance(by_speaker, dict):
+            continue
+        session = int(m.group(1))
+        for speaker, facts in sorted(by_speaker.items()):
+            for i, fact in enumerate(facts):
+                if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)):
+                    continue
+                sources = [s for s in (repair_evidence(str(fact[1]), known)[0]) if s in known]
+                fid = f"{sid}:obs:S{session}:{speaker}:{i + 1}"
+                memories.append({
+                    "id": fid, "namespace": sid, "content": fact[0], "type": "fact", "source": "observation",
+                    "created_at": times.get(session, conv.turns[0]["created_at"]),
+                    "metadata": {"session": session, "speaker": speaker, "derived_from": sources},
+                })
+                for s in sources:
+                    edges.append({"src": fid, "dst": f"{sid}:{s}", "relation": "derived_from", "namespace": sid})
+                if sources:
+                    credit[fid] = f"{sid}:{sources[0]}"
+
+
+def _summaries(conv: Any, times: dict[int, Any]) -> list[dict[str, Any]]:
+    """Each session's summary as a topic memory of that session's episode."""
+    sid, out = conv.sample_id, []
+    for key, text in sorted((conv.raw.get("session_summary") or {}).items()):
+        m = re.match(r"session_(\d+)_summary", key)
+        if m and isinstance(text, str) and text.strip():
+            session = int(m.group(1))
+            out.append({
+                "id": f"{sid}:summary:S{session}", "namespace": sid, "content": text, "type": "topic",
+                "source": "session_summary", "created_at": times.get(session, conv.turns[0]["created_at"]),
+                "metadata": {"session": session, "episode": f"{sid}:S{session}"},
+            })
+    return out
+
+
+def _add_questions(path: str | Path, conv: Any, known: set[str], questions: list[tuple[str, str, str, str]],
+                   qrels: list[tuple[str, str, int]], repaired: list[dict[str, Any]],
+                   dropped: list[dict[str, Any]]) -> None:
+    """The conversation's questions with their evidence turns as gold; evidence ids that can be
+    repaired are (and reported), a question left without usable evidence is dropped (and reported)."""
+    sid = conv.sample_id
+    for n, qa in enumerate(conv.raw.get("qa") or [], start=1):
+        qid = f"{sid}:q{n}"
+        if not isinstance(qa, dict) or not isinstance(qa.get("question"), str):
+            raise ValidationError(f"{path}: sample {sid} question {n}: expected an object with a 'question' string")
+        if not isinstance(qa.get("evidence") or [], list):
+            raise ValidationError(f"{path}: sample {sid} question {n}: 'evidence' must be a list of dia_ids")
+        gold: list[str] = []
+        for raw in qa.get("evidence") or []:
+            ids, why = repair_evidence(str(raw), known)
+            if why:
+                dropped.append({"qid": qid, "evidence": raw, "reason": why})
+            elif ids != [raw]:
+                repaired.append({"qid": qid, "evidence": raw, "as": ids})
+            gold.extend(i for i in ids if i not in gold)
+        if not gold:
+            dropped.append({"qid": qid, "evidence": qa.get("evidence"), "reason": "question without usable evidence"})
+            continue
+        questions.append((qid, sid, str(qa["question"]), CATEGORIES.get(qa.get("category"), str(qa.get("category")))))
+        qrels.extend((qid, f"{sid}:{g}", 1) for g in gold)

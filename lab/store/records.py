@@ -135,21 +135,8 @@ def normalize_memory(
     unknown = sorted(set(raw) - set(MEMORY_FIELDS))
     if unknown:
         raise ValidationError(f"{where}unknown field(s) {unknown}; allowed: {list(MEMORY_FIELDS)}")
-    ns = raw.get("namespace", namespace)
-    if ns is None:
-        raise ValidationError(f"{where}field 'namespace' is required", field="namespace")
-    try:
-        ns = validate_namespace(ns)
-    except ValidationError as exc:
-        raise ValidationError(f"{where}field 'namespace': {exc}", field="namespace") from None
-    content = raw.get("content")
-    if not isinstance(content, str) or not content.strip():
-        raise ValidationError(f"{where}field 'content' must be a non-empty string, got {content!r}", field="content")
-    if len(content) > MAX_CONTENT_CHARS:
-        raise ValidationError(
-            f"{where}field 'content' has {len(content)} characters; the limit is {MAX_CONTENT_CHARS}",
-            field="content")
-    check_utf8(content, "content", where)
+    ns = _namespace_field(raw, namespace, where)
+    content = _content_field(raw, where)
     digest = content_hash(ns, content)
     mem_id = raw.get("id")
     try:
@@ -159,13 +146,71 @@ def normalize_memory(
     mtype = raw.get("type", "semantic")
     if mtype not in MEMORY_TYPES:
         raise ValidationError(f"{where}field 'type': {mtype!r} is not one of {list(MEMORY_TYPES)}", field="type")
+    tags = _tags_field(raw, where)
+    created_at, updated_at, accessed_at = _time_fields(raw, now, where)
+    access_count, importance, pinned, valid = _state_fields(raw, mtype, where)
+    superseded_by = raw.get("superseded_by")
+    if superseded_by is not None:
+        try:
+            validate_id(superseded_by, "superseded_by")
+        except ValidationError as exc:
+            raise ValidationError(f"{where}field {exc}", field="superseded_by") from None
+    title = _str(raw, "title", "", where)
+    return {
+        "id": mem_id,
+        "namespace": ns,
+        "content": content,
+        "content_hash": digest,
+        "index_hash": index_hash(content, title, tags),
+        "title": title,
+        "tags": tags,
+        "type": mtype,
+        "source": _str(raw, "source", "", where),
+        "created_at": created_at,
+        "updated_at": updated_at,
+        "accessed_at": accessed_at,
+        "access_count": access_count,
+        "importance": importance,
+        "pinned": pinned,
+        "valid": valid,
+        "superseded_by": superseded_by,
+        "metadata": _metadata_field(raw, where),
+    }
+
+
+def _namespace_field(raw: Mapping[str, Any], namespace: str | None, where: str) -> str:
+    ns = raw.get("namespace", namespace)
+    if ns is None:
+        raise ValidationError(f"{where}field 'namespace' is required", field="namespace")
+    try:
+        return validate_namespace(ns)
+    except ValidationError as exc:
+        raise ValidationError(f"{where}field 'namespace': {exc}", field="namespace") from None
+
+
+def _content_field(raw: Mapping[str, Any], where: str) -> str:
+    content = raw.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise ValidationError(f"{where}field 'content' must be a non-empty string, got {content!r}", field="content")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise ValidationError(
+            f"{where}field 'content' has {len(content)} characters; the limit is {MAX_CONTENT_CHARS}",
+            field="content")
+    return check_utf8(content, "content", where)
+
+
+def _tags_field(raw: Mapping[str, Any], where: str) -> list[str]:
     tags = raw.get("tags", [])
     if tags is None:
         tags = []
     if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) and t.strip() for t in tags):
         raise ValidationError(f"{where}field 'tags' must be a list of non-empty strings, got {tags!r}", field="tags")
-    tags = list(dict.fromkeys(check_utf8(t.strip(), "tags", where) for t in tags))  # de-duplicated, order kept
+    return list(dict.fromkeys(check_utf8(t.strip(), "tags", where) for t in tags))  # de-duplicated, order kept
 
+
+def _time_fields(raw: Mapping[str, Any], now: datetime,
+                 where: str) -> tuple[datetime, datetime, datetime | None]:
+    """(created_at, updated_at, accessed_at): created defaults to ``now``, updated to created."""
     def _time(key: str, default: datetime | None) -> datetime | None:
         value = raw.get(key)
         if value is None:
@@ -179,7 +224,11 @@ def normalize_memory(
     updated_at = _time("updated_at", created_at)
     if updated_at < created_at:
         raise ValidationError(f"{where}field 'updated_at' is earlier than 'created_at'", field="updated_at")
-    accessed_at = _time("accessed_at", None)
+    return created_at, updated_at, _time("accessed_at", None)
+
+
+def _state_fields(raw: Mapping[str, Any], mtype: str, where: str) -> tuple[int, float, bool, bool]:
+    """(access_count, importance, pinned, valid), each checked (anchors are pinned by default)."""
     access_count = raw.get("access_count", 0)
     if access_count is None:
         access_count = 0
@@ -197,12 +246,11 @@ def normalize_memory(
     for key, value in (("pinned", pinned), ("valid", valid)):
         if not isinstance(value, bool):
             raise ValidationError(f"{where}field '{key}' must be true or false, got {value!r}", field=key)
-    superseded_by = raw.get("superseded_by")
-    if superseded_by is not None:
-        try:
-            validate_id(superseded_by, "superseded_by")
-        except ValidationError as exc:
-            raise ValidationError(f"{where}field {exc}", field="superseded_by") from None
+    return int(access_count), float(importance), pinned, valid
+
+
+def _metadata_field(raw: Mapping[str, Any], where: str) -> str:
+    """The metadata object as canonical JSON (an object; episode keys a string or an integer)."""
     metadata = raw.get("metadata", {})
     if metadata is None:
         metadata = {}
@@ -220,34 +268,13 @@ def normalize_memory(
         # in Python and in table expressions; a float or a nested value would not
         if value is not None and not isinstance(value, (str, int)):
             raise ValidationError(
-                f"{where}field 'metadata.{key}' must be a string or an integer, got {type(value).__name__} {value!r}"
-            )
+                f"{where}field 'metadata.{key}' must be a string or an integer, got {type(value).__name__} {value!r}",
+                field=f"metadata.{key}")
     try:
         metadata_json = json.dumps(metadata, sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{where}field 'metadata' is not JSON-serialisable: {exc}", field="metadata") from None
-    check_utf8(metadata_json, "metadata", where)
-    title = _str(raw, "title", "", where)
-    return {
-        "id": mem_id,
-        "namespace": ns,
-        "content": content,
-        "content_hash": digest,
-        "index_hash": index_hash(content, title, tags),
-        "title": title,
-        "tags": tags,
-        "type": mtype,
-        "source": _str(raw, "source", "", where),
-        "created_at": created_at,
-        "updated_at": updated_at,
-        "accessed_at": accessed_at,
-        "access_count": int(access_count),
-        "importance": float(importance),
-        "pinned": pinned,
-        "valid": valid,
-        "superseded_by": superseded_by,
-        "metadata": metadata_json,
-    }
+    return check_utf8(metadata_json, "metadata", where)
 
 
 def normalize_edge(

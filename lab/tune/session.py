@@ -38,7 +38,7 @@ from lab.search.fusion import FUSERS, fuse_arrays
 from lab.track import log_eval
 from lab.tune.assembly import ContextPool, PooledAssembler
 from lab.tune.batch import BatchScorer
-from lab.tune.sweep import _assemble_config, _fusion_config
+from lab.tune.params import assemble_config, search_config
 
 CURVE_KS: tuple[int, ...] = (1, 2, 3, 5, 10, 15, 20, 30, 50, 100)
 DEPTH = max(DEFAULT_KS)  # the run `lab eval` scores and assembles: the top 100
@@ -163,9 +163,9 @@ class TuneSession:
         if float(knobs.get("assemble.critical_ratio", 0)) + float(knobs.get("assemble.recency_ratio", 0)) > 1 + 1e-9:
             raise ValidationError(f"assemble.critical_ratio + assemble.recency_ratio must be at most 1, got "
                                   f"{knobs.get('assemble.critical_ratio')} + {knobs.get('assemble.recency_ratio')}")
-        search = _fusion_config(self.candidate.search, knobs)
+        search = search_config(self.candidate.search, knobs)
         search = replace(search, name=f"{self.candidate.search.name}-tuned")
-        return search, _assemble_config(self.base_assemble, knobs)
+        return search, assemble_config(self.base_assemble, knobs)
 
     # ------------------------------------------------------------------ scoring
     def numbers(self, search: SearchConfig | None = None, assemble: AssembleConfig | None = None) -> TuneNumbers:

@@ -26,31 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.config import LISTS
-from lab.config import LexicalIndexConfig
-from lab.config import read_yaml
+from lab.config import LexicalIndexConfig, read_yaml
 from lab.errors import ValidationError
 from lab.search.fusion import get_fuser
 from lab.tune.batch import metric_names
 from lab.tune.dimension import Dimension
+from lab.tune.params import LEXICAL_DIMS, PARAMS as PARAMS_BY_NAME
 from lab.tune.strategies import STRATEGIES
 
-# every parameter a sweep can vary, with its kind; the kind decides what a change costs
-FUSION_PARAMS = {"fusion.k": float, "fusion.method": str, "fusion.coverage_bonus": float,
-                 "fusion.recent_boost": float, "fusion.recent_hours": float, "fusion.superseded": str,
-                 "fusion.demote_factor": float, "fusion.rerank_depth": int, "fusion.intent_gating": bool,
-                 "fusion.neighbour_boost": float, "fusion.episode_decay": float,
-                 **{f"fusion.weights.{s}": float for s in LISTS}}  # view lists ("vector@plain") too
-# the lexical index (bm25s): sweep dimension -> (LexicalIndexConfig field, kind); "none" for the
-# stemmer or the stopwords turns them off
-LEXICAL_DIMS = {"index.bm25_k1": ("k1", float), "index.bm25_b": ("b", float), "index.bm25_method": ("method", str),
-                "index.stemmer": ("stemmer", str), "index.stopwords": ("stopwords", str)}
-INDEX_PARAMS = {"index.context_turns": int, "index.time_in_text": bool, "index.chunk_size": int,
-                "index.chunk_overlap": int, "index.ef_search": int, "index.depth": int,
-                **{name: kind for name, (_, kind) in LEXICAL_DIMS.items()}}
-ASSEMBLE_PARAMS = {"assemble.budget": int, "assemble.critical_ratio": float, "assemble.recency_ratio": float,
-                   "assemble.critical_threshold": float, "assemble.recency_threshold": float,
-                   "assemble.recent_hours": float}
+# every parameter a sweep can vary, with its kind (lab.tune.params declares each once, with its
+# config path); the kind decides what a change costs
+FUSION_PARAMS = {name: p.kind for name, p in PARAMS_BY_NAME.items() if p.target == "search" and name != "index.depth"}
+INDEX_PARAMS = {name: p.kind for name, p in PARAMS_BY_NAME.items() if name.startswith("index.")}
+ASSEMBLE_PARAMS = {name: p.kind for name, p in PARAMS_BY_NAME.items() if p.target == "assemble"}
 PARAMS = {**FUSION_PARAMS, **INDEX_PARAMS, **ASSEMBLE_PARAMS}
 CONTEXT_METRICS = ("context_recall", "context_gold_critical", "context_tokens")
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z_@0-9.]+)\s*(<=|>=|<|>|==)\s*(-?[0-9.eE+-]+)\s*$")

@@ -17,13 +17,14 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from lab.config import DEFAULT_KS, AssembleConfig, ChunkConfig, IndexConfig, SaveConfig, SearchConfig, to_dict
+from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.eval.goldens import load_dataset
 from lab.tune.batch import BatchScorer
 from lab.tune.output import log_sweep, summary, write_sweep
-from lab.tune.spec import CONTEXT_METRICS, LEXICAL_DIMS, SweepSpec
+from lab.tune.params import assemble_config, save_config, search_config
+from lab.tune.spec import CONTEXT_METRICS, SweepSpec
 from lab.tune.split import split_questions
 from lab.tune.strategies import make_strategy
 
@@ -46,44 +47,6 @@ class SweepResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _fusion_config(base: SearchConfig, point: dict[str, Any]) -> SearchConfig:
-    fusion = base.fusion
-    weights = dict(fusion.weights)
-    changes: dict[str, Any] = {}
-    for name, value in point.items():
-        if name.startswith("fusion.weights."):
-            weights[name.rsplit(".", 1)[1]] = float(value)
-        elif name.startswith("fusion."):
-            changes[name.split(".", 1)[1]] = value
-    fusion = replace(fusion, weights=weights, **changes)
-    depth = point.get("index.depth")
-    return replace(base, fusion=fusion, **({"depth": int(depth)} if depth is not None else {}))
-
-
-def _save_config(point: dict[str, Any]) -> SaveConfig:
-    default = ChunkConfig()
-    chunk = ChunkConfig(size=int(point.get("index.chunk_size", default.size)),
-                        overlap=int(point.get("index.chunk_overlap", default.overlap)),
-                        context_turns=int(point.get("index.context_turns", default.context_turns)),
-                        time_in_text=bool(point.get("index.time_in_text", default.time_in_text)))
-    index = IndexConfig()
-    if "index.ef_search" in point:
-        index = replace(index, vector=replace(index.vector, ef_search=int(point["index.ef_search"])))
-    lexical = {field: point[name] for name, (field, _) in LEXICAL_DIMS.items() if name in point}
-    if lexical:
-        index = replace(index, lexical=replace(index.lexical, **lexical))
-    return SaveConfig(chunk=chunk, index=index)
-
-
-def _assemble_config(base: AssembleConfig, point: dict[str, Any]) -> AssembleConfig:
-    changes = {name.split(".", 1)[1]: value for name, value in point.items() if name.startswith("assemble.")}
-    if "critical_ratio" in changes or "recency_ratio" in changes:
-        crit = changes.get("critical_ratio", base.critical_ratio)
-        rec = changes.get("recency_ratio", base.recency_ratio)
-        changes["middle_ratio"] = round(1.0 - crit - rec, 10)  # middle takes what the others leave
-    return replace(base, **changes)
-
-
 @dataclass
 class _Group:
     """One index-time point: its retriever and the scorer over its candidate table."""
@@ -95,116 +58,150 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
               progress: bool = True, embedder=None, root: Path | None = None, track: bool = True,
               tracking_uri: str | None = None, on_stage: Callable[[str], None] | None = None) -> SweepResult:
     """Run ``spec``; write its folder under ``out_root``; log it to MLflow when ``track``."""
-    from lab.eval.cache import candidate_table, prepared_for  # heavy: numba
-    from lab.eval.report import config_from  # heavy: numba
-    from lab.eval.stores import eval_retriever  # heavy: numba
-
-    say = on_stage or (lambda _msg: None)
     started = time.perf_counter()
-    dataset = load_dataset(spec.dataset, datasets, observations=spec.observations)
-    base_path = Path(spec.base)
-    base = config_from(None, base_path) if base_path.suffix in (".yaml", ".yml", ".json") else config_from(spec.base, None)
-    split = split_questions(dataset.questions, spec.validation, spec.seed)
-    qids = split["qid"].to_list()
-    parts = {"tune": (split["part"] == "tune").to_numpy(), "validation": (split["part"] == "validation").to_numpy(),
-             "all": np.ones(split.height, dtype=bool)}
-    ks = tuple(sorted(set(spec.ks) | {int(m.split("@")[1]) for m in [spec.objective] if "@" in m}))
-    groups: dict[str, _Group] = {}
-
-    def group_for(point: dict[str, Any]) -> _Group:
-        save = _save_config(point)
-        config = _fusion_config(base, point)
-        key = json.dumps([to_dict(save), config.depth], sort_keys=True)
-        if key not in groups:
-            say(f"index point {len(groups) + 1}: {json.dumps({k: v for k, v in point.items() if k.startswith('index.')})}")
-            retriever = eval_retriever(dataset, save, root=root, embedder=embedder, progress=progress)
-            # the depth `lab eval` uses, so a sweep and an evaluation share one cached table
-            cands, _ = candidate_table(retriever, dataset, config, depth=max(DEFAULT_KS), root=root)
-            groups[key] = _Group(retriever, BatchScorer(prepared_for(cands), dataset.qrels, qids, ks=ks))
-        return groups[key]
-
-    strategy = make_strategy(spec.strategy, [d for d in spec.space if d.stage != "assemble"], spec.trials, spec.seed)
-    total = strategy.total()
-    chunk = 16 if spec.strategy == "tpe" else 2048
-    rows: list[dict[str, Any]] = []
-    interrupted = False
-    bar = _progress(total, progress, f"sweep {spec.name}")
-    fusion_seconds = 0.0
-    try:
-        while True:
-            points = strategy.ask(chunk)
-            if not points:
-                break
-            scores: list[float | None] = [None] * len(points)
-            by_group: dict[int, tuple[_Group, list[int]]] = {}
-            for i, point in enumerate(points):
-                group = group_for(point)
-                by_group.setdefault(id(group), (group, []))[1].append(i)
-            for group, members in by_group.values():
-                configs, ok = [], []
-                for i in members:
-                    try:
-                        configs.append(_fusion_config(base, points[i]).fusion)
-                        ok.append(i)
-                    except (LabError, ValueError) as exc:
-                        rows.append({"trial": len(rows), **points[i], "feasible": False, "error": str(exc)})
-                t0 = time.perf_counter()
-                per_q = group.scorer.evaluate(configs) if configs else {}
-                fusion_seconds += time.perf_counter() - t0
-                for j, i in enumerate(ok):
-                    row = {"trial": len(rows), **points[i]}
-                    for part, mask in parts.items():
-                        for m, arr in per_q.items():
-                            row[f"{part}/{m}"] = float(arr[j][mask].mean()) if mask.any() else float("nan")
-                    row["feasible"] = all(c.ok(row[f"tune/{c.metric}"]) for c in spec.constraints
-                                          if c.metric not in CONTEXT_METRICS)
-                    row["error"] = None
-                    rows.append(row)
-                    if row["feasible"] and spec.objective not in CONTEXT_METRICS:
-                        scores[i] = row[f"tune/{spec.objective}"]
-            strategy.tell(points, scores)
-            bar.update(len(points))
-    except KeyboardInterrupt:
-        interrupted = True  # keep everything scored so far
-    finally:
-        bar.close()
+    sweep = _Sweeper(spec, datasets, root, embedder, progress, on_stage or (lambda _msg: None))
+    rows, interrupted, fusion_seconds = sweep.fusion_stage()
     if not rows:
         raise ValidationError("the sweep scored no configuration" + (" (interrupted)" if interrupted else ""))
     table = pl.DataFrame(rows, infer_schema_length=None)
-    n_scored = int(table.filter(pl.col("error").is_null()).height)
-    info: dict[str, Any] = {"configs": table.height, "scored": n_scored, "fusion_seconds": round(fusion_seconds, 3),
-                            "configs_per_second": round(n_scored / fusion_seconds, 1) if fusion_seconds else None,
-                            "index_points": len(groups), "questions": split.height,
-                            "validation_questions": int(parts["validation"].sum()),
-                            "split_by": "conversation" if split["group"].n_unique() < split.height else "question"}
-    fusion_objective = spec.objective if spec.objective not in CONTEXT_METRICS else "recall@10"
-    if f"tune/{fusion_objective}" not in table.columns:
-        fusion_objective = f"recall@{max(ks)}"
+    info = sweep.info(table, fusion_seconds)
     ranked = (table.filter(pl.col("feasible") & pl.col("error").is_null())
-              .sort([f"tune/{fusion_objective}", "trial"], descending=[True, False]))
+              .sort([f"tune/{sweep.fusion_objective(table)}", "trial"], descending=[True, False]))
     assembly = pl.DataFrame()
     if not interrupted and ranked.height:
         try:
-            assembly = _assembly_stage(spec, ranked.head(spec.top_n), base, dataset, group_for, parts, qids, ks,
-                                       progress, say)
+            assembly = _assembly_stage(spec, ranked.head(spec.top_n), sweep.base, sweep.dataset, sweep.group_for,
+                                       sweep.parts, sweep.qids, sweep.ks, progress, sweep.say)
         except KeyboardInterrupt:
             interrupted = True
     best_row, best_asm = _choose(spec, ranked, assembly)
     point = {d.name: best_row[d.name] for d in spec.space if d.stage != "assemble" and d.name in best_row}
-    best_config = replace(_fusion_config(base, point), name=f"{spec.name}-best",
-                          description=f"best of sweep {spec.name} on {dataset.name} ({spec.objective} on tune)")
-    best_save = _save_config(point)
-    best_assemble = _assemble_config(AssembleConfig(), best_asm or {})
-    pareto = _pareto(assembly)
+    best_config = replace(search_config(sweep.base, point), name=f"{spec.name}-best",
+                          description=f"best of sweep {spec.name} on {sweep.dataset.name} ({spec.objective} on tune)")
     info["seconds"] = round(time.perf_counter() - started, 2)
     folder = Path(out_root) / spec.name
-    result = SweepResult(spec, table, assembly, {**best_row, **(best_asm or {})}, best_config, best_save,
-                         best_assemble, pareto, folder, split, interrupted, info)
-    write_sweep(result, dataset)
+    result = SweepResult(spec, table, assembly, {**best_row, **(best_asm or {})}, best_config, save_config(point),
+                         assemble_config(AssembleConfig(), best_asm or {}), _pareto(assembly), folder, sweep.split,
+                         interrupted, info)
+    write_sweep(result, sweep.dataset)
     if track:
-        result.info["mlflow_run_id"] = log_sweep(result, dataset, groups, tracking_uri)
+        result.info["mlflow_run_id"] = log_sweep(result, sweep.dataset, sweep.groups, tracking_uri)
         (folder / "summary.json").write_text(json.dumps(summary(result), indent=2, default=str) + "\n", encoding="utf-8")
     return result
+
+
+class _Sweeper:
+    """One sweep's data (the dataset, its tune/validation split, the base configuration) and its
+    index-time groups, each a retriever with a batch scorer over its candidate table."""
+
+    def __init__(self, spec: SweepSpec, datasets: str | Path | None, root: Path | None, embedder: Any,
+                 progress: bool, say: Callable[[str], None]) -> None:
+        from lab.eval.report import config_from  # heavy: numba
+
+        self.spec, self.root, self.embedder, self.progress, self.say = spec, root, embedder, progress, say
+        self.dataset = load_dataset(spec.dataset, datasets, observations=spec.observations)
+        base_path = Path(spec.base)
+        self.base = (config_from(None, base_path) if base_path.suffix in (".yaml", ".yml", ".json")
+                     else config_from(spec.base, None))
+        self.split = split_questions(self.dataset.questions, spec.validation, spec.seed)
+        self.qids = self.split["qid"].to_list()
+        self.parts = {"tune": (self.split["part"] == "tune").to_numpy(),
+                      "validation": (self.split["part"] == "validation").to_numpy(),
+                      "all": np.ones(self.split.height, dtype=bool)}
+        self.ks = tuple(sorted(set(spec.ks) | {int(m.split("@")[1]) for m in [spec.objective] if "@" in m}))
+        self.groups: dict[str, _Group] = {}
+
+    def group_for(self, point: dict[str, Any]) -> _Group:
+        """The group of the point's index-time settings (built, searched and cached on first use)."""
+        from lab.eval.cache import candidate_table, prepared_for  # heavy: numba
+        from lab.eval.stores import eval_retriever  # heavy: numba
+
+        save = save_config(point)
+        config = search_config(self.base, point)
+        key = json.dumps([to_dict(save), config.depth], sort_keys=True)
+        if key not in self.groups:
+            index_point = {k: v for k, v in point.items() if k.startswith("index.")}
+            self.say(f"index point {len(self.groups) + 1}: {json.dumps(index_point)}")
+            retriever = eval_retriever(self.dataset, save, root=self.root, embedder=self.embedder,
+                                       progress=self.progress)
+            # the depth `lab eval` uses, so a sweep and an evaluation share one cached table
+            cands, _ = candidate_table(retriever, self.dataset, config, depth=max(DEFAULT_KS), root=self.root)
+            self.groups[key] = _Group(retriever, BatchScorer(prepared_for(cands), self.dataset.qrels, self.qids,
+                                                             ks=self.ks))
+        return self.groups[key]
+
+    def fusion_stage(self) -> tuple[list[dict[str, Any]], bool, float]:
+        """Every fusion point the strategy asks for, scored on every question: (rows, whether
+        interrupted, seconds spent fusing). An interrupt keeps everything scored so far."""
+        spec = self.spec
+        strategy = make_strategy(spec.strategy, [d for d in spec.space if d.stage != "assemble"], spec.trials,
+                                 spec.seed)
+        chunk = 16 if spec.strategy == "tpe" else 2048
+        rows: list[dict[str, Any]] = []
+        interrupted, fusion_seconds = False, 0.0
+        bar = _progress(strategy.total(), self.progress, f"sweep {spec.name}")
+        try:
+            while True:
+                points = strategy.ask(chunk)
+                if not points:
+                    break
+                scores, seconds = self.score_points(points, rows)
+                fusion_seconds += seconds
+                strategy.tell(points, scores)
+                bar.update(len(points))
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            bar.close()
+        return rows, interrupted, fusion_seconds
+
+    def score_points(self, points: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[list[float | None], float]:
+        """Score ``points`` (appending a row each to ``rows``); returns each point's objective on
+        the tune part (None when infeasible) and the seconds spent fusing."""
+        spec = self.spec
+        scores: list[float | None] = [None] * len(points)
+        by_group: dict[int, tuple[_Group, list[int]]] = {}
+        for i, point in enumerate(points):
+            group = self.group_for(point)
+            by_group.setdefault(id(group), (group, []))[1].append(i)
+        seconds = 0.0
+        for group, members in by_group.values():
+            configs, ok = [], []
+            for i in members:
+                try:
+                    configs.append(search_config(self.base, points[i]).fusion)
+                    ok.append(i)
+                except (LabError, ValueError) as exc:
+                    rows.append({"trial": len(rows), **points[i], "feasible": False, "error": str(exc)})
+            t0 = time.perf_counter()
+            per_q = group.scorer.evaluate(configs) if configs else {}
+            seconds += time.perf_counter() - t0
+            for j, i in enumerate(ok):
+                row = {"trial": len(rows), **points[i]}
+                for part, mask in self.parts.items():
+                    for m, arr in per_q.items():
+                        row[f"{part}/{m}"] = float(arr[j][mask].mean()) if mask.any() else float("nan")
+                row["feasible"] = all(c.ok(row[f"tune/{c.metric}"]) for c in spec.constraints
+                                      if c.metric not in CONTEXT_METRICS)
+                row["error"] = None
+                rows.append(row)
+                if row["feasible"] and spec.objective not in CONTEXT_METRICS:
+                    scores[i] = row[f"tune/{spec.objective}"]
+        return scores, seconds
+
+    def fusion_objective(self, table: pl.DataFrame) -> str:
+        """What the fusion stage ranks by: the objective, unless it is a context metric (scored in
+        the assembly stage) or a cutoff not computed."""
+        objective = self.spec.objective if self.spec.objective not in CONTEXT_METRICS else "recall@10"
+        return objective if f"tune/{objective}" in table.columns else f"recall@{max(self.ks)}"
+
+    def info(self, table: pl.DataFrame, fusion_seconds: float) -> dict[str, Any]:
+        n_scored = int(table.filter(pl.col("error").is_null()).height)
+        return {"configs": table.height, "scored": n_scored, "fusion_seconds": round(fusion_seconds, 3),
+                "configs_per_second": round(n_scored / fusion_seconds, 1) if fusion_seconds else None,
+                "index_points": len(self.groups), "questions": self.split.height,
+                "validation_questions": int(self.parts["validation"].sum()),
+                "split_by": "conversation" if self.split["group"].n_unique() < self.split.height else "question"}
 
 
 def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, dataset: EvalDataset, group_for,
@@ -223,7 +220,7 @@ def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, data
     configs, errors = [], {}
     for i, apoint in enumerate(points):
         try:
-            configs.append(_assemble_config(AssembleConfig(), apoint))
+            configs.append(assemble_config(AssembleConfig(), apoint))
         except (LabError, ValueError) as exc:
             errors[i] = str(exc)
             configs.append(None)
@@ -234,7 +231,7 @@ def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, data
         for fusion_row in top.iter_rows(named=True):
             point = {d.name: fusion_row[d.name] for d in spec.space if d.stage != "assemble" and d.name in fusion_row}
             group = group_for(point)
-            config = _fusion_config(base, point)
+            config = search_config(base, point)
             # the same run `lab eval` assembles: the top max(DEFAULT_KS) results
             run = fused_run(group.scorer.prep, config, EvalOptions(), dataset)
             metrics = BatchAssembler.for_run(group.retriever, dataset, run, config, qids).evaluate(valid) if valid else {}

@@ -1,0 +1,104 @@
+"""Every parameter a sweep (or a notebook slider) can vary: its name, its kind, and the one config
+path it sets, declared once. A sweep point (``{"fusion.k": 2, "index.bm25_b": 0.4, ...}``) becomes
+the search, save and assembly configurations by one generic mapping over these paths.
+
+Paths start with the configuration they set: ``search.`` (a SearchConfig), ``save.`` (the
+index-time SaveConfig) or ``assemble.`` (an AssembleConfig); a path through a dict field (the
+fusion weights) sets one key of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, is_dataclass, replace
+from typing import Any
+
+from lab.config import LISTS, AssembleConfig, SaveConfig, SearchConfig
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # as a sweep file names it: "fusion.k", "index.bm25_b"
+    kind: type  # float, int, bool or str: what a value is coerced to
+    path: str  # the config field it sets: "search.fusion.k", "save.index.lexical.b"
+
+    @property
+    def target(self) -> str:
+        """search | save | assemble: which configuration it changes (and so what a change costs)."""
+        return self.path.split(".", 1)[0]
+
+
+_FUSION = {"k": float, "method": str, "coverage_bonus": float, "recent_boost": float, "recent_hours": float,
+           "superseded": str, "demote_factor": float, "rerank_depth": int, "intent_gating": bool,
+           "neighbour_boost": float, "episode_decay": float}
+# the lexical index (bm25s); "none" for the stemmer or the stopwords turns them off
+_LEXICAL = {"index.bm25_k1": ("k1", float), "index.bm25_b": ("b", float), "index.bm25_method": ("method", str),
+            "index.stemmer": ("stemmer", str), "index.stopwords": ("stopwords", str)}
+_ASSEMBLE = {"budget": int, "critical_ratio": float, "recency_ratio": float, "critical_threshold": float,
+             "recency_threshold": float, "recent_hours": float}
+
+PARAMS: dict[str, Param] = {p.name: p for p in [
+    *(Param(f"fusion.{f}", kind, f"search.fusion.{f}") for f, kind in _FUSION.items()),
+    *(Param(f"fusion.weights.{s}", float, f"search.fusion.weights.{s}") for s in LISTS),  # views too
+    Param("index.context_turns", int, "save.chunk.context_turns"),
+    Param("index.time_in_text", bool, "save.chunk.time_in_text"),
+    Param("index.chunk_size", int, "save.chunk.size"),
+    Param("index.chunk_overlap", int, "save.chunk.overlap"),
+    Param("index.ef_search", int, "save.index.vector.ef_search"),
+    Param("index.depth", int, "search.depth"),  # candidates per signal: searched again, not rebuilt
+    *(Param(name, kind, f"save.index.lexical.{f}") for name, (f, kind) in _LEXICAL.items()),
+    *(Param(f"assemble.{f}", kind, f"assemble.{f}") for f, kind in _ASSEMBLE.items()),
+]}
+LEXICAL_DIMS = dict(_LEXICAL)  # sweep dimension -> (LexicalIndexConfig field, kind)
+
+
+def apply(config: Any, changes: dict[str, Any]) -> Any:
+    """``config`` with each dotted path in ``changes`` set: one ``replace`` per nested config (so
+    checks across fields see the new values together), a dict field updated key by key."""
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for path, value in changes.items():
+        head, _, rest = path.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for head, sub in nested.items():
+        current = getattr(config, head)
+        direct[head] = apply(current, sub) if is_dataclass(current) else {**current, **sub}
+    return replace(config, **direct) if direct else config
+
+
+def param(name: str) -> Param | None:
+    """The parameter ``name`` (a weight of any list, views included, is one), or None."""
+    if name in PARAMS:
+        return PARAMS[name]
+    return Param(name, float, f"search.{name}") if name.startswith("fusion.weights.") else None
+
+
+def _changes(point: dict[str, Any], target: str) -> dict[str, Any]:
+    out = {}
+    for name, value in point.items():
+        param_ = param(name)
+        if param_ is not None and param_.target == target:
+            out[param_.path.split(".", 1)[1]] = param_.kind(value)
+    return out
+
+
+def search_config(base: SearchConfig, point: dict[str, Any]) -> SearchConfig:
+    """``base`` with the point's search-time parameters (fusion, weights, depth)."""
+    return apply(base, _changes(point, "search"))
+
+
+def save_config(point: dict[str, Any]) -> SaveConfig:
+    """The default save configuration with the point's index-time parameters."""
+    return apply(SaveConfig(), _changes(point, "save"))
+
+
+def assemble_config(base: AssembleConfig, point: dict[str, Any]) -> AssembleConfig:
+    """``base`` with the point's assembly parameters; the middle zone takes what critical and
+    recency leave."""
+    changes = _changes(point, "assemble")
+    if "critical_ratio" in changes or "recency_ratio" in changes:
+        crit = changes.get("critical_ratio", base.critical_ratio)
+        rec = changes.get("recency_ratio", base.recency_ratio)
+        changes["middle_ratio"] = round(1.0 - crit - rec, 10)
+    return apply(base, changes)
