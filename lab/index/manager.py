@@ -15,7 +15,8 @@ import polars as pl
 
 from lab.config import IndexConfig
 from lab.errors import ConflictError
-from lab.index.namespace import IndexDamaged, NamespaceIndex
+from lab.index.namespace import NamespaceIndex
+from lab.index.snapshot import IndexDamaged, load_index, save_index
 from lab.store.records import namespace_folder
 from lab.store.store import Store, StoreVersion
 
@@ -66,7 +67,7 @@ class IndexManager:
                 # claim commits whose chunks were not read)
                 seen = str(self.store.known_version())
                 try:
-                    idx = NamespaceIndex.load(self.directory(namespace), chunks, self.config, namespace)
+                    idx = load_index(self.directory(namespace), chunks, self.config, namespace)
                 except IndexDamaged as exc:
                     # never trusted, never fatal: rebuilt from the store (which is the truth), and
                     # saved again by the next write that flushes
@@ -189,7 +190,7 @@ class IndexManager:
                 if idx.needs_merge():
                     idx.merge()  # a bulk write caught up here would otherwise save a delta of thousands
                 if self._saved.get(ns) != idx.store_version or not self.directory(ns).is_dir():
-                    idx.save(self.directory(ns))
+                    save_index(idx, self.directory(ns))
                     self._saved[ns] = idx.store_version
                     saved.append(ns)
             self._changed.clear()

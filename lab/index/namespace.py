@@ -1,75 +1,20 @@
-"""One namespace's indexes: vector + lexical main index, a lexical delta, persistence, manifest."""
+"""One namespace's indexes: vector + lexical main index, a lexical delta, views; snapshots on disk are
+`lab.index.snapshot`'s."""
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
 import threading
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from lab.version import __version__
-from lab.config import IndexConfig, to_dict
+from lab.config import IndexConfig
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
 from lab.index.vector import GraphShortfall, VectorIndex
 from lab.store.records import CHUNK_VIEW_PATTERN, chunk_view
 
-MANIFEST = "manifest.json"
-
-
-class IndexDamaged(Exception):
-    """A saved index fails verification: a file is missing, altered, or belongs to another namespace."""
-
-
-def _file_digests(directory: Path) -> dict[str, dict[str, Any]]:
-    """Size and SHA-256 of every file of a saved index but the manifest (paths relative to it)."""
-    import hashlib
-
-    out = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        out[path.relative_to(directory).as_posix()] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
-    return out
-
-
-def verify(directory: Path, namespace: str) -> dict[str, Any]:
-    """The manifest of the index saved in ``directory``, after checking it is ``namespace``'s and that
-    every file is present and unaltered; raises IndexDamaged saying what is wrong."""
-    try:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise IndexDamaged(f"manifest unreadable: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("namespace") != namespace:
-        got = manifest.get("namespace") if isinstance(manifest, dict) else None
-        raise IndexDamaged(f"manifest is for namespace {got!r}, not {namespace!r}")
-    files = manifest.get("files")
-    if files is None:
-        return manifest  # saved before digests were recorded: namespace and counts are still checked
-    if not isinstance(files, dict):
-        raise IndexDamaged("manifest's file list is malformed")
-    found = _file_digests(directory)
-    for name, want in sorted(files.items()):
-        if name not in found:
-            raise IndexDamaged(f"file {name} is missing")
-        if found[name] != want:
-            raise IndexDamaged(f"file {name} does not match its manifest digest (altered or replaced)")
-    extra = sorted(set(found) - set(files))
-    if extra:
-        raise IndexDamaged(f"file(s) {extra[:3]} are not part of the saved index")
-    return manifest
-
-
-def _embeddings(frame: pl.DataFrame, dim: int) -> np.ndarray:
+def embedding_matrix(frame: pl.DataFrame, dim: int) -> np.ndarray:
     if frame.height == 0:
         return np.zeros((0, dim), dtype=np.float32)
     return np.asarray(frame["embedding"].to_numpy(), dtype=np.float32).reshape(-1, dim)
@@ -196,10 +141,18 @@ class NamespaceIndex:
         self.live = np.concatenate([self.live, np.ones(chunks.height, dtype=bool)])
         for label, cid in zip(labels, chunks["chunk_id"].to_list()):
             self.label_of[cid] = label
-        vectors = _embeddings(chunks, self.dim)
+        vectors = embedding_matrix(chunks, self.dim)
         self._store_vectors(start, vectors)
         self.vector.add(vectors, np.asarray(labels, dtype=np.int64))
         return labels
+
+    def locked(self) -> threading.RLock:
+        """The index's lock (re-entrant): held, nothing changes the index (a snapshot being saved)."""
+        return self._lock
+
+    def restore_vectors(self, vectors: np.ndarray) -> None:
+        """The stored vectors by label, as a loaded snapshot has them (the exact cosine's source)."""
+        self._vectors = vectors
 
     def _store_vectors(self, start: int, vectors: np.ndarray) -> None:
         needed = start + len(vectors)
@@ -443,123 +396,3 @@ class NamespaceIndex:
         scores = np.concatenate(score_parts)
         keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
         return collapse(labels[keep], scores[keep], self.memory_of, k)
-
-    # ------------------------------------------------------------------ persistence
-    def manifest(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "lab_version": __version__,
-            "embed_model": self.embed_model,
-            "dim": self.dim,
-            "config": to_dict(self.config),
-            "store_version": self.store_version,
-            "built_at": self.built_at,
-            "n_labels": len(self.chunk_ids),
-            "n_live": self.n_live,
-            "n_lexical_main": int(len(self.lexical_labels)),
-            "n_delta": self.delta_size,
-            "views": sorted(self.views),
-        }
-
-    def save(self, directory: Path) -> None:
-        """Write to a temporary folder, then swap it in: a crash never leaves a half index.
-
-        The temporary and old folders start with a dot, which no namespace can, and carry the
-        process id: they never collide with another namespace's index or another process's save."""
-        with self._lock:
-            tag = f".{directory.name}.{os.getpid()}"
-            tmp = directory.with_name(tag + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            self.vector.save(tmp / "vectors.hnsw")
-            self.lexical.save(tmp / "bm25")
-            pq.write_table(
-                pa.table({
-                    "chunk_id": self.chunk_ids,
-                    "memory_id": self.memory_of,
-                    "live": self.live,
-                }),
-                tmp / "labels.parquet",
-            )
-            np.save(tmp / "lexical_labels.npy", self.lexical_labels)
-            np.save(tmp / "delta_labels.npy", np.asarray(self.delta_labels, dtype=np.int64))
-            for view in sorted(self.views):
-                # each view's index is saved whole (with its own manifest) inside this one's folder
-                (tmp / "views").mkdir(exist_ok=True)
-                self.views[view].save(tmp / "views" / view)
-            manifest = {**self.manifest(), "files": _file_digests(tmp)}
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
-            old = directory.with_name(tag + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            if directory.exists():
-                directory.rename(old)
-            tmp.rename(directory)
-            shutil.rmtree(old, ignore_errors=True)
-
-    @classmethod
-    def load(cls, directory: Path, chunks: pl.DataFrame, config: IndexConfig,
-             namespace: str | None = None) -> "NamespaceIndex | None":
-        """Load a saved index if it matches ``config``; None means it must be rebuilt (none saved,
-        other parameters, or rows the store no longer has). A saved index that fails verification
-        (``verify``: namespace, file digests, counts) raises IndexDamaged.
-
-        Texts come from the store's chunk table (``chunks``, all chunk rows of the namespace).
-        """
-        if not directory.exists():
-            return None
-        if not (directory / MANIFEST).is_file():
-            raise IndexDamaged(f"{MANIFEST} is missing")
-        namespace = namespace or directory.name
-        manifest = verify(directory, namespace)
-        if manifest.get("config") != to_dict(config):
-            return None
-        parts = split_views(chunks)
-        views = manifest.get("views") or []
-        if set(parts) - {""} - set(views):
-            return None  # the store holds a view this index was saved without: rebuild
-        try:
-            idx = cls._load(directory, parts[""], config, manifest)
-            for view in views:
-                sub = directory / "views" / view
-                if not (sub / MANIFEST).is_file():
-                    raise IndexDamaged(f"the index of view {view!r} is missing")
-                child = cls._load(sub, parts.get(view, chunks.clear()), config, verify(sub, namespace), view)
-                if idx is None or child is None:
-                    return None
-                idx.views[view] = child
-            return idx
-        except IndexDamaged:
-            raise
-        except Exception as exc:  # hnswlib, bm25s, pyarrow and numpy raise many types on a bad file
-            raise IndexDamaged(f"cannot be read: {type(exc).__name__}: {exc}") from None
-
-    @classmethod
-    def _load(cls, directory: Path, chunks: pl.DataFrame, config: IndexConfig,
-              manifest: dict[str, Any], view: str = "") -> "NamespaceIndex | None":
-        labels = pq.read_table(directory / "labels.parquet")
-        if labels.num_rows != manifest.get("n_labels"):
-            raise IndexDamaged(f"labels.parquet has {labels.num_rows} rows, the manifest says {manifest.get('n_labels')}")
-        idx = cls(manifest["namespace"], manifest["dim"], config, manifest["embed_model"], view)
-        idx.chunk_ids = labels["chunk_id"].to_pylist()
-        idx.memory_of = labels["memory_id"].to_pylist()
-        idx.live = labels["live"].to_numpy(zero_copy_only=False).astype(bool)
-        idx.label_of = {cid: i for i, cid in enumerate(idx.chunk_ids)}
-        text_of = dict(zip(chunks["chunk_id"].to_list(), chunks["text"].to_list()))
-        if any(cid not in text_of for cid, alive in zip(idx.chunk_ids, idx.live) if alive):
-            return None  # the store lost rows the index still needs (e.g. compaction): rebuild
-        idx.texts = [text_of.get(cid, "") for cid in idx.chunk_ids]
-        positions = np.fromiter((idx.label_of.get(c, -1) for c in chunks["chunk_id"].to_list()), dtype=np.int64,
-                                count=chunks.height)
-        idx._vectors = np.zeros((len(idx.chunk_ids), idx.dim), dtype=np.float32)
-        known = positions >= 0
-        idx._vectors[positions[known]] = _embeddings(chunks, idx.dim)[known]
-        idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.n_live)
-        idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical, idx.analyzer)
-        idx.lexical_labels = np.load(directory / "lexical_labels.npy")
-        idx.delta_labels = np.load(directory / "delta_labels.npy").tolist()
-        if (len(idx.lexical_labels), len(idx.delta_labels), idx.n_live) != (
-                manifest.get("n_lexical_main"), manifest.get("n_delta"), manifest.get("n_live")):
-            raise IndexDamaged("label counts differ from the manifest")
-        idx.store_version = manifest["store_version"]
-        idx.built_at = manifest["built_at"]
-        return idx

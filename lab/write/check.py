@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from lab.index.namespace import IndexDamaged, verify
+from lab.index.snapshot import IndexDamaged, verify
 from lab.store.records import namespace_folder
 from lab.store.store import Store
 

@@ -1,0 +1,186 @@
+"""A namespace index on disk: save it whole (written aside, then swapped in), verify it (manifest,
+file digests, counts) and load it back, or say it must be rebuilt."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lab.config import IndexConfig, to_dict
+from lab.index.lexical import LexicalIndex
+from lab.index.namespace import NamespaceIndex, embedding_matrix, split_views
+from lab.index.vector import VectorIndex
+from lab.version import __version__
+
+MANIFEST = "manifest.json"
+
+
+class IndexDamaged(Exception):
+    """A saved index fails verification: a file is missing, altered, or belongs to another namespace."""
+
+
+def _file_digests(directory: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file of a saved index but the manifest (paths relative to it)."""
+    out = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        out[path.relative_to(directory).as_posix()] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    return out
+
+
+def verify(directory: Path, namespace: str) -> dict[str, Any]:
+    """The manifest of the index saved in ``directory``, after checking it is ``namespace``'s and that
+    every file is present and unaltered; raises IndexDamaged saying what is wrong."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IndexDamaged(f"manifest unreadable: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("namespace") != namespace:
+        got = manifest.get("namespace") if isinstance(manifest, dict) else None
+        raise IndexDamaged(f"manifest is for namespace {got!r}, not {namespace!r}")
+    files = manifest.get("files")
+    if files is None:
+        return manifest  # saved before digests were recorded: namespace and counts are still checked
+    if not isinstance(files, dict):
+        raise IndexDamaged("manifest's file list is malformed")
+    found = _file_digests(directory)
+    for name, want in sorted(files.items()):
+        if name not in found:
+            raise IndexDamaged(f"file {name} is missing")
+        if found[name] != want:
+            raise IndexDamaged(f"file {name} does not match its manifest digest (altered or replaced)")
+    extra = sorted(set(found) - set(files))
+    if extra:
+        raise IndexDamaged(f"file(s) {extra[:3]} are not part of the saved index")
+    return manifest
+
+
+def manifest(idx: NamespaceIndex) -> dict[str, Any]:
+    return {
+        "namespace": idx.namespace,
+        "lab_version": __version__,
+        "embed_model": idx.embed_model,
+        "dim": idx.dim,
+        "config": to_dict(idx.config),
+        "store_version": idx.store_version,
+        "built_at": idx.built_at,
+        "n_labels": len(idx.chunk_ids),
+        "n_live": idx.n_live,
+        "n_lexical_main": int(len(idx.lexical_labels)),
+        "n_delta": idx.delta_size,
+        "views": sorted(idx.views),
+    }
+
+def save_index(idx: NamespaceIndex, directory: Path) -> None:
+    """Write to a temporary folder, then swap it in: a crash never leaves a half index.
+
+    The temporary and old folders start with a dot, which no namespace can, and carry the
+    process id: they never collide with another namespace's index or another process's save."""
+    with idx.locked():
+        tag = f".{directory.name}.{os.getpid()}"
+        tmp = directory.with_name(tag + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        idx.vector.save(tmp / "vectors.hnsw")
+        idx.lexical.save(tmp / "bm25")
+        pq.write_table(
+            pa.table({
+                "chunk_id": idx.chunk_ids,
+                "memory_id": idx.memory_of,
+                "live": idx.live,
+            }),
+            tmp / "labels.parquet",
+        )
+        np.save(tmp / "lexical_labels.npy", idx.lexical_labels)
+        np.save(tmp / "delta_labels.npy", np.asarray(idx.delta_labels, dtype=np.int64))
+        for view in sorted(idx.views):
+            # each view's index is saved whole (with its own manifest) inside this one's folder
+            (tmp / "views").mkdir(exist_ok=True)
+            save_index(idx.views[view], tmp / "views" / view)
+        described = {**manifest(idx), "files": _file_digests(tmp)}
+        (tmp / MANIFEST).write_text(json.dumps(described, indent=2, sort_keys=True), encoding="utf-8")
+        old = directory.with_name(tag + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if directory.exists():
+            directory.rename(old)
+        tmp.rename(directory)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
+               namespace: str | None = None) -> NamespaceIndex | None:
+    """Load a saved index if it matches ``config``; None means it must be rebuilt (none saved,
+    other parameters, or rows the store no longer has). A saved index that fails verification
+    (``verify``: namespace, file digests, counts) raises IndexDamaged.
+
+    Texts come from the store's chunk table (``chunks``, all chunk rows of the namespace).
+    """
+    if not directory.exists():
+        return None
+    if not (directory / MANIFEST).is_file():
+        raise IndexDamaged(f"{MANIFEST} is missing")
+    namespace = namespace or directory.name
+    manifest = verify(directory, namespace)
+    if manifest.get("config") != to_dict(config):
+        return None
+    parts = split_views(chunks)
+    views = manifest.get("views") or []
+    if set(parts) - {""} - set(views):
+        return None  # the store holds a view this index was saved without: rebuild
+    try:
+        idx = _load_view(directory, parts[""], config, manifest)
+        for view in views:
+            sub = directory / "views" / view
+            if not (sub / MANIFEST).is_file():
+                raise IndexDamaged(f"the index of view {view!r} is missing")
+            child = _load_view(sub, parts.get(view, chunks.clear()), config, verify(sub, namespace), view)
+            if idx is None or child is None:
+                return None
+            idx.views[view] = child
+        return idx
+    except IndexDamaged:
+        raise
+    except Exception as exc:  # hnswlib, bm25s, pyarrow and numpy raise many types on a bad file
+        raise IndexDamaged(f"cannot be read: {type(exc).__name__}: {exc}") from None
+
+def _load_view(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
+               manifest: dict[str, Any], view: str = "") -> NamespaceIndex | None:
+    labels = pq.read_table(directory / "labels.parquet")
+    if labels.num_rows != manifest.get("n_labels"):
+        raise IndexDamaged(f"labels.parquet has {labels.num_rows} rows, the manifest says {manifest.get('n_labels')}")
+    idx = NamespaceIndex(manifest["namespace"], manifest["dim"], config, manifest["embed_model"], view)
+    idx.chunk_ids = labels["chunk_id"].to_pylist()
+    idx.memory_of = labels["memory_id"].to_pylist()
+    idx.live = labels["live"].to_numpy(zero_copy_only=False).astype(bool)
+    idx.label_of = {cid: i for i, cid in enumerate(idx.chunk_ids)}
+    text_of = dict(zip(chunks["chunk_id"].to_list(), chunks["text"].to_list()))
+    if any(cid not in text_of for cid, alive in zip(idx.chunk_ids, idx.live) if alive):
+        return None  # the store lost rows the index still needs (e.g. compaction): rebuild
+    idx.texts = [text_of.get(cid, "") for cid in idx.chunk_ids]
+    positions = np.fromiter((idx.label_of.get(c, -1) for c in chunks["chunk_id"].to_list()), dtype=np.int64,
+                            count=chunks.height)
+    vectors = np.zeros((len(idx.chunk_ids), idx.dim), dtype=np.float32)
+    known = positions >= 0
+    vectors[positions[known]] = embedding_matrix(chunks, idx.dim)[known]
+    idx.restore_vectors(vectors)
+    idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.n_live)
+    idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical, idx.analyzer)
+    idx.lexical_labels = np.load(directory / "lexical_labels.npy")
+    idx.delta_labels = np.load(directory / "delta_labels.npy").tolist()
+    if (len(idx.lexical_labels), len(idx.delta_labels), idx.n_live) != (
+            manifest.get("n_lexical_main"), manifest.get("n_delta"), manifest.get("n_live")):
+        raise IndexDamaged("label counts differ from the manifest")
+    idx.store_version = manifest["store_version"]
+    idx.built_at = manifest["built_at"]
+    return idx
