@@ -55,8 +55,8 @@ class ChunkConfig:
     is indexed exactly as it would be in a batch. ``time_in_text`` prepends the memory's date
     ("8 May 2023"), so a query naming a month or a year can match it.
 
-    ``context_turns`` defaults to 2: on LoCoMo dev it lifts recall@10 of the presets by 3 to 14
-    points (``lab`` 0.643 -> 0.738), and it changes nothing for memories without an episode.
+    ``context_turns`` defaults to 2 (decision record in docs/decisions/, figures in the docs'
+    results page); it changes nothing for memories without an episode.
 
     ``views`` indexes a memory again, once per named view, into indexes of its own, so search
     can rank each view as separate vector and lexical lists (``SearchConfig.views``). The one

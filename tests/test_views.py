@@ -218,9 +218,9 @@ def test_on_locomo_dev_labs_plain_view_and_neighbour_boost_lift_recall():
     options = EvalOptions(ks=(10,))
     base = evaluate(retriever, dataset, without, options).metrics["metrics"]["recall@10"]
     got = evaluate(retriever, dataset, lab, options).metrics["metrics"]["recall@10"]
-    # measured: 0.763 -> 0.814 on the default index (k1 0.9, b 0.4, en_plus stopwords; it was
-    # 0.738 -> 0.791 on the earlier one); benchmarks/quality_cv.py: every held-out conversation gains
-    assert base == pytest.approx(0.763, abs=0.01) and got >= 0.80 and got - base >= 0.04
+    # the lift itself is a measured figure (benchmarks/quality_cv.py; the lab preset's level is a
+    # condition of goldens/regressions.yaml): here, only that the view and the boost lift recall
+    assert got > base
 
 
 def test_derived_facts_sources_only_keeps_facts_out_of_the_results_but_lets_them_lift_their_sources(pipe):

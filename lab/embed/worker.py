@@ -2,7 +2,7 @@
 
 A server's searches are Python-heavy and hold the GIL most of the time they run; a model in the
 same process waits for the GIL at each of the hundred-odd operator calls of a forward pass (the
-measured cost: a quarter of its speed, and a fifth of the searches' speed). In a child process the
+cost is in benchmarks/results/serve_load.json's notes). In a child process the
 model has an interpreter of its own; the parent only writes texts to a pipe and reads vectors
 back, and waits with the GIL released.
 
@@ -64,8 +64,7 @@ class ProcessEmbedder:
         self.dim = dim
         self.threads = threads
         # the model pads each batch to its longest text, and sorts a call's texts by length
-        # first: small batches of similar lengths pad least (8 measured 7% faster than 16 on
-        # questions)
+        # first: small batches of similar lengths pad least
         self.batch_size = batch_size
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()

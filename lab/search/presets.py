@@ -75,10 +75,7 @@ PRESETS: dict[str, SearchConfig] = {
         description="lab's default: vector + BM25 by RRF, over each memory with its episode context and "
         "plain (the 'plain' view's own lists; the two share the text's weight), helped by exact entity "
         "matches, the query's time window and the graph; adjacent turns lift each other; superseded "
-        "memories demoted. The view, its weight and the neighbour boost won on every fold of "
-        "leave-one-conversation-out "
-        "cross-validation on LoCoMo dev (benchmarks/quality_cv.py); k stays 5, where the demo goldens "
-        "hold (LoCoMo alone prefers 10).",
+        "memories demoted. Each adopted setting has a decision record (docs/decisions/).",
         signals=("vector", "lexical", "recency", "graph", "entity", "temporal"),
         views=("plain",),
         fusion=FusionConfig(

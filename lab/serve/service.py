@@ -158,7 +158,7 @@ class MemoryService:
                     self.retriever.search_many([SearchRequest("warm up", vector)], ns, config=self.search_config)
             # the loaded indexes and views live as long as the process: taken out of the cyclic
             # garbage collector's full passes, which otherwise stop every thread for ~0.5 s at
-            # 100,000 memories now and then (measured as a p99 of 500 ms under load)
+            # 100,000 memories now and then (a long tail in benchmarks/serve_load.py)
             gc.collect()
             gc.freeze()
             log.info("ready: %d namespaces loaded in %.1f s", len(namespaces), time.perf_counter() - started)

@@ -250,7 +250,7 @@ class Store:
     def follow_other_writers(self, every_seconds: float) -> None:
         """Look for other processes' commits at most every ``every_seconds`` instead of on every
         read (a server: its own writes are seen at once, another process's within that time;
-        each look costs a listing of the log, about 2 ms per table here)."""
+        each look costs a listing of the log per table)."""
         for table in self.tables().values():
             table.refresh_seconds = every_seconds
 

@@ -1,0 +1,51 @@
+"""The README is a front page (the two commands first, short), and the manual's results page is
+generated from the files that hold the figures: every results file and regression condition."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_results", ROOT / "docs" / "gen_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_starts_with_the_two_commands_and_stays_short():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").split("\n")
+    assert len(lines) <= 150
+    assert lines[3] == "bash .ci/setup && .venv/bin/lab demo               # set up, then run the main job on the embedded demo data"
+    assert lines[4].startswith("bash .ci/setup && .venv/bin/python -m pytest -q")
+    assert ".venv/bin/python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_results_page_is_generated_from_every_figure_file(tmp_path):
+    page = _generator().render()
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        assert f"`benchmarks/results/{path.name}`" in page
+    for condition in yaml.safe_load((ROOT / "goldens" / "regressions.yaml").read_text())["conditions"]:
+        assert condition["name"] in page
+        for value in condition["expected"].values():
+            assert str(value) in page  # the expected figure itself, as the file has it
+
+
+def test_a_figure_changed_in_its_file_changes_the_page(tmp_path, monkeypatch):
+    gen = _generator()
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (tmp_path / "goldens").mkdir()
+    (tmp_path / "goldens" / "regressions.yaml").write_text(yaml.safe_dump({"conditions": [
+        {"name": "a condition", "dataset": "demo", "preset": "lab", "expected": {"recall@10": 0.1234}}]}))
+    (results / "toy.json").write_text(json.dumps({"benchmark": "toy", "machine": "here", "speed": {"p99_ms": 12.5}}))
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    page = gen.render()
+    assert "| speed.p99_ms | 12.5 |" in page and "recall@10 0.1234" in page
+    (results / "toy.json").write_text(json.dumps({"benchmark": "toy", "machine": "here", "speed": {"p99_ms": 9.75}}))
+    assert "| speed.p99_ms | 9.75 |" in gen.render()
