@@ -22,7 +22,9 @@ from lab.serve.settings import load_settings
 from lab.store.store import Store, recover_torn_commits
 from lab.write.check import check_store
 
-REPRO = Path(__file__).resolve().parent.parent.parent / "shared" / "repro" / "hnsw_repro.jsonl"
+from tests.conftest import SHARED
+
+REPRO = SHARED.parent / "repro" / "hnsw_repro.jsonl"  # beside the shared datasets
 
 
 # --------------------------------------------------------------------------- 1. filtered vector search
