@@ -119,6 +119,12 @@ def test_tune_notebook_in_a_real_browser(workspace):
         server.wait(timeout=30)
     from lab import track
 
-    _, c, _ = track.client()  # the tests' own MLflow store, which the notebook server inherited
-    tags = c.get_run(run_id).data.tags
+    uri = env["MLFLOW_TRACKING_URI"]  # the tests' own MLflow store, which the notebook server was given
+    _, c, _ = track.client(uri)
+    try:
+        tags = c.get_run(run_id).data.tags
+    except Exception as exc:  # say where the run went instead, if anywhere
+        stray = sorted(str(p) for p in root.rglob("mlflow.db"))
+        raise AssertionError(f"run {run_id} is not in {uri} ({exc}); other stores under the notebook's folder: "
+                             f"{stray}") from None
     assert "notebook" in tags.values() and str(root / "browser") in " ".join(tags.values()), tags
