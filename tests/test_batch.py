@@ -118,3 +118,25 @@ def test_a_boosted_neighbour_counts_on_the_single_path_and_a_list_less_gold_neve
     boosted = FusionConfig(weights={"lexical": 1.0}, neighbour_boost=0.3)
     got = scorer.evaluate([boosted, FusionConfig(weights={"lexical": 1.0})])
     assert got["recall@3"][:, 0].tolist() == [1.0, 0.5]
+
+
+def test_a_sweep_names_what_keeps_it_off_the_fast_path_before_it_starts():
+    from dataclasses import replace as _replace
+
+    from lab.search.presets import preset
+    from lab.tune.batch import exact_path_reasons
+    from lab.tune.dimension import Dimension
+    from lab.tune.spec import SweepSpec
+    from lab.tune.sweep import _Sweeper
+
+    assert exact_path_reasons(FusionConfig()) == []
+    assert exact_path_reasons(FusionConfig(neighbour_boost=0.3, rerank_depth=20)) == [
+        "fusion.rerank_depth 20", "fusion.neighbour_boost 0.3"]
+    sweeper = _Sweeper.__new__(_Sweeper)  # the check reads only the spec and the base configuration
+    sweeper.base = _replace(preset("lab"), fusion=_replace(preset("lab").fusion, neighbour_boost=0.0))
+    sweeper.spec = SweepSpec("s", "demo", (Dimension("fusion.k", (1.0, 5.0)),))
+    assert sweeper.exact_path() == []
+    sweeper.spec = SweepSpec("s", "demo", (Dimension("fusion.episode_decay", (0.0, 0.1)),))
+    assert sweeper.exact_path() == ["fusion.episode_decay swept over [0.0, 0.1]"]
+    sweeper.base = preset("lab")  # its own neighbour boost
+    assert sweeper.exact_path()[0] == "fusion.neighbour_boost 0.3 (the base lab)"

@@ -40,14 +40,28 @@ def metric_names(ks: Sequence[int]) -> list[str]:
     return [f"{m}@{k}" for m in ("recall", "ndcg", "hit") for k in ks] + [f"mrr@{max(ks)}"]
 
 
-def batchable(config: FusionConfig) -> bool:
-    """Whether ``config`` is inside the vectorised domain (else it is scored through `fuse`)."""
+def exact_path_reasons(config: FusionConfig) -> list[str]:
+    """The settings of ``config`` that keep it out of the vectorised domain (scored through `fuse`
+    instead), named as a sweep file names them; empty when it is batchable."""
     # weights, demote factor and boost are >= 0 by FusionConfig's contract; a neighbour boost makes a
     # pair's score depend on another pair's, outside the per-pair dominance the batch path prunes by
     # a learned model's features (a pair's base rank, its neighbours' scores) span pairs the same way,
     # and so does an episode decay (a pair's factor depends on its episode's other scores)
-    return (config.rerank_depth == 0 and config.neighbour_boost == 0 and config.episode_decay == 0
-            and config.learned is None)
+    reasons = []
+    if config.rerank_depth:
+        reasons.append(f"fusion.rerank_depth {config.rerank_depth}")
+    if config.neighbour_boost:
+        reasons.append(f"fusion.neighbour_boost {config.neighbour_boost:g}")
+    if config.episode_decay:
+        reasons.append(f"fusion.episode_decay {config.episode_decay:g}")
+    if config.learned is not None:
+        reasons.append("fusion.learned (a learned model)")
+    return reasons
+
+
+def batchable(config: FusionConfig) -> bool:
+    """Whether ``config`` is inside the vectorised domain (else it is scored through `fuse`)."""
+    return not exact_path_reasons(config)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig, to_
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.eval.goldens import load_dataset
-from lab.tune.batch import BatchScorer
+from lab.tune.batch import BatchScorer, exact_path_reasons
 from lab.tune.output import log_sweep, summary, write_sweep
 from lab.tune.params import assemble_config, save_config, search_config
 from lab.tune.spec import CONTEXT_METRICS, SweepSpec
@@ -137,6 +137,10 @@ class _Sweeper:
         strategy = make_strategy(spec.strategy, [d for d in spec.space if d.stage != "assemble"], spec.trials,
                                  spec.seed)
         chunk = 16 if spec.strategy == "tpe" else 2048
+        exact = self.exact_path()
+        if exact:  # said before the long part starts: what keeps the sweep off the fast path
+            self.say(f"exact path: {'; '.join(exact)}: configurations with it are scored one at a time "
+                     "through fuse, slower than the vectorised batches (the sweep reports its rate at the end)")
         rows: list[dict[str, Any]] = []
         interrupted, fusion_seconds = False, 0.0
         bar = _progress(strategy.total(), self.progress, f"sweep {spec.name}")
@@ -189,6 +193,16 @@ class _Sweeper:
                     scores[i] = row[f"tune/{spec.objective}"]
         return scores, seconds
 
+    def exact_path(self) -> list[str]:
+        """Why some of the sweep's configurations leave the batch scorer's vectorised path: the base
+        configuration's settings, and swept values that turn such a setting on."""
+        reasons = [f"{r} (the base {self.base.name})" for r in exact_path_reasons(self.base.fusion)]
+        for dim in self.spec.space:
+            name = dim.name.removeprefix("fusion.")
+            if name in ("neighbour_boost", "episode_decay", "rerank_depth") and any(v for v in dim.values):
+                reasons.append(f"{dim.name} swept over {list(dim.values)}")
+        return reasons
+
     def fusion_objective(self, table: pl.DataFrame) -> str:
         """What the fusion stage ranks by: the objective, unless it is a context metric (scored in
         the assembly stage) or a cutoff not computed."""
@@ -198,6 +212,7 @@ class _Sweeper:
     def info(self, table: pl.DataFrame, fusion_seconds: float) -> dict[str, Any]:
         n_scored = int(table.filter(pl.col("error").is_null()).height)
         return {"configs": table.height, "scored": n_scored, "fusion_seconds": round(fusion_seconds, 3),
+                "exact_path": self.exact_path(),
                 "configs_per_second": round(n_scored / fusion_seconds, 1) if fusion_seconds else None,
                 "index_points": len(self.groups), "questions": self.split.height,
                 "validation_questions": int(self.parts["validation"].sum()),
