@@ -27,14 +27,16 @@ REPRO = SHARED.parent / "repro" / "hnsw_repro.jsonl"  # beside the shared datase
 
 
 # --------------------------------------------------------------------------- 1. filtered vector search
-def _index(vectors: np.ndarray, memory_of: list[str], m: int = 4) -> NamespaceIndex:
+def _index(vectors: np.ndarray, memory_of: list[str], m: int = 16, ef: int = 256) -> NamespaceIndex:
     chunks = pl.DataFrame({
         "chunk_id": [f"{mid}#{i:04d}" for i, mid in enumerate(memory_of)],
         "memory_id": memory_of,
         "text": [f"text {i}" for i in range(len(memory_of))],
         "embedding": [v.tolist() for v in vectors],
     }, schema_overrides={"embedding": pl.Array(pl.Float32, vectors.shape[1])})
-    config = IndexConfig(vector=VectorIndexConfig(m=m, ef_construction=8, ef_search=8))
+    # ef above the element count: the graph search sees every element it can reach, so what is
+    # tested is the fetching and filtering around it, not hnswlib's approximation
+    config = IndexConfig(vector=VectorIndexConfig(m=m, ef_construction=ef, ef_search=ef))
     return NamespaceIndex.build("ns", chunks, vectors.shape[1], config, "test", "0.0.0.0")
 
 
@@ -47,7 +49,7 @@ def _brute(idx: NamespaceIndex, query: np.ndarray, k: int, allowed: np.ndarray) 
     return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 120), chunks_per=st.integers(1, 3), k=st.integers(1, 30), seed=st.integers(0, 10_000),
        deleted=st.floats(0, 0.95), kept=st.floats(0, 1))
 def test_a_filtered_vector_search_returns_exactly_the_allowed_top_k(n, chunks_per, k, seed, deleted, kept):

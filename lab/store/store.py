@@ -623,8 +623,8 @@ class Store:
         """(chunk ids no memory shows, chunk ids stored more than once): what a cut-off save leaves."""
         stored = self._chunks.frame()
         stale = stored.join(self.chunks().select("chunk_id"), on="chunk_id", how="anti")["chunk_id"].unique().sort()
-        twice = stored.filter(pl.col("chunk_id").is_duplicated())["chunk_id"].unique().sort()
-        return stale.to_list(), [c for c in twice.to_list() if c not in set(stale.to_list())]
+        twice = stored.filter(pl.col("chunk_id").is_duplicated() & ~pl.col("chunk_id").is_in(stale))
+        return stale.to_list(), twice["chunk_id"].unique().sort().to_list()
 
     def remove_orphan_chunks(self) -> dict[str, int]:
         """Delete chunk rows no memory shows and keep one row of any chunk stored twice, whatever
