@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATASETS, Timer, percentiles, random_unit_vectors, report  # noqa: E402
 
+from lab.embed.base import Symmetric  # noqa: E402
 from lab.config import SaveConfig  # noqa: E402
 from lab.embed.fake import WordTokenizer  # noqa: E402
 from lab.eval.locomo import load_conversations  # noqa: E402
@@ -35,7 +36,7 @@ from lab.search.fusion import fuse, prepare  # noqa: E402
 from lab.search.presets import PRESETS  # noqa: E402
 
 
-class RandomEmbedder:
+class RandomEmbedder(Symmetric):
     """Deterministic random unit vectors per text (benchmark only)."""
 
     model_id = "bench-random-384"

@@ -33,11 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _common import DATASETS, ROOT, percentiles, random_unit_vectors, report  # noqa: E402
 from serving import Server, write_bundle  # noqa: E402
 
+from lab.embed.base import Symmetric  # noqa: E402
 from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig  # noqa: E402
 from lab.eval.locomo import load_conversations  # noqa: E402
 
 
-class StandIn:
+class StandIn(Symmetric):
     """The real model's id and tokenizer with random vectors: fills a big store in seconds."""
 
     dim = 384
@@ -105,7 +106,8 @@ async def paced(url: str, rate: float, seconds: float, make_request) -> dict:
 def embedding_floor(questions: list[str]) -> dict:
     """CPU milliseconds per query of the real model on one thread, alone on the machine, one by
     one and in batches: what the serving figures cannot go below."""
-    from lab.embed.st import SentenceTransformerEmbedder, set_model_threads
+    from lab.embed.base import set_model_threads
+    from lab.embed.st import SentenceTransformerEmbedder
 
     model = SentenceTransformerEmbedder(batch_size=8)
     set_model_threads(model, 1)

@@ -20,7 +20,7 @@ from lab.embed.cache import EmbeddingCache
 from lab.errors import ConflictError, NotFoundError
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
-from lab.retriever import Retriever
+from lab.retriever import Retriever, require_model
 from lab.search.engine import Result
 from lab.store.store import Store, StoreVersion
 from lab.write import EDITABLE, IngestReport, Writer
@@ -67,27 +67,23 @@ class Pipeline:
         exists = (path / "lab-store.json").is_file()
         if not exists and not create:
             raise NotFoundError(f"no lab store at {path} (create one with `lab init --store {path}`)")
+        stored = None
         if exists:
             store = Store.open(path, pin=pin)
             stored = store.recorded_config()
-            config = config or stored
+        config = config or stored or SaveConfig()
+        if embedder is None:
+            embedder = make_embedder(config.embed)
+        if embedder.model_id != config.embed.model:  # an alias or a folder: recorded as the model's id
+            config = replace(config, embed=replace(config.embed, model=embedder.model_id))
+        if stored is not None:
             for part in ("chunk", "embed"):
                 if to_dict(getattr(config, part)) != to_dict(getattr(stored, part)):
                     raise ConflictError(
                         f"store {path} was created with {part} config {to_dict(getattr(stored, part))}; "
-                        f"got {to_dict(getattr(config, part))}: create a new store to change it"
-                    )
-        config = config or SaveConfig()
-        if embedder is None:
-            embedder = make_embedder(config.embed)
-        if embedder.model_id != config.embed.model:
-            config = replace(config, embed=replace(config.embed, model=embedder.model_id))
-        if exists:
-            if store.info.embed_model != embedder.model_id:
-                raise ConflictError(
-                    f"store {path} holds embeddings of {store.info.embed_model!r}; "
-                    f"the embedder given is {embedder.model_id!r}"
-                )
+                        f"got {to_dict(getattr(config, part))}: create a new store to change it",
+                        field=part)
+            require_model(store, embedder)
         else:
             store = Store.create(path, embed_model=embedder.model_id, dim=embedder.dim, save_config=to_dict(config))
         pipe = cls(store, config, embedder, cache_dir)

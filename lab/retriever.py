@@ -20,6 +20,7 @@ from lab.assemble import Context, Item, item_from_result, make_counter
 from lab.assemble import assemble as assemble_items
 from lab.config import AssembleConfig, IndexConfig, SearchConfig
 from lab.embed import Embedder, make_embedder
+from lab.embed.registry import space_of
 from lab.embed.cache import EmbeddingCache
 from lab.errors import ConflictError, ValidationError
 from lab.index.manager import IndexManager
@@ -34,6 +35,24 @@ from lab.store.store import Store, StoreVersion
 log = logging.getLogger(__name__)
 
 
+def require_model(store: Store, embedder: Embedder) -> None:
+    """The store's vectors are the embedder's model's, of its dimension: else refused, both named."""
+    if embedder.model_id != store.info.embed_model or embedder.dim != store.info.dim:
+        raise ConflictError(
+            f"store {store.root} holds {store.info.dim}-dimensional vectors of {store.info.embed_model!r}; "
+            f"the embedder given is {embedder.model_id!r} ({embedder.dim} dimensions)", field="embed.model")
+
+
+def require_query_model(store: Store, query_embedder: Embedder) -> None:
+    """A query model must encode into the stored vectors' space."""
+    stored_space = space_of(store.info.embed_model)
+    if query_embedder.space != stored_space or query_embedder.dim != store.info.dim:
+        raise ConflictError(
+            f"query model {query_embedder.model_id!r} encodes into {query_embedder.space!r} "
+            f"({query_embedder.dim} dimensions); store {store.root} holds vectors of {store.info.embed_model!r} "
+            f"({stored_space!r}, {store.info.dim} dimensions)", field="query_model")
+
+
 class Retriever:
     """Searches and assembles over one store, latest or pinned at a version, without writing."""
 
@@ -46,14 +65,17 @@ class Retriever:
         search: SearchConfig | None = None,
         assemble: AssembleConfig | None = None,
         cache: EmbeddingCache | None = None,
+        query_embedder: Embedder | None = None,
     ) -> None:
-        if embedder.model_id != store.info.embed_model:
-            raise ConflictError(
-                f"store {store.root} holds embeddings of {store.info.embed_model!r}; "
-                f"the embedder given is {embedder.model_id!r}"
-            )
+        require_model(store, embedder)
+        query_embedder = query_embedder or embedder
+        if query_embedder is not embedder:
+            require_query_model(store, query_embedder)
         self.store = store
         self.embedder = embedder
+        # queries may be encoded by another backend of the stored vectors' space (MiniLM's int8
+        # ONNX export for a MiniLM store): judged on the same stored vectors before it is adopted
+        self.query_embedder = query_embedder
         self.indexes = indexes
         self.search_config = search or resolve(None)
         self.assemble_config = assemble or AssembleConfig()
@@ -71,18 +93,23 @@ class Retriever:
         assemble: AssembleConfig | None = None,
         index: IndexConfig | None = None,
         cache: EmbeddingCache | None = None,
+        query_model: str | Embedder | None = None,
     ) -> "Retriever":
         """Open the store at ``path`` read-only: its latest version, or ``pin`` ("M.C.E.A").
 
         ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset);
-        the embedder defaults to the one the store was created with.
+        the embedder defaults to the one the store was created with; ``query_model`` (a model name
+        or an embedder) encodes queries instead, if its vectors share the store's space.
         """
         store = Store.open(path, pin=pin, read_only=True)
         recorded = store.recorded_config()
         embedder = embedder or make_embedder(recorded.embed)
         indexes = IndexManager(store, index or recorded.index, embedder.dim, embedder.model_id, warn_on_build=True)
         config = search if isinstance(search, SearchConfig) else resolve(search)
-        return cls(store, embedder, indexes, search=config, assemble=assemble, cache=cache)
+        if isinstance(query_model, str):
+            query_model = make_embedder(replace(recorded.embed, model=query_model))
+        return cls(store, embedder, indexes, search=config, assemble=assemble, cache=cache,
+                   query_embedder=query_model)
 
     def close(self) -> None:
         """Wait for background index merges; nothing is written."""
@@ -143,9 +170,9 @@ class Retriever:
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors: the one path every search and evaluation embeds through."""
-        if self.cache is not None:
-            return self.cache.embed(self.embedder, list(texts))
-        return self.embedder.embed(list(texts))
+        if self.cache is not None and self.cache.model_id == self.query_embedder.model_id:
+            return self.cache.embed(self.query_embedder, list(texts), queries=True)
+        return self.query_embedder.embed_queries(list(texts))
 
     def resolve_config(self, config: SearchConfig | None, preset: str | None) -> SearchConfig:
         if config is not None and preset is not None:

@@ -71,6 +71,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, help="requests per second per key (default 50)")
     p.add_argument("--burst", type=int, help="requests allowed at once per key (default 100)")
     p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help="request body limit (default 1 MiB)")
+    p.add_argument("--query-model", dest="query_model",
+                   help="model encoding queries: auto (fastest backend of the store's vector space), store, or a model id")
     p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (default: local SQLite)")
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--config", help="settings file (YAML; env LAB_SERVE_CONFIG)")

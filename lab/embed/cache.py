@@ -15,6 +15,9 @@ import pyarrow.parquet as pq
 from lab.embed.base import Embedder
 
 
+QUERY_KEY = "\x00query\x00"  # prefixed to a text before hashing, for an asymmetric model's query vectors
+
+
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -58,10 +61,14 @@ class EmbeddingCache:
     def __len__(self) -> int:
         return len(self._index) + len(self._pending_keys)
 
-    def embed(self, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-        """Vectors for ``texts``: cached ones looked up, the rest embedded once and remembered."""
+    def embed(self, embedder: Embedder, texts: Sequence[str], *, queries: bool = False) -> np.ndarray:
+        """Vectors for ``texts``: cached ones looked up, the rest embedded once and remembered.
+
+        ``queries``: encode them as search queries; an asymmetric model's query vectors are kept
+        under keys of their own (the same text is another vector as a query than as a passage)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        keys = [text_hash(t) for t in texts]
+        as_query = queries and not getattr(embedder, "symmetric", True)
+        keys = [text_hash(QUERY_KEY + t) if as_query else text_hash(t) for t in texts]
         pending = {k: i for i, k in enumerate(self._pending_keys)}
         todo: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
@@ -74,7 +81,8 @@ class EmbeddingCache:
         self.hits += len(texts) - len(todo)  # a repeat inside the batch is embedded once
         if todo:
             first = [positions[0] for positions in todo.values()]
-            vectors = embedder.embed([texts[i] for i in first])
+            batch = [texts[i] for i in first]
+            vectors = embedder.embed_queries(batch) if queries else embedder.embed(batch)
             self.misses += len(first)
             for (key, positions), vector in zip(todo.items(), vectors):
                 out[positions] = vector

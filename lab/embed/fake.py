@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from lab.config import FAKE_MODEL
-from lab.embed.base import normalize_rows
+from lab.embed.base import Symmetric, normalize_rows
 
 WORD_RE = re.compile(r"\w+", re.UNICODE)
 
@@ -23,7 +23,7 @@ class WordTokenizer:
         return sum(1 for _ in WORD_RE.finditer(text))
 
 
-class FakeEmbedder:
+class FakeEmbedder(Symmetric):
     """Each lower-cased word switches on one of ``dim`` buckets (stable hash), then L2-normalise.
 
     Texts sharing words are similar and texts sharing none are orthogonal (barring bucket

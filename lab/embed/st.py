@@ -1,4 +1,4 @@
-"""The sentence-transformers embedder over the bundled all-MiniLM-L6-v2 (no download, ever)."""
+"""The sentence-transformers embedder: the bundled all-MiniLM-L6-v2, or a local folder (no download, ever)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from lab.config import DEFAULT_MODEL
+from lab.embed.base import Symmetric
 from lab.errors import LabError
 from lab.workspace import set_library_env
 
@@ -40,22 +41,37 @@ class HFTokenizer:
         return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
 
-class SentenceTransformerEmbedder:
-    """all-MiniLM-L6-v2 on the CPU, normalised vectors, batched. The model loads on first use.
+class SentenceTransformerEmbedder(Symmetric):
+    """A sentence-transformers model on the CPU, normalised vectors, batched: the bundled
+    all-MiniLM-L6-v2 by default, or the folder ``path`` (named ``model_id``). The bundled model
+    loads on first use; a folder's loads at once, since its dimension is read from the model.
 
-    The model reads at most 256 word pieces per text; longer chunks are truncated for the vector
+    MiniLM reads at most 256 word pieces per text; longer chunks are truncated for the vector
     (the lexical index still sees the whole chunk).
     """
 
-    model_id = DEFAULT_MODEL
-    dim = 384
-    max_seq_length = 256
-
-    def __init__(self, batch_size: int = 64) -> None:
+    def __init__(self, batch_size: int = 64, *, path: Path | None = None, model_id: str = DEFAULT_MODEL) -> None:
         self.batch_size = batch_size
-        self._path = model_dir()
+        self.model_id = model_id
+        self._path = model_dir() if path is None else Path(path)
         self.tokenizer = HFTokenizer(self._path)
         self._model = None
+        self.dim = 384
+        self.max_seq_length = 256
+        if path is not None:
+            model = self._load()
+            self.dim = int(model.get_sentence_embedding_dimension())
+            self.max_seq_length = int(model.max_seq_length)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_seq_length
+
+    def set_threads(self, n: int) -> None:
+        """Threads each call may use (process-wide: torch has one intra-op pool)."""
+        import torch
+
+        torch.set_num_threads(n)
 
     def _load(self):
         if self._model is None:
@@ -83,11 +99,3 @@ class SentenceTransformerEmbedder:
         )
         return np.asarray(vectors, dtype=np.float32)
 
-
-def set_model_threads(embedder: object, n: int) -> None:
-    """Threads each call of ``embedder``'s model may use, when it is this module's model
-    (process-wide: torch has one intra-op pool); other embedders have no threads to set."""
-    if isinstance(embedder, SentenceTransformerEmbedder):
-        import torch
-
-        torch.set_num_threads(n)

@@ -8,7 +8,8 @@ back, and waits with the GIL released.
 
 The protocol, over the child's stdin and stdout (the child's own prints go to stderr):
 - the child, once its model is loaded: ``R`` and the dimension (4 bytes);
-- the parent: a JSON list of texts, as 4 length bytes and UTF-8;
+- the parent: a JSON object ``{"queries": bool, "texts": [...]}``, as 4 length bytes and UTF-8
+  (``queries``: encode the texts as search queries, else as passages);
 - the child: ``V``, the row count (4 bytes) and the float32 rows; or ``E`` and a UTF-8 message.
 The child ends when its stdin closes (the parent closed it, or died).
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from lab.config import EmbedConfig
 from lab.embed import make_embedder
-from lab.embed.st import set_model_threads
+from lab.embed.base import set_model_threads
 from lab.errors import LabError
 
 _LENGTH = struct.Struct("<I")
@@ -56,10 +57,12 @@ class ProcessEmbedder:
     START_TIMEOUT_S = 300.0  # loading the model: seconds on a warm disk, far more on a cold one
 
     def __init__(self, model: str, dim: int, *, threads: int = 1, batch_size: int = 8,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, space: str | None = None, symmetric: bool = True) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.model_id = model
+        self.space = space or model
+        self.symmetric = symmetric
         self.timeout_s = timeout_s  # a call not answered by then: the process is taken as hung
         self.dim = dim
         self.threads = threads
@@ -129,9 +132,16 @@ class ProcessEmbedder:
                                     "the next call starts a new one (its error is in the server log)")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Passage vectors."""
+        return self._call(texts, queries=False)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._call(texts, queries=True)
+
+    def _call(self, texts: Sequence[str], *, queries: bool) -> np.ndarray:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        payload = json.dumps(list(texts)).encode("utf-8")
+        payload = json.dumps({"queries": queries, "texts": list(texts)}).encode("utf-8")
         with self._lock:
             proc = self._ensure()
             assert proc.stdin is not None
@@ -196,9 +206,11 @@ def _serve(model: str, threads: int, batch_size: int, inp: IO[bytes], out: IO[by
         head = inp.read(4)
         if len(head) < 4:
             return 0  # the parent closed the pipe (or died)
-        texts = json.loads(inp.read(_LENGTH.unpack(head)[0]).decode("utf-8"))
+        call = json.loads(inp.read(_LENGTH.unpack(head)[0]).decode("utf-8"))
+        texts = call["texts"]
         try:
-            vectors = np.ascontiguousarray(embedder.embed(texts), dtype=np.float32)
+            vectors = embedder.embed_queries(texts) if call["queries"] else embedder.embed(texts)
+            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         except Exception as exc:  # the parent reports it; the process keeps serving
             message = f"{type(exc).__name__}: {exc}".encode("utf-8")
             out.write(b"E" + _LENGTH.pack(len(message)) + message)

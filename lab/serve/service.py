@@ -34,10 +34,12 @@ from typing import Any, Callable
 
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder
-from lab.embed.st import set_model_threads
+from lab.embed.base import set_model_threads
+from lab.embed.registry import lookup, make_embedder, query_model_name
 from lab.embed.worker import ProcessEmbedder
 from lab.errors import ConflictError, LabError
 from lab.pipeline import Pipeline
+from lab.retriever import require_query_model
 from lab.search.engine import SearchRequest
 from lab.serve.bundle import Served, served_save_config
 from lab.serve.settings import Settings
@@ -117,14 +119,26 @@ class MemoryService:
         # HTTP); with none asked for, or an embedder handed in (tests), by the store's embedder
         # in this process, under embed_lock (shared with the committer)
         self._query_embedders: list[tuple[Embedder, threading.Lock]]
-        if settings.query_embedders == 0 or embedder is not None:
-            set_model_threads(self.pipeline.embedder, settings.model_threads)
-            self._query_embedders = [(self.pipeline.embedder, self.embed_lock)]
+        store_model = self.pipeline.embedder
+        self.query_model = embedder.model_id if embedder is not None else query_model_name(settings.query_model, store_model.model_id)
+        if self.query_model == store_model.model_id and (settings.query_embedders == 0 or embedder is not None):
+            set_model_threads(store_model, settings.model_threads)
+            self._query_embedders = [(store_model, self.embed_lock)]
+        elif settings.query_embedders == 0:
+            query = make_embedder(replace(self.pipeline.config.embed, model=self.query_model, cache=False))
+            require_query_model(self.store, query)
+            set_model_threads(query, settings.model_threads)
+            self._query_embedders = [(query, threading.Lock())]
         else:
-            model = self.pipeline.embedder
-            self._query_embedders = [(ProcessEmbedder(model.model_id, model.dim, threads=settings.model_threads,
-                                                      timeout_s=settings.embed_timeout_s),
+            spec = lookup(self.query_model)
+            space = spec.space if spec is not None else store_model.space
+            symmetric = spec.symmetric if spec is not None else store_model.symmetric
+            self._query_embedders = [(ProcessEmbedder(self.query_model, store_model.dim, threads=settings.model_threads,
+                                                      timeout_s=settings.embed_timeout_s, space=space,
+                                                      symmetric=symmetric),
                                       threading.Lock()) for _ in range(settings.query_embedders)]
+            require_query_model(self.store, self._query_embedders[0][0])
+        log.info("queries are encoded by %s (the store's vectors are %s)", self.query_model, store_model.model_id)
         self._embedders_running = len(self._query_embedders)
         self._threads = [threading.Thread(target=self._embed_loop, args=(i,), name=f"lab-embedder-{i}", daemon=True)
                          for i in range(len(self._query_embedders))]
@@ -146,11 +160,10 @@ class MemoryService:
                 log.info("analysed %d memories' texts for the coverage feature", analysed)
             # the store's model (writes) and the query models load now, not at the first request
             with self.embed_lock:
-                vector = self.pipeline.embedder.embed(["warm up"])[0]
+                self.pipeline.embedder.embed(["warm up"])
             for model, model_lock in self._query_embedders:
-                if model is not self.pipeline.embedder:
-                    with model_lock:
-                        model.embed(["warm up"])
+                with model_lock:
+                    vector = model.embed_queries(["warm up"])[0]
             # one search per namespace: the first search's one-time costs (query plans, caches
             # of the view) are paid here, not by the first caller
             with self.lock:
@@ -225,7 +238,7 @@ class MemoryService:
                     texts = sorted({job.work.query for job in batch})
                     started = time.perf_counter()
                     with model_lock:
-                        vectors = model.embed(texts)
+                        vectors = model.embed_queries(texts)
                     self.observer.embedded(len(texts), time.perf_counter() - started)
                     vector_of = dict(zip(texts, vectors))
                 except BaseException as exc:  # the model failed: every query of the batch fails with it

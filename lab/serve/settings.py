@@ -39,6 +39,10 @@ class Settings:
     query_batch: int = 32  # queries embedded in one model call at most
     query_embedders: int = 1  # model processes embedding queries (0: in the server process)
     model_threads: int = 1  # threads per query-embedding model call
+    # the model encoding queries: "auto" (the fastest installed backend of the stored vectors'
+    # space: MiniLM's int8 ONNX export for a MiniLM store), "store" (the store's own model), or a
+    # model id of that space
+    query_model: str = "auto"
     embed_timeout_s: float = 30.0  # a query-embedding process silent this long is killed (hung)
     snapshot_seconds: float = 30.0  # idle time after writes before index snapshots are saved
     refresh_seconds: float = 1.0  # other processes' commits to the store are seen within this

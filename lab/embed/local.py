@@ -1,0 +1,107 @@
+"""A model from a local folder: ``st:PATH`` (sentence-transformers) or ``onnx:PATH`` (an ONNX
+export and its ``tokenizer.json``); a bare folder path is read as whichever of the two it holds.
+
+The embedder's id is the backend, the absolute path and a fingerprint of the folder's model
+files, so a store refuses vectors from weights changed under the same path.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from lab.config import EmbedConfig
+from lab.embed.base import Embedder, MissingExtra, files_fingerprint
+from lab.embed.onnx import OnnxEmbedder
+from lab.embed.st import SentenceTransformerEmbedder
+from lab.errors import ConflictError, ValidationError
+
+PREFIXES = ("st:", "onnx:")
+_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+
+def looks_local(name: str) -> bool:
+    return name.startswith(PREFIXES) or "/" in name or name.startswith((".", "~"))
+
+
+def _split(name: str) -> tuple[str | None, Path, str | None]:
+    """(backend or None, folder, recorded fingerprint or None) of a local model's name."""
+    backend = None
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            backend, name = prefix[:-1], name[len(prefix):]
+    fingerprint = None
+    if "#" in name:
+        name, fingerprint = name.rsplit("#", 1)
+    return backend, Path(name).expanduser(), fingerprint
+
+
+def _onnx_file(folder: Path) -> Path | None:
+    if (folder / "model.onnx").is_file():
+        return folder / "model.onnx"
+    found = sorted(folder.glob("*.onnx")) or sorted(folder.glob("onnx/*.onnx"))
+    return found[0] if len(found) == 1 else None
+
+
+def _st_missing(folder: Path) -> list[str]:
+    missing = []
+    if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
+        missing.append("modules.json or config.json")
+    if not any((folder / w).is_file() for w in _WEIGHTS):
+        missing.append(" or ".join(_WEIGHTS))
+    if not (folder / "tokenizer.json").is_file():
+        missing.append("tokenizer.json")
+    return missing
+
+
+def _onnx_missing(folder: Path) -> list[str]:
+    missing = []
+    if _onnx_file(folder) is None:
+        missing.append("model.onnx (or exactly one *.onnx file)")
+    if not (folder / "tokenizer.json").is_file():
+        missing.append("tokenizer.json")
+    return missing
+
+
+def model_files(backend: str, folder: Path) -> list[Path]:
+    """The files whose contents make the model (the fingerprint's input)."""
+    if backend == "onnx":
+        onnx = _onnx_file(folder)
+        return [p for p in (onnx, folder / "tokenizer.json") if p is not None]
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".json", ".safetensors", ".bin", ".txt"))
+
+
+def local_embedder(name: str, config: EmbedConfig) -> Embedder:
+    backend, folder, recorded = _split(name)
+    if not folder.is_dir():
+        raise ValidationError(f"embed.model {name!r}: {folder} is not a folder", field="embed.model")
+    folder = folder.resolve()
+    if backend is None:  # a bare folder: whichever kind it holds
+        backend = "st" if not _st_missing(folder) else "onnx" if not _onnx_missing(folder) else None
+        if backend is None:
+            raise ValidationError(
+                f"embed.model {name!r}: {folder} is not a model folder: a sentence-transformers folder lacks "
+                f"{', '.join(_st_missing(folder))}; an ONNX one lacks {', '.join(_onnx_missing(folder))}",
+                field="embed.model")
+    missing = _st_missing(folder) if backend == "st" else _onnx_missing(folder)
+    if missing:
+        kind = "a sentence-transformers" if backend == "st" else "an ONNX"
+        raise ValidationError(f"embed.model {name!r}: {folder} is not {kind} model folder: "
+                              f"it lacks {', '.join(missing)}", field="embed.model")
+    fingerprint = files_fingerprint(model_files(backend, folder))[:12]
+    if recorded is not None and recorded != fingerprint:
+        raise ConflictError(f"the model files in {folder} changed since {name!r} was recorded "
+                            f"(fingerprint {recorded}, now {fingerprint}): its stored vectors are of other weights")
+    model_id = f"{backend}:{folder}#{fingerprint}"
+    if backend == "st":
+        _require(name, "sentence_transformers", "sentence-transformers", None)
+        return SentenceTransformerEmbedder(batch_size=config.batch_size, path=folder, model_id=model_id)
+    _require(name, "onnxruntime", "onnxruntime", "onnx")
+    onnx = _onnx_file(folder)
+    assert onnx is not None
+    return OnnxEmbedder(onnx, folder, model_id=model_id, batch_size=config.batch_size)
+
+
+def _require(name: str, module: str, package: str, extra: str | None) -> None:
+    if importlib.util.find_spec(module) is None:
+        hint = f"pip install 'lab[{extra}]'" if extra else "reinstall lab"
+        raise MissingExtra(f"model {name!r} needs {package}, which is not installed: {hint}", field="embed.model")
