@@ -27,6 +27,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from lab.eval.regressions import run_regressions
     from lab.eval.report import candidate_from, config_from
     from lab.eval.runs import DatasetOptions, evaluate_to_folder
+    from lab.embed.registry import check_models
     from lab.eval.stores import eval_retriever, save_config
 
     if args.check:
@@ -67,10 +68,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             counter = args.counter or candidate.assemble.counter
             options = replace(options, assemble=replace(candidate.assemble, counter=counter),
                               budget=(candidate.assemble.budget if args.budget is None else args.budget) or None)
+    if args.model:
+        save = replace(save, embed=replace(save.embed, model=args.model))
     # every input above is checked before the dataset is loaded and indexed (the long part)
+    check_models(save.embed, args.query_model)
     dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
                            summaries=args.summaries)
-    retriever = eval_retriever(dataset, save, progress=not args.quiet)
+    retriever = eval_retriever(dataset, save, progress=not args.quiet, query_model=args.query_model)
     for config in configs:
         result, out = evaluate_to_folder(retriever, dataset, config, options, args.out, loaded)
         m = result.metrics["metrics"]
@@ -115,6 +119,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--credit-derived", action="store_true", help="a hit on a derived fact counts for its source")
     p.add_argument("--context-turns", type=int, default=None,
                    help="index time: index each memory with up to N earlier turns of its episode (default 2; 0: off)")
+    p.add_argument("--model", default=None,
+                   help="index time: the store's embedding model (`lab models`; default all-MiniLM-L6-v2) or st:/onnx: folder")
+    p.add_argument("--query-model", dest="query_model", default=None,
+                   help="encode the questions with this model instead (one of the store's vector space)")
     p.add_argument("--time-in-text", action="store_true", help="index time: index each memory with its date")
     p.add_argument("--budget", type=int, default=None,
                    help=f"context metrics at this token budget (0: off; default {DEFAULT_BUDGET}, or a candidate file's own)")

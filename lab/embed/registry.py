@@ -181,13 +181,21 @@ def query_model_name(setting: str, store_model: str) -> str:
     spec = lookup(setting)
     candidates = [s.id for s in MODELS.values() if s.space == space_of(store_model)] or [store_model]
     if spec is None and setting != store_model:
-        raise ValidationError(f"setting query_model: unknown model {setting!r}; for this store's vectors "
+        raise ValidationError(f"query model: unknown model {setting!r}; for this store's vectors "
                               f"({store_model}): auto, store or one of {candidates}", field="query_model")
     if spec is not None and spec.space != space_of(store_model):
-        raise ValidationError(f"setting query_model: {spec.id!r} encodes into {spec.space!r}, but the store holds "
+        raise ValidationError(f"query model {spec.id!r} encodes into {spec.space!r}, but the store holds "
                               f"vectors of {store_model!r}; for this store: auto, store or one of {candidates}",
                               field="query_model")
     if spec is not None:
         spec.require()
         return spec.id
     return setting
+
+
+def check_models(embed: EmbedConfig, query_model: str | None = None) -> None:
+    """Before any long work: the store's model can be built here, and ``query_model`` (when given)
+    encodes into its space; each failure names the value."""
+    store_model = make_embedder(embed).model_id
+    if query_model:
+        query_model_name(query_model, store_model)

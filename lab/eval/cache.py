@@ -58,7 +58,8 @@ def candidate_table(retriever: Retriever, dataset: EvalDataset, config: SearchCo
     cconf = candidate_config(config, depth)
     questions = dataset.questions.sort("qid")
     key = digest(str(retriever.version), str(Path(retriever.store.root).resolve()), cconf, to_dict(retriever.indexes.config),
-                 questions.select("qid", "namespace", "question").rows(), retriever.embedder.model_id, search_code())
+                 questions.select("qid", "namespace", "question").rows(), retriever.embedder.model_id,
+                 retriever.query_embedder.model_id, search_code())
     path = root / "candidates" / f"{dataset.name}-{key}.parquet"
     info: dict[str, Any] = {"cache": str(path), "hit": path.is_file()}
     if str(path) in _loaded:

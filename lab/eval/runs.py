@@ -5,7 +5,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.config import ChunkConfig, SearchConfig
+from lab.config import DEFAULT_MODEL, ChunkConfig, SearchConfig
+from lab.embed.registry import lookup
 from lab.errors import ConflictError
 from lab.eval.dataset import EvalDataset
 from lab.eval.report import write_run
@@ -23,14 +24,27 @@ class DatasetOptions:
 
 
 def run_name(dataset: str, chunk: ChunkConfig, config: str, options: EvalOptions,
-             loaded: DatasetOptions = DatasetOptions()) -> str:
+             loaded: DatasetOptions = DatasetOptions(), models: str = "") -> str:
     """The run folder's name: the dataset, every lever that differs from the default, the config.
 
-    Runs of other settings never overwrite each other (e.g. ``locomo+ctx0-lab``, ``locomo+obs+credit-lab``).
+    Runs of other settings never overwrite each other (e.g. ``locomo+ctx0-lab``, ``locomo+obs+credit-lab``,
+    ``locomo+e5-lab``).
     """
     extras = "".join(tag for flag, tag in ((loaded.observations, "+obs"), (loaded.summaries, "+sum"),
                                            (options.credit_derived, "+credit")) if flag)
-    return f"{dataset}{index_suffix(chunk)}{extras}-{config}"
+    return f"{dataset}{index_suffix(chunk)}{models}{extras}-{config}"
+
+
+def _model_tag(model_id: str) -> str:
+    spec = lookup(model_id)
+    return spec.alias if spec is not None else "local-" + model_id.rsplit("#", 1)[-1]
+
+
+def models_suffix(store_model: str, query_model: str) -> str:
+    """``+ALIAS`` for a store of another model than the default, ``+q-ALIAS`` for queries
+    encoded by another model than the store's."""
+    return (("" if store_model == DEFAULT_MODEL else f"+{_model_tag(store_model)}")
+            + ("" if query_model == store_model else f"+q-{_model_tag(query_model)}"))
 
 
 def _refuse_other_dataset(out: Path, dataset: EvalDataset) -> None:
@@ -48,7 +62,10 @@ def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: Searc
     """Evaluate ``config`` and write its run folder under ``out_root``; returns (result, folder)."""
     result = evaluate(retriever, dataset, config, options)
     chunk = retriever.store.recorded_config().chunk
-    out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded)
+    store_model, query_model = retriever.embedder.model_id, retriever.query_embedder.model_id
+    result.metrics["models"] = {"store": store_model, "query": query_model}
+    out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded,
+                                    models_suffix(store_model, query_model))
     _refuse_other_dataset(out, dataset)
     write_run(result, dataset.qrels, out)
     if dataset.source:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lab.config import ChunkConfig, SaveConfig, to_dict
-from lab.embed import make_embedder
+from lab.embed import canonical, make_embedder
 from lab.embed.cache import EmbeddingCache
 from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
@@ -63,7 +64,7 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
     are built, through the normal save path, so they are found the way a fresh save is."""
     root = root or eval_root()
     config = config or SaveConfig()
-    model = embedder.model_id if embedder is not None else config.embed.model
+    model = embedder.model_id if embedder is not None else canonical(config.embed.model)
     parts: list[Any] = [dataset.fingerprint(), to_dict(config.chunk), model]
     if config.chunk.views:
         parts.append("view chunks only for memories with context")  # stores of the older layout are rebuilt
@@ -86,11 +87,15 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
 
 
 def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
-                   embedder=None, progress: bool = False) -> Retriever:
-    """A read-only retriever over the dataset's evaluation store (built first when needed)."""
+                   embedder=None, progress: bool = False, query_model: str | None = None) -> Retriever:
+    """A read-only retriever over the dataset's evaluation store (built first when needed);
+    ``query_model`` encodes the questions instead of the store's model (same vector space)."""
     root = root or eval_root()
     path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress)
-    embedder = embedder or make_embedder(SaveConfig().embed if config is None else config.embed)
-    cache = EmbeddingCache(embeddings_dir(root), embedder.model_id, embedder.dim)
+    embed_config = SaveConfig().embed if config is None else config.embed
+    embedder = embedder or make_embedder(embed_config)
+    query = make_embedder(replace(embed_config, model=query_model)) if query_model else embedder
+    cache = EmbeddingCache(embeddings_dir(root), query.model_id, query.dim)
     # the given index config, not only the recorded one: query-time settings (HNSW ef) take effect
-    return Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index)
+    return Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index,
+                          query_model=query)

@@ -1,0 +1,158 @@
+"""Each embedding model, measured the same way: quality, speed and size.
+
+    .venv/bin/python benchmarks/models.py [--datasets locomo demo scifact] [--models minilm minilm-int8 e5]
+
+Per encoding (a store model, and a query model where it differs: "minilm <- minilm-int8" is the
+torch MiniLM store queried by its int8 ONNX export, the change a server makes with
+query_model=auto, judged on the same stored vectors):
+- quality: the `lab` preset (as it is: its weights were tuned on MiniLM) and the `vector` preset
+  (dense retrieval alone) on LoCoMo dev (recall@10, nDCG@10 with 95% CIs, recall@10 by category),
+  the demo goldens and SciFact train (nDCG@10); nothing is tuned here, so no cross-validation is
+  owed; a change to the `lab` preset's model is adopted only after a tuned, cross-validated run;
+- speed: passages/s with two threads (short LoCoMo turns, and SciFact abstracts at the model's
+  token limit), and one query's encoding on one thread (p50/p99 ms);
+- size: the model's files, and the LoCoMo dev store on disk;
+- agreement: cosine of the int8 export's vectors with torch's, on the same texts.
+
+Stores are built once per (dataset, model) under the workspace's eval folder and reused (the first
+run of SciFact embeds 5,183 abstracts per model). Results go to stdout and
+benchmarks/results/models.json.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATASETS, percentiles, report  # noqa: E402
+
+from lab.config import SaveConfig  # noqa: E402
+from lab.embed.base import set_model_threads  # noqa: E402
+from lab.embed.registry import lookup, make_embedder  # noqa: E402
+from lab.eval.goldens import load_dataset  # noqa: E402
+from lab.eval.runner import EvalOptions, evaluate  # noqa: E402
+from lab.eval.stores import eval_retriever, eval_store  # noqa: E402
+from lab.search.presets import PRESETS  # noqa: E402
+
+PRESET_NAMES = ("lab", "vector")
+
+
+def encodings(models: list[str]) -> list[tuple[str, str]]:
+    """(store model, query model) pairs: each model on its own, and MiniLM's store queried by int8."""
+    pairs = [(m, m) for m in models]
+    if "minilm" in models and "minilm-int8" in models:
+        pairs.append(("minilm", "minilm-int8"))
+    return pairs
+
+
+def label(store: str, query: str) -> str:
+    return store if store == query else f"{store} <- {query}"
+
+
+def quality(dataset_name: str, store: str, query: str) -> dict:
+    dataset = load_dataset(dataset_name, DATASETS, split="train")
+    save = replace(SaveConfig(), embed=replace(SaveConfig().embed, model=store))
+    started = time.perf_counter()
+    retriever = eval_retriever(dataset, save, progress=True, query_model=None if query == store else query)
+    out: dict = {"store_ready_s": round(time.perf_counter() - started, 1)}
+    for preset in PRESET_NAMES:
+        result = evaluate(retriever, dataset, PRESETS[preset], EvalOptions())
+        m, ci = result.metrics["metrics"], result.metrics["ci95"]
+        row = {k: round(m[k], 4) for k in ("recall@10", "ndcg@10", "mrr") if k in m}
+        row["ci95"] = {k: [round(v, 4) for v in ci[k]] for k in ("recall@10", "ndcg@10") if k in ci}
+        cats = result.metrics.get("by_category") or []
+        if dataset_name == "locomo" and cats:
+            row["recall@10_by_category"] = {str(c["category"]): round(c["recall@10"], 4) for c in cats
+                                            if "recall@10" in c}
+        out[preset] = row
+    if query == store:
+        path = eval_store(dataset, save)
+        out["store_mb"] = round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6, 1)
+    retriever.close()
+    return out
+
+
+def speed(name: str, short: list[str], long: list[str], queries: list[str]) -> dict:
+    from lab.config import EmbedConfig
+
+    model = make_embedder(EmbedConfig(model=name, batch_size=32, cache=False))
+    spec = lookup(name)
+    set_model_threads(model, 2)
+    model.embed(short[:8])
+    out: dict = {"model_mb": round((spec.size_bytes() or 0) / 1e6, 1) if spec else None}
+    for what, texts in (("short", short), ("long", long)):
+        started = time.perf_counter()
+        model.embed(texts)
+        out[f"passages_per_s_{what}"] = round(len(texts) / (time.perf_counter() - started), 1)
+    set_model_threads(model, 1)
+    model.embed_queries(queries[:4])
+    samples = []
+    for q in queries:
+        started = time.perf_counter()
+        model.embed_queries([q])
+        samples.append(time.perf_counter() - started)
+    out["query_ms_one_thread"] = percentiles(samples)
+    return out
+
+
+def agreement(texts: list[str]) -> dict:
+    from lab.config import EmbedConfig
+
+    a = make_embedder(EmbedConfig(model="minilm", cache=False)).embed(texts)
+    b = make_embedder(EmbedConfig(model="minilm-int8", cache=False)).embed(texts)
+    cos = (a * b).sum(axis=1)
+    return {"texts": len(texts), "min": round(float(cos.min()), 5), "mean": round(float(cos.mean()), 5)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["locomo", "demo", "scifact"])
+    parser.add_argument("--models", nargs="+", default=["minilm", "minilm-int8", "e5"])
+    parser.add_argument("--no-speed", action="store_true", help="quality only")
+    args = parser.parse_args()
+    for m in args.models:
+        if lookup(m) is None:
+            raise SystemExit(f"unknown model {m!r}; known: minilm, minilm-int8, e5")
+    results: dict = {"quality": {}, "speed": {}}
+    locomo = load_dataset("locomo", DATASETS)
+    turns = [str(m["content"]) for m in locomo.memories]
+    questions = locomo.questions["question"].to_list()
+    if not args.no_speed:
+        scifact = load_dataset("scifact", DATASETS, split="train")
+        abstracts = [str(m["content"]) for m in scifact.memories[:64]]
+        short = turns[:512]
+        for m in args.models:
+            results["speed"][m] = speed(m, short, abstracts, questions[:200])
+            print(m, results["speed"][m], flush=True)
+        if "minilm" in args.models and "minilm-int8" in args.models:
+            results["int8_cosine_to_torch"] = agreement(short + abstracts)
+    for ds in args.datasets:
+        for store, query in encodings(args.models):
+            row = quality(ds, store, query)
+            results["quality"].setdefault(ds, {})[label(store, query)] = row
+            print(ds, label(store, query), {p: {k: row[p][k] for k in ("recall@10", "ndcg@10")}
+                                            for p in PRESET_NAMES}, flush=True)
+    results["note"] = ("lab preset as it is (tuned on MiniLM); vector = dense retrieval alone; "
+                       "speed: 2 threads for passages, 1 for a query")
+    report("models", results)
+    print_table(results)
+
+
+def print_table(results: dict) -> None:
+    for ds, rows in results["quality"].items():
+        print(f"\n{ds}")
+        print(f"  {'encoding':<26} {'lab r@10':>9} {'lab nDCG':>9} {'vec r@10':>9} {'vec nDCG':>9}")
+        for name, row in rows.items():
+            print(f"  {name:<26} {row['lab']['recall@10']:9.4f} {row['lab']['ndcg@10']:9.4f} "
+                  f"{row['vector']['recall@10']:9.4f} {row['vector']['ndcg@10']:9.4f}")
+    for name, row in results.get("speed", {}).items():
+        q = row["query_ms_one_thread"]
+        print(f"  {name:<14} short {row['passages_per_s_short']:>7}/s  long {row['passages_per_s_long']:>6}/s  "
+              f"query p50 {q['p50_ms']} ms  model {row['model_mb']} MB")
+
+
+if __name__ == "__main__":
+    main()
