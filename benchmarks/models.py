@@ -107,6 +107,18 @@ def agreement(texts: list[str]) -> dict:
     return {"texts": len(texts), "min": round(float(cos.min()), 5), "mean": round(float(cos.mean()), 5)}
 
 
+def previous_results() -> dict:
+    import json
+
+    path = Path(__file__).resolve().parent / "results" / "models.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.pop("machine", None)
+    data.pop("benchmark", None)
+    return data
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["locomo", "demo", "scifact"])
@@ -116,7 +128,11 @@ def main() -> None:
     for m in args.models:
         if lookup(m) is None:
             raise SystemExit(f"unknown model {m!r}; known: minilm, minilm-int8, e5")
-    results: dict = {"quality": {}, "speed": {}}
+    # each run adds to (or replaces its own rows of) the results file: SciFact with e5 alone takes
+    # the better part of an hour, so the datasets and models may be measured in separate runs
+    results: dict = previous_results()
+    results.setdefault("quality", {})
+    results.setdefault("speed", {})
     locomo = load_dataset("locomo", DATASETS)
     turns = [str(m["content"]) for m in locomo.memories]
     questions = locomo.questions["question"].to_list()

@@ -20,7 +20,7 @@ from lab.assemble import Context, Item, item_from_result, make_counter
 from lab.assemble import assemble as assemble_items
 from lab.config import AssembleConfig, IndexConfig, SearchConfig
 from lab.embed import Embedder, make_embedder
-from lab.embed.registry import space_of
+from lab.embed.registry import query_model_name, space_of
 from lab.embed.cache import EmbeddingCache
 from lab.errors import ConflictError, ValidationError
 from lab.index.manager import IndexManager
@@ -98,16 +98,18 @@ class Retriever:
         """Open the store at ``path`` read-only: its latest version, or ``pin`` ("M.C.E.A").
 
         ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset);
-        the embedder defaults to the one the store was created with; ``query_model`` (a model name
-        or an embedder) encodes queries instead, if its vectors share the store's space.
+        the embedder defaults to the one the store was created with; ``query_model`` (an embedder,
+        a model name, ``auto``: the fastest installed of the store's space, or ``store``) encodes
+        queries instead, if its vectors share the store's space.
         """
         store = Store.open(path, pin=pin, read_only=True)
         recorded = store.recorded_config()
         embedder = embedder or make_embedder(recorded.embed)
         indexes = IndexManager(store, index or recorded.index, embedder.dim, embedder.model_id, warn_on_build=True)
         config = search if isinstance(search, SearchConfig) else resolve(search)
-        if isinstance(query_model, str):
-            query_model = make_embedder(replace(recorded.embed, model=query_model))
+        if isinstance(query_model, str):  # auto, store, or a model of the stored vectors' space
+            name = query_model_name(query_model, store.info.embed_model)
+            query_model = embedder if name == embedder.model_id else make_embedder(replace(recorded.embed, model=name))
         return cls(store, embedder, indexes, search=config, assemble=assemble, cache=cache,
                    query_embedder=query_model)
 

@@ -88,13 +88,14 @@ class MissingExtra(ValidationError):
     """A model whose backend package is not installed: the message names the extra to install."""
 
 
-_fingerprints: dict[tuple[str, ...], str] = {}
+_fingerprints: dict[tuple, str] = {}
 
 
 def files_fingerprint(files: list[Path]) -> str:
-    """sha256 over the files' names and contents (memoised per process: weights do not change
-    under a running process, and hashing 90 MB costs a quarter second)."""
-    key = tuple(str(f) for f in sorted(files))
+    """sha256 over the files' names and contents (memoised per process by path, size and
+    modification time: hashing 90 MB of weights costs a quarter second)."""
+    stats = [(f, f.stat()) for f in sorted(files)]
+    key = tuple((str(f), st.st_size, st.st_mtime_ns) for f, st in stats)
     if key not in _fingerprints:
         h = hashlib.sha256()
         for f in sorted(files):

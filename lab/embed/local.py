@@ -71,6 +71,24 @@ def model_files(backend: str, folder: Path) -> list[Path]:
 
 
 def local_embedder(name: str, config: EmbedConfig) -> Embedder:
+    backend, folder, model_id = _checked(name)
+    if backend == "st":
+        _require(name, "sentence_transformers", "sentence-transformers", None)
+        return SentenceTransformerEmbedder(batch_size=config.batch_size, path=folder, model_id=model_id)
+    _require(name, "onnxruntime", "onnxruntime", "onnx")
+    onnx = _onnx_file(folder)
+    assert onnx is not None
+    return OnnxEmbedder(onnx, folder, model_id=model_id, batch_size=config.batch_size)
+
+
+def local_model_id(name: str) -> str:
+    """The id (backend, folder, fingerprint) of the local model ``name``, without loading it;
+    a folder that is missing, not a model, or whose files changed since ``name`` was recorded is
+    refused, named."""
+    return _checked(name)[2]
+
+
+def _checked(name: str) -> tuple[str, Path, str]:
     backend, folder, recorded = _split(name)
     if not folder.is_dir():
         raise ValidationError(f"embed.model {name!r}: {folder} is not a folder", field="embed.model")
@@ -91,14 +109,7 @@ def local_embedder(name: str, config: EmbedConfig) -> Embedder:
     if recorded is not None and recorded != fingerprint:
         raise ConflictError(f"the model files in {folder} changed since {name!r} was recorded "
                             f"(fingerprint {recorded}, now {fingerprint}): its stored vectors are of other weights")
-    model_id = f"{backend}:{folder}#{fingerprint}"
-    if backend == "st":
-        _require(name, "sentence_transformers", "sentence-transformers", None)
-        return SentenceTransformerEmbedder(batch_size=config.batch_size, path=folder, model_id=model_id)
-    _require(name, "onnxruntime", "onnxruntime", "onnx")
-    onnx = _onnx_file(folder)
-    assert onnx is not None
-    return OnnxEmbedder(onnx, folder, model_id=model_id, batch_size=config.batch_size)
+    return backend, folder, f"{backend}:{folder}#{fingerprint}"
 
 
 def _require(name: str, module: str, package: str, extra: str | None) -> None:

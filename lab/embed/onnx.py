@@ -23,7 +23,8 @@ class OnnxEmbedder(Symmetric):
         self.model_id = model_id
         self._space = space or model_id
         self.max_tokens = max_tokens
-        self.batch_size = batch_size
+        # larger batches of long texts run slower in onnxruntime's int8 kernels on these CPUs, not faster
+        self.batch_size = min(batch_size, 8)
         self.tokenizer = HFTokenizer(Path(tokenizer_dir))
         # a second tokenizer object for the model's input: truncated, with special tokens
         from tokenizers import Tokenizer as _Tok

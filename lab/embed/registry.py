@@ -21,10 +21,10 @@ from lab.config import DEFAULT_MODEL, FAKE_MODEL, EmbedConfig
 from lab.embed.base import Embedder, MissingExtra, files_fingerprint
 from lab.embed.e5 import E5Embedder
 from lab.embed.fake import FakeEmbedder
-from lab.embed.local import local_embedder, looks_local
+from lab.embed.local import local_embedder, local_model_id, looks_local
 from lab.embed.onnx import OnnxEmbedder
 from lab.embed.st import SentenceTransformerEmbedder, model_dir
-from lab.errors import ValidationError
+from lab.errors import ConflictError, ValidationError
 
 
 @dataclass(frozen=True)
@@ -199,3 +199,30 @@ def check_models(embed: EmbedConfig, query_model: str | None = None) -> None:
     store_model = make_embedder(embed).model_id
     if query_model:
         query_model_name(query_model, store_model)
+
+
+def model_record(model_id: str) -> dict[str, str | None]:
+    """What a bundle records of a model: its id and the sha256 of its files (a local model's id
+    carries its own fingerprint)."""
+    spec = lookup(model_id)
+    return {"id": model_id, "sha256": spec.fingerprint() if spec is not None else None}
+
+
+def require_recorded(records: list[dict], where: str) -> None:
+    """Every model ``records`` (a bundle's) names can be loaded here, from the same files: else
+    refused, naming the model, the extra to install or both fingerprints."""
+    for record in records:
+        model_id = str(record.get("id"))
+        spec = lookup(model_id)
+        if spec is None:
+            if not looks_local(model_id):
+                raise ValidationError(f"{where} names embedding model {model_id!r}, which this lab does not know; "
+                                      f"known: {', '.join(known_names())}", field="embed.model")
+            local_model_id(model_id)  # the folder is there and its files are those recorded
+            continue
+        spec.require()
+        recorded, installed = record.get("sha256"), spec.fingerprint()
+        if recorded and installed != recorded:
+            raise ConflictError(f"{where} was gated with {model_id!r} whose files had sha256 {recorded[:12]}; "
+                                f"the installed ones have {str(installed)[:12]}: install the same model package, "
+                                "or gate again", field="embed.model")

@@ -60,7 +60,8 @@ class SentenceTransformerEmbedder(Symmetric):
         self.max_seq_length = 256
         if path is not None:
             model = self._load()
-            self.dim = int(model.get_sentence_embedding_dimension())
+            dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            self.dim = int(dimension())
             self.max_seq_length = int(model.max_seq_length)
 
     @property

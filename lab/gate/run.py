@@ -14,6 +14,7 @@ from typing import Any
 from lab import track as tracking
 from lab.bundle import write_bundle
 from lab.config import AssembleConfig, Candidate, SaveConfig, SearchConfig, from_dict, to_dict, to_json
+from lab.embed.registry import model_record
 from lab.errors import ValidationError
 from lab.eval.goldens import load_dataset
 from lab.gate.checks import Check, GateConfig, candidate_config, suite_checks, verdict
@@ -165,11 +166,13 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
 
     with Retriever.open(store) as retriever:
         version = str(retriever.version)
+        embed_model = retriever.embedder.model_id
     bundle = bundle or report.folder / "bundle"
     config, assemble = chosen.search, chosen.assemble or AssembleConfig()
     manifest = {
         "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
         "store": {"path": str(Path(store).resolve()), "version": version},
+        "embedding_models": [model_record(embed_model)],
         "metrics": report.suites, "gate": [c.as_dict() for c in report.checks], "gate_config": gate.path,
         "dataset_fingerprints": {k: v["dataset_fingerprint"] for k, v in report.suites.items()},
         "lab_version": __version__, "git_commit": tracking.git_commit(), "run_id": report.run_id,

@@ -14,6 +14,7 @@ from typing import Any
 from lab import track
 from lab.bundle import read_bundle, require_go
 from lab.config import AssembleConfig, SaveConfig, SearchConfig
+from lab.embed.registry import require_recorded
 from lab.errors import ConflictError, NotFoundError, ValidationError
 from lab.store.store import Store
 
@@ -38,6 +39,9 @@ class Served:
 def load_bundle(folder: str | Path, source: str | None = None) -> Served:
     """The bundle at ``folder`` (``lab.bundle``); refused unless its manifest's verdict is GO."""
     bundle = require_go(read_bundle(folder), str(folder))
+    # its embedding models load here, from the files it was gated with (a bundle written before
+    # bundles recorded them names none)
+    require_recorded(bundle.manifest.get("embedding_models") or [], f"bundle {Path(folder).resolve().name}")
     # named by its folder's name, not its path: /ready shows the source and must not reveal paths
     return Served(bundle.search, bundle.assemble, bundle.save, bundle.manifest,
                   source or f"bundle {Path(folder).resolve().name}")

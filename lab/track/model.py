@@ -9,6 +9,7 @@ import mlflow.pyfunc
 import pandas as pd
 
 from lab.bundle import read_bundle
+from lab.embed.registry import require_recorded
 from lab.errors import ValidationError
 
 
@@ -26,10 +27,11 @@ class LabModel(mlflow.pyfunc.PythonModel):
         from lab.retriever import Retriever  # heavy: numba
 
         bundle = read_bundle(Path(context.artifacts["bundle"]))
+        require_recorded(bundle.manifest.get("embedding_models") or [], "the registered model's bundle")
         self.manifest = bundle.manifest
         index = bundle.save.index if bundle.save is not None else None  # the candidate's own, when it had them
         self.retriever = Retriever.open(bundle.store["path"], pin=bundle.store["version"], search=bundle.search,
-                                        assemble=bundle.assemble, index=index)
+                                        assemble=bundle.assemble, index=index, query_model="auto")
         self.assemble = bundle.assemble
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
