@@ -26,6 +26,9 @@ INDEX_VIEWS: tuple[str, ...] = ("plain",)
 VIEWS: tuple[str, ...] = (*INDEX_VIEWS, "derived")
 DERIVED_FACTS: tuple[str, ...] = ("results", "sources_only")  # SearchConfig.derived_facts
 VIEW_SIGNALS: tuple[str, ...] = ("vector", "lexical")  # the signals a view ranks
+# Extra encoders a store may carry (IndexConfig.models, by model alias; lab.embed.registry knows
+# the models), and the ranked list each one makes (SearchConfig.encoders)
+ENCODERS: dict[str, str] = {"e5": "vector@e5", "e5-sparse": "sparse@e5", "minilm": "vector@minilm"}
 
 
 def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -184,6 +187,18 @@ class IndexConfig:
     # Writes since the last build go to a delta; past this many chunks the lexical delta is
     # folded into the main index in a background thread.
     delta_merge_threshold: int = 512
+    # encoders the store carries beside its own model (keys of ENCODERS): each ranks a list of its
+    # own ("vector@e5") when a search config names it in ``encoders``; their passage vectors live
+    # in the embedding cache, so adding one embeds only its own vectors
+    models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.models if m not in ENCODERS]
+        if bad:
+            raise ValidationError(f"index.models: unknown encoder(s) {bad}; known: {list(ENCODERS)}",
+                                  field="index.models")
+        if len(set(self.models)) != len(self.models):
+            raise ValidationError(f"index.models lists an encoder twice: {list(self.models)}", field="index.models")
 
 
 @dataclass(frozen=True)
@@ -339,8 +354,9 @@ def load_config(cls: type[T], path: str | Path) -> T:
 
 # --------------------------------------------------------------------------- search
 SIGNALS: tuple[str, ...] = ("vector", "lexical", "recency", "frequency", "graph", "entity", "temporal")
-# every ranked list search can make: the signals, and each view's vector and lexical lists
-LISTS: tuple[str, ...] = (*SIGNALS, *(f"{s}@{v}" for v in VIEWS for s in VIEW_SIGNALS))
+# every ranked list search can make: the signals, each view's vector and lexical lists, and each
+# extra encoder's list (ENCODERS)
+LISTS: tuple[str, ...] = (*SIGNALS, *(f"{s}@{v}" for v in VIEWS for s in VIEW_SIGNALS), *ENCODERS.values())
 
 
 def _default_weights() -> dict[str, float]:
@@ -492,6 +508,9 @@ class SearchConfig:
     # credits each hit to its source, so a fact lifts its source without taking a slot beside it
     # (without the derived view in ``views``, "sources_only" leaves facts out of search altogether)
     derived_facts: str = "results"
+    # lists of extra encoders the store carries (values of ENCODERS: "vector@e5", "sparse@e5"),
+    # fused like the signals' lists (weights by the same names)
+    encoders: tuple[str, ...] = ()
     depth: int = 50  # candidates per signal
     half_life_hours: float = 168.0
     reference_time: str | None = None  # ISO; None = the namespace's latest memory (never the clock)
@@ -509,6 +528,10 @@ class SearchConfig:
             raise ValidationError(f"views: unknown view(s) {bad}; known: {list(VIEWS)}")
         if len(set(self.views)) != len(self.views):
             raise ValidationError(f"views lists a view twice: {list(self.views)}")
+        bad = sorted(set(self.encoders) - set(ENCODERS.values()))
+        if bad:
+            raise ValidationError(f"encoders: unknown encoder list(s) {bad}; known: {list(ENCODERS.values())}",
+                                  field="encoders")
         if self.derived_facts not in DERIVED_FACTS:
             raise ValidationError(f"derived_facts must be one of {list(DERIVED_FACTS)}, got {self.derived_facts!r}")
         if self.depth < 1:

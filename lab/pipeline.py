@@ -20,6 +20,7 @@ from lab.embed.cache import EmbeddingCache
 from lab.errors import ConflictError, NotFoundError
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
+from lab.index.snapshot import indexed_config
 from lab.retriever import Retriever, require_model
 from lab.search.engine import Result
 from lab.store.store import Store, StoreVersion
@@ -38,12 +39,14 @@ class Pipeline:
         self.config = config
         self.embedder = embedder
         self.cache: EmbeddingCache | None = None
+        cache_root = Path(cache_dir or current().embed_cache or store.root / "cache" / "embeddings")
         if config.embed.cache:
-            cache_root = cache_dir or current().embed_cache or store.root / "cache" / "embeddings"
             self.cache = EmbeddingCache(cache_root, embedder.model_id, embedder.dim)
         self.indexes = IndexManager(store, config.index, embedder.dim, embedder.model_id)
         self.writer = Writer(store, config, embedder, self.indexes, self.cache)
-        self.retriever = Retriever(store, embedder, self.indexes)
+        # extra encoders' passage vectors (index.models) live in the same cache folder
+        self.retriever = Retriever(store, embedder, self.indexes,
+                                   encoder_cache=None if store.read_only else cache_root)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -90,14 +93,29 @@ class Pipeline:
         if exists and not store.read_only and to_dict(config.index) != to_dict(stored.index):
             # new index parameters: recorded for readers, and every snapshot rebuilt and saved on close
             store.record_index_config(to_dict(config.index))
-            for ns in store.namespaces():
-                pipe.indexes.mark_written(ns)
+            if indexed_config(config.index) != indexed_config(stored.index):  # not for an encoder added
+                for ns in store.namespaces():
+                    pipe.indexes.mark_written(ns)
         return pipe
 
     def close(self) -> None:
-        """Flush the embedding cache and save the indexes that writes changed."""
+        """Flush the embedding caches and save the indexes that writes changed."""
         self.indexes.wait()
         self.writer.flush()
+        self.retriever.flush_encoders()
+
+    def embed_encoders(self, progress: bool = True) -> dict[str, int]:
+        """Embed every namespace's chunks by each extra encoder the store carries (index.models),
+        through the cache: an encoder already embedded costs a lookup, one cut off resumes.
+        Returns the chunks each namespace holds."""
+        self.retriever.encoder_progress = progress
+        try:
+            out = {ns: self.retriever.index(ns).n_live for ns in self.store.namespaces()
+                   if self.retriever.snapshot(ns) is not None}
+        finally:
+            self.retriever.encoder_progress = False
+            self.retriever.flush_encoders()
+        return out
 
     def __enter__(self) -> "Pipeline":
         return self

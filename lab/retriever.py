@@ -23,9 +23,10 @@ from lab.embed import Embedder, make_embedder
 from lab.embed.registry import query_model_name, space_of
 from lab.embed.cache import EmbeddingCache
 from lab.errors import ConflictError, ValidationError
+from lab.index.encoders import Encoder, EncoderIndex, make_encoder
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
-from lab.search.candidates import NamespaceSnapshot, Query, candidates, reference_time
+from lab.search.candidates import NamespaceSnapshot, Query, candidates, encoder_alias, reference_time
 from lab.search.engine import Result, SearchRequest, SearchResponse, search, search_many
 from lab.search.presets import resolve
 from lab.search.view import NamespaceView, build_view
@@ -66,6 +67,7 @@ class Retriever:
         assemble: AssembleConfig | None = None,
         cache: EmbeddingCache | None = None,
         query_embedder: Embedder | None = None,
+        encoder_cache: Path | None = None,
     ) -> None:
         require_model(store, embedder)
         query_embedder = query_embedder or embedder
@@ -81,6 +83,12 @@ class Retriever:
         self.assemble_config = assemble or AssembleConfig()
         self.cache = cache  # query embeddings are looked up here (added in memory; only its owner flushes it)
         self._views: dict[str, NamespaceView] = {}
+        # the extra encoders the index config names (index.models), made on first use; their
+        # passage vectors are cached under ``encoder_cache`` (None: in memory, nothing written)
+        self.encoder_cache = encoder_cache
+        self.encoder_progress = False  # a progress bar while an encoder embeds a namespace's chunks
+        self._encoders: dict[str, Encoder] | None = None
+        self._encoder_indexes: dict[tuple[str, str], EncoderIndex] = {}
 
     @classmethod
     def open(
@@ -94,6 +102,7 @@ class Retriever:
         index: IndexConfig | None = None,
         cache: EmbeddingCache | None = None,
         query_model: str | Embedder | None = None,
+        encoder_cache: Path | None = None,
     ) -> "Retriever":
         """Open the store at ``path`` read-only: its latest version, or ``pin`` ("M.C.E.A").
 
@@ -111,11 +120,13 @@ class Retriever:
             name = query_model_name(query_model, store.info.embed_model)
             query_model = embedder if name == embedder.model_id else make_embedder(replace(recorded.embed, model=name))
         return cls(store, embedder, indexes, search=config, assemble=assemble, cache=cache,
-                   query_embedder=query_model)
+                   query_embedder=query_model, encoder_cache=encoder_cache)
 
     def close(self) -> None:
-        """Wait for background index merges; nothing is written."""
+        """Wait for background index merges; the extra encoders' cache (when the opener gave it a
+        folder) gets their new passage vectors; nothing else is written."""
         self.indexes.wait()
+        self.flush_encoders()
 
     def __enter__(self) -> "Retriever":
         return self
@@ -162,7 +173,39 @@ class Retriever:
 
     def snapshot(self, namespace: str) -> NamespaceSnapshot:
         validate_namespace(namespace)
-        return NamespaceSnapshot(self.view(namespace), self.index(namespace))
+        index = self.index(namespace)
+        return NamespaceSnapshot(self.view(namespace), index, self._encoder_snapshots(namespace, index))
+
+    # ------------------------------------------------------------------ extra encoders
+    @property
+    def encoders(self) -> dict[str, Encoder]:
+        """The store's extra encoders (index.models) by list name ("vector@e5")."""
+        if self._encoders is None:
+            made = [make_encoder(alias, self.encoder_cache) for alias in self.indexes.config.models]
+            self._encoders = {e.list_name: e for e in made}
+        return self._encoders
+
+    def _encoder_snapshots(self, namespace: str, index: NamespaceIndex) -> dict[str, EncoderIndex]:
+        if not self.indexes.config.models:
+            return {}
+        out = {}
+        for name, encoder in self.encoders.items():
+            held = self._encoder_indexes.setdefault((namespace, name), EncoderIndex(encoder))
+            out[name] = held.caught_up(index, progress=self.encoder_progress)
+        return out
+
+    def flush_encoders(self) -> int:
+        """Write the extra encoders' new passage vectors to their cache (when it has a folder)."""
+        return sum(e.passages.flush() for e in (self._encoders or {}).values())
+
+    def encode_queries(self, texts: Sequence[str], names: Sequence[str]) -> dict[str, Any]:
+        """The queries' vectors by each extra encoder in ``names`` (row i for text i)."""
+        missing = [n for n in names if n not in self.encoders]
+        if missing:
+            carried = list(self.indexes.config.models)
+            raise ValidationError(f"{missing[0]} is not an encoder of store {self.store.root} (index.models: "
+                                  f"{carried}): add {encoder_alias(missing[0])!r} to its index.models", field="encoders")
+        return {n: self.encoders[n].embed_queries(list(texts)) for n in names}
 
     def memories(self, namespace: str | None = None) -> pl.DataFrame:
         return self.store.memories(namespace)
@@ -189,7 +232,8 @@ class Retriever:
         snapshots = {ns: self.snapshot(ns) for ns in sorted({q.namespace for q in queries})}
         if query_vectors is None:
             query_vectors = self.embed_queries([q.text for q in queries])
-        return candidates(snapshots, queries, query_vectors, config)
+        encoded = self.encode_queries([q.text for q in queries], config.encoders) if config.encoders else None
+        return candidates(snapshots, queries, query_vectors, config, encoder_vectors=encoded)
 
     def search_response(self, query: str, namespace: str, k: int | None = None, *,
                         config: SearchConfig | None = None, preset: str | None = None,
@@ -202,7 +246,10 @@ class Retriever:
             raise ValidationError("query must be a non-empty string")
         snap = self.snapshot(namespace)
         vector = self.embed_queries([query])[0] if query_vector is None else query_vector
-        return search(snap, query, vector, self.resolve_config(config, preset), k=k, explain=explain)
+        config = self.resolve_config(config, preset)
+        encoded = ({n: m[0] for n, m in self.encode_queries([query], config.encoders).items()}
+                   if config.encoders else None)
+        return search(snap, query, vector, config, k=k, explain=explain, encoded=encoded)
 
     def search_many(self, requests: Sequence[SearchRequest], namespace: str, *, config: SearchConfig | None = None,
                     preset: str | None = None) -> list[SearchResponse]:
@@ -218,7 +265,15 @@ class Retriever:
             requests = list(requests)
             for i, vector in zip(missing, vectors):
                 requests[i] = replace(requests[i], vector=vector)
-        return search_many(self.snapshot(namespace), requests, self.resolve_config(config, preset))
+        config = self.resolve_config(config, preset)
+        if config.encoders:  # the extra encoders' query vectors, for requests that came without them
+            todo = [i for i, r in enumerate(requests) if not r.encoded or any(n not in r.encoded for n in config.encoders)]
+            if todo:
+                encoded = self.encode_queries([requests[i].query for i in todo], config.encoders)
+                requests = list(requests)
+                for row, i in enumerate(todo):
+                    requests[i] = replace(requests[i], encoded={n: m[row] for n, m in encoded.items()})
+        return search_many(self.snapshot(namespace), requests, config)
 
     def search(self, query: str, namespace: str, k: int | None = None, *, config: SearchConfig | None = None,
                preset: str | None = None, explain: bool = False, query_vector: np.ndarray | None = None) -> list[Result]:

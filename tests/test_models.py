@@ -193,7 +193,7 @@ def test_lab_models_lists_each_model_with_what_it_needs():
                           timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     entries = {e["alias"]: e for e in json.loads(proc.stdout)}
-    assert set(entries) == {"minilm", "minilm-int8", "e5"}
+    assert set(entries) == {"minilm", "minilm-int8", "e5", "e5-sparse"}
     assert entries["e5"]["dim"] == 384 and entries["e5"]["license"] == "MIT" and not entries["e5"]["symmetric"]
     assert all(e["installed"] and e["size_mb"] > 10 for e in entries.values())
 

@@ -1,4 +1,4 @@
-"""`lab init | ingest | stats | store compact | check | repair`: creating, filling, inspecting and mending a store."""
+"""`lab init | ingest | stats | store compact | encoders | check | repair`: creating, filling, inspecting and mending a store."""
 from __future__ import annotations
 
 import argparse
@@ -47,6 +47,30 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{data['edges']} edges, {data['chunks']} chunks, {data['embedded']} embedded, "
             f"{data['seconds']} s; store version {data['version']}"
         )
+    return 0
+
+
+def cmd_encoders(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from lab.config import ENCODERS
+    from lab.errors import ValidationError
+    from lab.pipeline import Pipeline
+    from lab.store.store import Store
+
+    recorded = Store.open(args.store, read_only=True).recorded_config()
+    models = [m for m in recorded.index.models if m not in (args.remove or [])]
+    models += [m for m in (args.add or []) if m not in models]
+    unknown = [m for m in (args.add or []) + (args.remove or []) if m not in ENCODERS]
+    if unknown:
+        raise ValidationError(f"unknown encoder(s) {unknown}; known: {list(ENCODERS)} (`lab models`)")
+    config = replace(recorded, index=replace(recorded.index, models=tuple(models)))
+    with Pipeline.open(args.store, config) as pipe:
+        chunks = pipe.embed_encoders(progress=not args.quiet)
+    lists = [ENCODERS[m] for m in models]
+    print(f"store {args.store} carries {', '.join(models) or 'no extra encoders'}"
+          + (f": {sum(chunks.values())} chunks in {len(chunks)} namespaces embedded by each; "
+             f"rank them with encoders: {lists} in a search config" if models else ""))
     return 0
 
 
@@ -165,6 +189,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="also delete files only versions older than this need (breaks older pins)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compact)
+    c = store_sub.add_parser("encoders", help="add or remove extra encoders (index.models); embeds only the new ones")
+    store_arg(c)
+    c.add_argument("--add", nargs="+", metavar="MODEL", help="encoders to carry: e5, e5-sparse, minilm")
+    c.add_argument("--remove", nargs="+", metavar="MODEL")
+    c.add_argument("--quiet", action="store_true")
+    c.set_defaults(func=cmd_encoders)
     c = store_sub.add_parser("check", help="verify every table and index; exit 5 when something is wrong")
     store_arg(c)
     c.add_argument("--json", action="store_true")

@@ -29,8 +29,9 @@ class EmbeddingCache:
     name, then rename, so a killed process leaves no half file). ``compact`` merges the parts.
     """
 
-    def __init__(self, root: str | Path, model_id: str, dim: int) -> None:
-        self.dir = Path(root) / re.sub(r"[^A-Za-z0-9_.-]", "_", model_id)
+    def __init__(self, root: str | Path | None, model_id: str, dim: int) -> None:
+        # no root: a cache in memory only (``flush`` keeps the vectors, writes nothing)
+        self.dir = None if root is None else Path(root) / re.sub(r"[^A-Za-z0-9_.-]", "_", model_id)
         self.model_id = model_id
         self.dim = dim
         self._index: dict[str, int] = {}
@@ -45,7 +46,7 @@ class EmbeddingCache:
         return pa.schema([("text_hash", pa.string()), ("vector", pa.list_(pa.float32(), self.dim))])
 
     def _load(self) -> None:
-        if not self.dir.is_dir():
+        if self.dir is None or not self.dir.is_dir():
             return
         keys: list[str] = []
         blocks: list[np.ndarray] = []
@@ -94,8 +95,20 @@ class EmbeddingCache:
         """Write buffered vectors as one new part file; returns how many were written."""
         if not self._pending_keys:
             return 0
-        self.dir.mkdir(parents=True, exist_ok=True)
         vectors = np.vstack(self._pending).astype(np.float32)
+        if self.dir is not None:
+            self._write(vectors)
+        start = len(self._vectors)
+        self._vectors = np.vstack([self._vectors, vectors])
+        for offset, key in enumerate(self._pending_keys):
+            self._index[key] = start + offset
+        n = len(self._pending_keys)
+        self._pending_keys, self._pending = [], []
+        return n
+
+    def _write(self, vectors: np.ndarray) -> None:
+        assert self.dir is not None
+        self.dir.mkdir(parents=True, exist_ok=True)
         table = pa.table(
             {
                 "text_hash": self._pending_keys,
@@ -107,18 +120,11 @@ class EmbeddingCache:
         tmp = self.dir / f".{name}.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, self.dir / name)
-        start = len(self._vectors)
-        self._vectors = np.vstack([self._vectors, vectors])
-        for offset, key in enumerate(self._pending_keys):
-            self._index[key] = start + offset
-        n = len(self._pending_keys)
-        self._pending_keys, self._pending = [], []
-        return n
 
     def compact(self) -> int:
         """Rewrite all parts as one file; returns the number of parts merged."""
         self.flush()
-        parts = sorted(self.dir.glob("part-*.parquet")) if self.dir.is_dir() else []
+        parts = sorted(self.dir.glob("part-*.parquet")) if self.dir is not None and self.dir.is_dir() else []
         if len(parts) <= 1:
             return len(parts)
         keys = sorted(self._index, key=self._index.get)
@@ -138,3 +144,67 @@ class EmbeddingCache:
         for part in parts:
             part.unlink()
         return len(parts)
+
+
+class SparseCache:
+    """Sparse vectors of one model (``embedder.embed`` gives scipy CSR rows), cached like
+    ``EmbeddingCache`` by text hash, in part files of (text_hash, indices, values) under
+    ``root/<model>/``; no root: in memory only."""
+
+    def __init__(self, root: str | Path | None, model_id: str, dim: int) -> None:
+        self.dir = None if root is None else Path(root) / re.sub(r"[^A-Za-z0-9_.-]", "_", model_id)
+        self.model_id, self.dim = model_id, dim
+        self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._pending: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.hits = self.misses = 0
+        if self.dir is not None and self.dir.is_dir():
+            for part in sorted(self.dir.glob("part-*.parquet")):
+                table = pq.read_table(part).to_pydict()
+                for key, ix, vl in zip(table["text_hash"], table["indices"], table["values"]):
+                    self._rows[key] = (np.asarray(ix, dtype=np.int32), np.asarray(vl, dtype=np.float32))
+
+    def __len__(self) -> int:
+        return len(self._rows) + len(self._pending)
+
+    def embed(self, embedder: Embedder, texts: Sequence[str], *, queries: bool = False):
+        """A CSR matrix of ``texts``' rows: cached ones looked up, the rest encoded once."""
+        from scipy.sparse import csr_matrix
+
+        keys = [text_hash(t) for t in texts]
+        todo = {}
+        for i, key in enumerate(keys):
+            if key not in self._rows and key not in self._pending:
+                todo.setdefault(key, i)
+        self.hits += len(texts) - len(todo)
+        if todo:
+            batch = [texts[i] for i in todo.values()]
+            fresh = (embedder.embed_queries(batch) if queries else embedder.embed(batch)).tocsr()
+            self.misses += len(batch)
+            for row, key in enumerate(todo):
+                lo, hi = fresh.indptr[row], fresh.indptr[row + 1]
+                self._pending[key] = (fresh.indices[lo:hi].astype(np.int32), fresh.data[lo:hi].astype(np.float32))
+        rows = [self._rows.get(k) or self._pending[k] for k in keys]
+        indptr = np.cumsum([0] + [len(ix) for ix, _ in rows])
+        indices = np.concatenate([ix for ix, _ in rows]) if rows else np.zeros(0, np.int32)
+        data = np.concatenate([vl for _, vl in rows]) if rows else np.zeros(0, np.float32)
+        return csr_matrix((data, indices, indptr), shape=(len(texts), self.dim), dtype=np.float32)
+
+    def flush(self) -> int:
+        if not self._pending:
+            return 0
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            keys = list(self._pending)
+            table = pa.table({
+                "text_hash": keys,
+                "indices": pa.array([self._pending[k][0] for k in keys], type=pa.list_(pa.int32())),
+                "values": pa.array([self._pending[k][1] for k in keys], type=pa.list_(pa.float32())),
+            })
+            name = f"part-{uuid.uuid4().hex}.parquet"
+            tmp = self.dir / f".{name}.tmp"
+            pq.write_table(table, tmp)
+            os.replace(tmp, self.dir / name)
+        n = len(self._pending)
+        self._rows.update(self._pending)
+        self._pending = {}
+        return n

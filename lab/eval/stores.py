@@ -97,5 +97,7 @@ def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, ro
     query = make_embedder(replace(embed_config, model=query_model)) if query_model else embedder
     cache = EmbeddingCache(embeddings_dir(root), query.model_id, query.dim)
     # the given index config, not only the recorded one: query-time settings (HNSW ef) take effect
-    return Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index,
-                          query_model=query)
+    retriever = Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index,
+                               query_model=query, encoder_cache=embeddings_dir(root))
+    retriever.encoder_progress = progress
+    return retriever

@@ -66,13 +66,21 @@ def verify(directory: Path, namespace: str) -> dict[str, Any]:
     return manifest
 
 
+def indexed_config(config: IndexConfig) -> dict[str, Any]:
+    """What of an index config a snapshot is made with: the extra encoders (``models``) are not
+    in it (they are read from the embedding cache), so adding one does not rebuild it."""
+    out = to_dict(config)
+    out.pop("models", None)
+    return out
+
+
 def manifest(idx: NamespaceIndex) -> dict[str, Any]:
     return {
         "namespace": idx.namespace,
         "lab_version": __version__,
         "embed_model": idx.embed_model,
         "dim": idx.dim,
-        "config": to_dict(idx.config),
+        "config": indexed_config(idx.config),
         "store_version": idx.store_version,
         "built_at": idx.built_at,
         "n_labels": len(idx.chunk_ids),
@@ -132,7 +140,7 @@ def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
         raise IndexDamaged(f"{MANIFEST} is missing")
     namespace = namespace or directory.name
     manifest = verify(directory, namespace)
-    if manifest.get("config") != to_dict(config):
+    if manifest.get("config") != indexed_config(config):
         return None
     parts = split_views(chunks)
     views = manifest.get("views") or []

@@ -13,15 +13,16 @@ the read side: nothing here opens, builds, syncs or saves anything.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
-from lab.config import SearchConfig
+from lab.config import ENCODERS, SearchConfig
 from lab.errors import ValidationError
+from lab.index.encoders import EncoderIndex
 from lab.index.namespace import NamespaceIndex
 from lab.search.analysis import INTENTS, QueryAnalysis, analyze
 from lab.search.signal_registry import SIGNALS, SignalInput, view_lists
@@ -42,10 +43,17 @@ class Query:
 
 @dataclass(frozen=True)
 class NamespaceSnapshot:
-    """What search reads of one namespace at one store version: its array view and its index."""
+    """What search reads of one namespace at one store version: its array view, its index and
+    the extra encoders' indexes the store carries (by list name: "vector@e5")."""
 
     view: NamespaceView
     index: NamespaceIndex
+    encoders: Mapping[str, EncoderIndex] = field(default_factory=dict)
+
+
+def encoder_alias(list_name: str) -> str:
+    """The index.models entry whose encoder ranks ``list_name``."""
+    return next(alias for alias, name in ENCODERS.items() if name == list_name)
 
 
 def reference_time(config: SearchConfig, nsview: NamespaceView) -> datetime:
@@ -124,11 +132,13 @@ def candidates(
     config: SearchConfig,
     *,
     analyses: Sequence[QueryAnalysis] | None = None,
+    encoder_vectors: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
     """Every enabled signal's top-``depth`` list (plus features) for each query.
 
     ``snapshots`` holds each queried namespace; ``query_vectors`` the queries' embeddings, in order;
-    ``analyses`` the queries' analyses when the caller has them already.
+    ``analyses`` the queries' analyses when the caller has them already; ``encoder_vectors`` the
+    queries' vectors by each extra encoder the config ranks (``config.encoders``), row i for query i.
     """
     check_queries(queries)
     missing = sorted({q.namespace for q in queries} - set(snapshots))
@@ -136,6 +146,10 @@ def candidates(
         raise ValidationError(f"no snapshot of namespace(s) {missing}")
     if len(query_vectors) != len(queries):
         raise ValidationError(f"{len(queries)} queries but {len(query_vectors)} query vectors")
+    encoder_vectors = encoder_vectors or {}
+    for name in config.encoders:
+        if name not in encoder_vectors:
+            raise ValidationError(f"config {config.name!r} ranks {name} but no query vectors of that encoder were given")
     out: dict[str, list] = {"qid": [], "memory_id": [], "signal": [], "rank": [], "score": []}
     enabled = [s for name, s in SIGNALS.items() if name in config.signals]
     depth = config.depth
@@ -167,6 +181,14 @@ def candidates(
                 lists[signal.name] = ranked
         for view in config.views:
             lists.update(view_lists(signal_input, view))
+        for name in config.encoders:
+            encoder = snap.encoders.get(name)
+            if encoder is None:
+                raise ValidationError(f"config {config.name!r} ranks {name}, but the store does not carry that "
+                                      f"encoder: add {encoder_alias(name)!r} to its index.models", field="encoders")
+            hits = encoder.search(encoder_vectors[name][i], depth, allowed_labels)
+            lists[name] = (np.array([nsview.pos[m] for m, _ in hits], dtype=np.int64),
+                           np.array([score for _, score in hits], dtype=np.float64))
         for name, (positions, scores) in lists.items():
             _rows(out, q.qid, ids, name, positions, scores)
         # features of every candidate, for query-time post-processing

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -72,6 +72,8 @@ class SearchRequest:
     vector: np.ndarray | None = None  # the caller embeds (a retriever fills in what is missing)
     k: int | None = None
     explain: bool = False
+    # the query's vectors by the extra encoders the config ranks ("vector@e5": ...), likewise
+    encoded: Mapping[str, Any] | None = None
 
 
 def search(
@@ -82,13 +84,14 @@ def search(
     *,
     k: int | None = None,
     explain: bool = False,
+    encoded: Mapping[str, Any] | None = None,
 ) -> SearchResponse:
     """Search one namespace's snapshot: candidates, fusion, and results with per-signal details.
 
     Pure with respect to the store: it reads the snapshot and writes nothing (recording accesses
     is the write side's business).
     """
-    return search_many(snapshot, [SearchRequest(query, query_vector, k, explain)], config)[0]
+    return search_many(snapshot, [SearchRequest(query, query_vector, k, explain, encoded)], config)[0]
 
 
 def _check(request: SearchRequest) -> None:
@@ -121,8 +124,15 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
     analyses = [query_analysis(r.query, config, ref) for r in requests]
     # zero-padded: string order is request order
     qids = [f"{i:06d}" for i in range(len(requests))]
+    encoder_vectors = {}
+    for name in config.encoders:
+        missing = [i for i, r in enumerate(requests) if not r.encoded or name not in r.encoded]
+        if missing:
+            raise ValidationError(f"search request {missing[0]} has no {name} query vector (config {config.name!r} ranks it)")
+        encoder_vectors[name] = [r.encoded[name] for r in requests]  # type: ignore[index]
     cands = prepare(candidates({namespace: snapshot}, [Query(qid, r.query, namespace) for qid, r in zip(qids, requests)],
-                               np.asarray([r.vector for r in requests]), config, analyses=analyses))
+                               np.asarray([r.vector for r in requests]), config, analyses=analyses,
+                               encoder_vectors=encoder_vectors))
     ranked, contrib = fuse_detailed(cands, config.fusion)
     ranked = ranked.filter(ranked["rank"].to_numpy() <= limit[ranked["qid"].cast(pl.Int64).to_numpy()])
     picked = ranked.select("qid", "memory_id")
