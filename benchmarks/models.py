@@ -12,7 +12,10 @@ query_model=auto, judged on the same stored vectors):
 - speed: passages/s with two threads (short LoCoMo turns, and SciFact abstracts at the model's
   token limit), and one query's encoding on one thread (p50/p99 ms);
 - size: the model's files, and the LoCoMo dev store on disk;
-- agreement: cosine of the int8 export's vectors with torch's, on the same texts.
+- agreement: cosine of the int8 export's vectors with torch's, on the same texts;
+- combinations: the MiniLM store with e5's dense and sparse lists fused beside its own (index.models;
+  weight 1.0 each, untuned), and on LoCoMo dev the change in each conversation against MiniLM
+  alone: adopting one into the `lab` preset needs a gain in every conversation.
 
 Stores are built once per (dataset, model) under the workspace's eval folder and reused (the first
 run of SciFact embeds 5,183 abstracts per model). Results go to stdout and
@@ -29,7 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATASETS, percentiles, report  # noqa: E402
 
-from lab.config import SaveConfig  # noqa: E402
+import polars as pl  # noqa: E402
+
+from lab.config import ENCODERS, SaveConfig  # noqa: E402
 from lab.embed.base import set_model_threads  # noqa: E402
 from lab.embed.registry import lookup, make_embedder  # noqa: E402
 from lab.eval.goldens import load_dataset  # noqa: E402
@@ -40,26 +45,42 @@ from lab.search.presets import PRESETS  # noqa: E402
 PRESET_NAMES = ("lab", "vector")
 
 
-def encodings(models: list[str]) -> list[tuple[str, str]]:
-    """(store model, query model) pairs: each model on its own, and MiniLM's store queried by int8."""
-    pairs = [(m, m) for m in models]
+COMBINATIONS = (("e5",), ("e5-sparse",), ("e5", "e5-sparse"))  # extra encoders beside the store's model
+
+
+def encodings(models: list[str], combos: bool) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(store model, query model, extra encoders): each model on its own, MiniLM's store queried
+    by int8, and MiniLM with e5's dense and sparse lists fused beside its own."""
+    out = [(m, m, ()) for m in models]
     if "minilm" in models and "minilm-int8" in models:
-        pairs.append(("minilm", "minilm-int8"))
-    return pairs
+        out.append(("minilm", "minilm-int8", ()))
+    if combos:
+        out += [("minilm", "minilm", c) for c in COMBINATIONS]
+    return out
 
 
-def label(store: str, query: str) -> str:
-    return store if store == query else f"{store} <- {query}"
+def label(store: str, query: str, encoders: tuple[str, ...] = ()) -> str:
+    name = store if store == query else f"{store} <- {query}"
+    return name + "".join(f" + {e}" for e in encoders)
 
 
-def quality(dataset_name: str, store: str, query: str) -> dict:
+def per_conversation(result) -> dict[str, float]:
+    table = result.per_query.group_by("namespace").agg(pl.col("recall@10").mean()).sort("namespace")
+    return {ns: round(v, 4) for ns, v in table.iter_rows()}
+
+
+def quality(dataset_name: str, store: str, query: str, encoders: tuple[str, ...] = ()) -> dict:
     dataset = load_dataset(dataset_name, DATASETS, split="train")
-    save = replace(SaveConfig(), embed=replace(SaveConfig().embed, model=store))
+    save = replace(SaveConfig(), embed=replace(SaveConfig().embed, model=store),
+                   index=replace(SaveConfig().index, models=encoders))
+    lists = tuple(ENCODERS[e] for e in encoders)
     started = time.perf_counter()
     retriever = eval_retriever(dataset, save, progress=True, query_model=None if query == store else query)
     out: dict = {"store_ready_s": round(time.perf_counter() - started, 1)}
     for preset in PRESET_NAMES:
-        result = evaluate(retriever, dataset, PRESETS[preset], EvalOptions())
+        # with extra encoders, "vector" is the encoders' lists beside the store model's vector list
+        config = replace(PRESETS[preset], encoders=lists)
+        result = evaluate(retriever, dataset, config, EvalOptions())
         m, ci = result.metrics["metrics"], result.metrics["ci95"]
         row = {k: round(m[k], 4) for k in ("recall@10", "ndcg@10", "mrr") if k in m}
         row["ci95"] = {k: [round(v, 4) for v in ci[k]] for k in ("recall@10", "ndcg@10") if k in ci}
@@ -67,8 +88,9 @@ def quality(dataset_name: str, store: str, query: str) -> dict:
         if dataset_name == "locomo" and cats:
             row["recall@10_by_category"] = {str(c["category"]): round(c["recall@10"], 4) for c in cats
                                             if "recall@10" in c}
+            row["recall@10_by_conversation"] = per_conversation(result)
         out[preset] = row
-    if query == store:
+    if query == store and not encoders:
         path = eval_store(dataset, save)
         out["store_mb"] = round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6, 1)
     retriever.close()
@@ -119,11 +141,26 @@ def previous_results() -> dict:
     return data
 
 
+def conversation_wins(rows: dict) -> dict[str, dict]:
+    """For each encoding beside the default (minilm, `lab` preset): its recall@10 change in each
+    LoCoMo dev conversation, and whether it gains in every one (what adoption into the preset needs)."""
+    base = rows.get("minilm", {}).get("lab", {}).get("recall@10_by_conversation")
+    out = {}
+    for name, row in rows.items():
+        mine = row.get("lab", {}).get("recall@10_by_conversation")
+        if name == "minilm" or not base or not mine:
+            continue
+        deltas = {ns: round(mine[ns] - base[ns], 4) for ns in base if ns in mine}
+        out[name] = {"deltas": deltas, "every": all(d > 0 for d in deltas.values())}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["locomo", "demo", "scifact"])
     parser.add_argument("--models", nargs="+", default=["minilm", "minilm-int8", "e5"])
     parser.add_argument("--no-speed", action="store_true", help="quality only")
+    parser.add_argument("--no-combinations", action="store_true", help="no rows of MiniLM with e5's lists beside it")
     args = parser.parse_args()
     for m in args.models:
         if lookup(m) is None:
@@ -146,11 +183,13 @@ def main() -> None:
         if "minilm" in args.models and "minilm-int8" in args.models:
             results["int8_cosine_to_torch"] = agreement(short + abstracts)
     for ds in args.datasets:
-        for store, query in encodings(args.models):
-            row = quality(ds, store, query)
-            results["quality"].setdefault(ds, {})[label(store, query)] = row
-            print(ds, label(store, query), {p: {k: row[p][k] for k in ("recall@10", "ndcg@10")}
-                                            for p in PRESET_NAMES}, flush=True)
+        combos = not args.no_combinations and "minilm" in args.models and "e5" in args.models
+        for store, query, encoders in encodings(args.models, combos):
+            row = quality(ds, store, query, encoders)
+            results["quality"].setdefault(ds, {})[label(store, query, encoders)] = row
+            print(ds, label(store, query, encoders), {p: {k: row[p][k] for k in ("recall@10", "ndcg@10")}
+                                                      for p in PRESET_NAMES}, flush=True)
+    results["wins_every_conversation"] = conversation_wins(results["quality"].get("locomo", {}))
     results["note"] = ("lab preset as it is (tuned on MiniLM); vector = dense retrieval alone; "
                        "speed: 2 threads for passages, 1 for a query")
     report("models", results)

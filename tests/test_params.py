@@ -77,3 +77,25 @@ def test_each_parameter_names_a_field_that_exists():
         last = path.rsplit(".", 1)[-1]
         assert isinstance(obj, dict) or hasattr(obj, last), param  # a dict field (weights) takes any key
     assert apply(SaveConfig(), {"index.lexical.b": 0.3}).index.lexical.b == 0.3
+
+
+def test_the_encoders_a_store_carries_are_a_sweep_dimension_that_ranks_their_lists():
+    from lab.errors import ValidationError
+    from lab.tune.params import names, table_point
+    from lab.tune.spec import parse_spec
+
+    spec = parse_spec({"name": "m", "dataset": "demo", "space": {"index.models": [[], ["e5"], ["e5", "e5-sparse"]]}})
+    (dim,) = spec.space
+    assert dim.values == ((), ("e5",), ("e5", "e5-sparse")) and dim.stage == "index"
+    point = {"index.models": ("e5", "e5-sparse"), "fusion.k": 10}
+    assert save_config(point).index.models == ("e5", "e5-sparse")
+    assert search_config(resolve("lab"), point).encoders == ("vector@e5", "sparse@e5")
+    # a point read back from the results table (names joined by "+") maps to the same configurations
+    row = table_point(point)
+    assert row["index.models"] == "e5+e5-sparse" and names(row["index.models"]) == ("e5", "e5-sparse")
+    assert search_config(resolve("lab"), row) == search_config(resolve("lab"), point)
+    assert save_config({"index.models": ""}).index.models == ()
+    # a point naming the lists itself keeps them
+    assert search_config(resolve("lab"), {"index.models": ("e5",), "encoders": ()}).encoders == ()
+    with pytest.raises(ValidationError, match=r"space.index.models: each value is a list of names from \['e5'"):
+        parse_spec({"name": "m", "dataset": "demo", "space": {"index.models": [["bge"]]}})

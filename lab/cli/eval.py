@@ -70,6 +70,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
                               budget=(candidate.assemble.budget if args.budget is None else args.budget) or None)
     if args.model:
         save = replace(save, embed=replace(save.embed, model=args.model))
+    if args.encoders:  # carried by the store, ranked by every configuration evaluated
+        from lab.config import ENCODERS
+
+        save = replace(save, index=replace(save.index, models=tuple(args.encoders)))
+        lists = tuple(ENCODERS[m] for m in args.encoders)
+        configs = [replace(c, encoders=tuple(dict.fromkeys((*c.encoders, *lists)))) for c in configs]
     # every input above is checked before the dataset is loaded and indexed (the long part)
     check_models(save.embed, args.query_model)
     dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
@@ -123,6 +129,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="index time: the store's embedding model (`lab models`; default all-MiniLM-L6-v2) or st:/onnx: folder")
     p.add_argument("--query-model", dest="query_model", default=None,
                    help="encode the questions with this model instead (one of the store's vector space)")
+    p.add_argument("--encoders", nargs="+", default=None, metavar="MODEL",
+                   help="index time: extra encoders the store carries (e5, e5-sparse, minilm), each ranked as a list")
     p.add_argument("--time-in-text", action="store_true", help="index time: index each memory with its date")
     p.add_argument("--budget", type=int, default=None,
                    help=f"context metrics at this token budget (0: off; default {DEFAULT_BUDGET}, or a candidate file's own)")

@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.config import DEFAULT_MODEL, ChunkConfig, SearchConfig
+from lab.config import DEFAULT_MODEL, ENCODERS, ChunkConfig, SearchConfig
 from lab.embed.registry import lookup
 from lab.errors import ConflictError
 from lab.eval.dataset import EvalDataset
@@ -40,11 +40,13 @@ def _model_tag(model_id: str) -> str:
     return spec.alias if spec is not None else "local-" + model_id.rsplit("#", 1)[-1]
 
 
-def models_suffix(store_model: str, query_model: str) -> str:
+def models_suffix(store_model: str, query_model: str, encoders: tuple[str, ...] = ()) -> str:
     """``+ALIAS`` for a store of another model than the default, ``+q-ALIAS`` for queries
-    encoded by another model than the store's."""
+    encoded by another model than the store's, ``+with-ALIAS`` per extra encoder ranked."""
+    ranked = [alias for alias, name in ENCODERS.items() if name in encoders]
     return (("" if store_model == DEFAULT_MODEL else f"+{_model_tag(store_model)}")
-            + ("" if query_model == store_model else f"+q-{_model_tag(query_model)}"))
+            + ("" if query_model == store_model else f"+q-{_model_tag(query_model)}")
+            + "".join(f"+with-{alias}" for alias in ranked))
 
 
 def _refuse_other_dataset(out: Path, dataset: EvalDataset) -> None:
@@ -63,9 +65,9 @@ def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: Searc
     result = evaluate(retriever, dataset, config, options)
     chunk = retriever.store.recorded_config().chunk
     store_model, query_model = retriever.embedder.model_id, retriever.query_embedder.model_id
-    result.metrics["models"] = {"store": store_model, "query": query_model}
+    result.metrics["models"] = {"store": store_model, "query": query_model, "encoders": list(config.encoders)}
     out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded,
-                                    models_suffix(store_model, query_model))
+                                    models_suffix(store_model, query_model, config.encoders))
     _refuse_other_dataset(out, dataset)
     write_run(result, dataset.qrels, out)
     if dataset.source:

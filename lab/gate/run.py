@@ -14,7 +14,7 @@ from typing import Any
 from lab import track as tracking
 from lab.bundle import write_bundle
 from lab.config import AssembleConfig, Candidate, SaveConfig, SearchConfig, from_dict, to_dict, to_json
-from lab.embed.registry import model_record
+from lab.embed.registry import lookup, model_record
 from lab.errors import ValidationError
 from lab.eval.goldens import load_dataset
 from lab.gate.checks import Check, GateConfig, candidate_config, suite_checks, verdict
@@ -167,12 +167,15 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
     with Retriever.open(store) as retriever:
         version = str(retriever.version)
         embed_model = retriever.embedder.model_id
+    # the store's model, and each extra encoder the candidate's store carries (index.models)
+    encoders = chosen.save.index.models if chosen.save is not None else ()
+    models = [embed_model, *(lookup(alias).id for alias in encoders)]  # type: ignore[union-attr]
     bundle = bundle or report.folder / "bundle"
     config, assemble = chosen.search, chosen.assemble or AssembleConfig()
     manifest = {
         "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
         "store": {"path": str(Path(store).resolve()), "version": version},
-        "embedding_models": [model_record(embed_model)],
+        "embedding_models": [model_record(m) for m in models],
         "metrics": report.suites, "gate": [c.as_dict() for c in report.checks], "gate_config": gate.path,
         "dataset_fingerprints": {k: v["dataset_fingerprint"] for k, v in report.suites.items()},
         "lab_version": __version__, "git_commit": tracking.git_commit(), "run_id": report.run_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, is_dataclass, replace
 from typing import Any
 
-from lab.config import LISTS, AssembleConfig, SaveConfig, SearchConfig
+from lab.config import ENCODERS, LISTS, AssembleConfig, SaveConfig, SearchConfig
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
     Param("index.chunk_overlap", int, "save.chunk.overlap"),
     Param("index.ef_search", int, "save.index.vector.ef_search"),
     Param("index.depth", int, "search.depth"),  # candidates per signal: searched again, not rebuilt
+    # extra encoders the store carries (a list of ENCODERS' keys); a point naming them ranks each
+    # one's list too, unless it names the lists itself ("encoders")
+    Param("index.models", tuple, "save.index.models"),
+    Param("encoders", tuple, "search.encoders"),
     *(Param(name, kind, f"save.index.lexical.{f}") for name, (f, kind) in _LEXICAL.items()),
     *(Param(f"assemble.{f}", kind, f"assemble.{f}") for f, kind in _ASSEMBLE.items()),
 ]}
@@ -74,18 +78,35 @@ def param(name: str) -> Param | None:
     return Param(name, float, f"search.{name}") if name.startswith("fusion.weights.") else None
 
 
+def names(value: Any) -> tuple[str, ...]:
+    """A list-of-names value (index.models, encoders) from a sweep file (a list) or a results
+    table cell (names joined by "+", "" for none)."""
+    if isinstance(value, str):
+        return tuple(v for v in value.split("+") if v)
+    return tuple(value)
+
+
+def table_point(point: dict[str, Any]) -> dict[str, Any]:
+    """The point as a results table holds it: a list of names as one string ("e5+e5-sparse")."""
+    return {k: "+".join(v) if isinstance(v, tuple) else v for k, v in point.items()}
+
+
 def _changes(point: dict[str, Any], target: str) -> dict[str, Any]:
     out = {}
     for name, value in point.items():
         param_ = param(name)
         if param_ is not None and param_.target == target:
-            out[param_.path.split(".", 1)[1]] = param_.kind(value)
+            out[param_.path.split(".", 1)[1]] = names(value) if param_.kind is tuple else param_.kind(value)
     return out
 
 
 def search_config(base: SearchConfig, point: dict[str, Any]) -> SearchConfig:
-    """``base`` with the point's search-time parameters (fusion, weights, depth)."""
-    return apply(base, _changes(point, "search"))
+    """``base`` with the point's search-time parameters (fusion, weights, depth); a point that
+    sets ``index.models`` ranks those encoders' lists (unless it sets ``encoders`` too)."""
+    changes = _changes(point, "search")
+    if "index.models" in point and "encoders" not in changes:
+        changes["encoders"] = tuple(ENCODERS[m] for m in names(point["index.models"]) if m in ENCODERS)
+    return apply(base, changes)
 
 
 def save_config(point: dict[str, Any]) -> SaveConfig:

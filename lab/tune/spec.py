@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.config import LexicalIndexConfig, read_yaml
+from lab.config import ENCODERS, LexicalIndexConfig, read_yaml
 from lab.errors import ValidationError
 from lab.search.fusion import get_fuser
 from lab.tune.batch import metric_names
@@ -112,6 +112,12 @@ def _dimension(name: str, raw: Any) -> Dimension:
 
 
 def _value(name: str, kind: type, v: Any) -> Any:
+    if kind is tuple:  # names: the encoders a store carries, or the lists a search ranks
+        known = list(ENCODERS) if name == "index.models" else list(ENCODERS.values())
+        names = [v] if isinstance(v, str) else v
+        if not isinstance(names, list) or any(n not in known for n in names):
+            raise ValidationError(f"space.{name}: each value is a list of names from {known}, got {v!r}")
+        return tuple(names)
     if kind is bool:
         if not isinstance(v, bool):
             raise ValidationError(f"space.{name}: expected true or false, got {v!r}")

@@ -23,7 +23,7 @@ from lab.eval.dataset import EvalDataset
 from lab.eval.goldens import load_dataset
 from lab.tune.batch import BatchScorer, exact_path_reasons
 from lab.tune.output import log_sweep, summary, write_sweep
-from lab.tune.params import assemble_config, save_config, search_config
+from lab.tune.params import assemble_config, save_config, search_config, table_point
 from lab.tune.spec import CONTEXT_METRICS, SweepSpec
 from lab.tune.split import split_questions
 from lab.tune.strategies import make_strategy
@@ -176,12 +176,12 @@ class _Sweeper:
                     configs.append(search_config(self.base, points[i]).fusion)
                     ok.append(i)
                 except (LabError, ValueError) as exc:
-                    rows.append({"trial": len(rows), **points[i], "feasible": False, "error": str(exc)})
+                    rows.append({"trial": len(rows), **table_point(points[i]), "feasible": False, "error": str(exc)})
             t0 = time.perf_counter()
             per_q = group.scorer.evaluate(configs) if configs else {}
             seconds += time.perf_counter() - t0
             for j, i in enumerate(ok):
-                row = {"trial": len(rows), **points[i]}
+                row = {"trial": len(rows), **table_point(points[i])}
                 for part, mask in self.parts.items():
                     for m, arr in per_q.items():
                         row[f"{part}/{m}"] = float(arr[j][mask].mean()) if mask.any() else float("nan")
