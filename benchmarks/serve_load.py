@@ -104,21 +104,24 @@ async def paced(url: str, rate: float, seconds: float, make_request) -> dict:
 
 
 def embedding_floor(questions: list[str]) -> dict:
-    """CPU milliseconds per query of the real model on one thread, alone on the machine, one by
-    one and in batches: what the serving figures cannot go below."""
+    """CPU milliseconds per query of each MiniLM backend on one thread, alone on the machine, one
+    by one and in batches: what the serving figures cannot go below."""
+    from lab.config import EmbedConfig
     from lab.embed.base import set_model_threads
-    from lab.embed.st import SentenceTransformerEmbedder
+    from lab.embed.registry import make_embedder
 
-    model = SentenceTransformerEmbedder(batch_size=8)
-    set_model_threads(model, 1)
-    model.embed(questions[:16])
-    out = {}
-    for batch in (1, 8, 16, 32):
-        sample = questions[:256]
-        started = time.process_time()
-        for i in range(0, len(sample), batch):
-            model.embed(sample[i:i + batch])
-        out[f"batch_{batch}_cpu_ms_per_query"] = round((time.process_time() - started) / len(sample) * 1000, 2)
+    out: dict = {}
+    for name in ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"):
+        model = make_embedder(EmbedConfig(model=name, batch_size=8, cache=False))
+        set_model_threads(model, 1)
+        model.embed_queries(questions[:16])
+        for batch in (1, 8, 16, 32):
+            sample = questions[:256]
+            started = time.process_time()
+            for i in range(0, len(sample), batch):
+                model.embed_queries(sample[i:i + batch])
+            out.setdefault(name, {})[f"batch_{batch}_cpu_ms_per_query"] = round(
+                (time.process_time() - started) / len(sample) * 1000, 2)
     return out
 
 
@@ -162,6 +165,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--rate", type=float, default=100, help="offered searches per second of the paced phase")
+    parser.add_argument("--query-model", default="auto",
+                        help="the server's query_model: auto (the int8 ONNX MiniLM for this MiniLM store) or store (torch)")
     args = parser.parse_args()
     convs = load_conversations(DATASETS / "locomo" / "locomo10-dev.json")
     turns = [t for c in convs for t in c.turns]
@@ -172,11 +177,12 @@ def main() -> None:
     print("query embedding, one thread", floor, file=sys.stderr)
     bundle = write_bundle(bench / "serve-bundle", model=DEFAULT_MODEL)
     results: dict = {"clients": args.clients, "seconds_per_phase": args.seconds, "paced_rate": args.rate,
-                     "query_embedding": floor}
+                     "query_model": args.query_model, "query_embedding": floor}
     for size in args.sizes:
         store = bench / f"serve-{size}"
         build_store(store, size, turns)
-        with Server(bundle, store, "--rate", "1000000", "--burst", "1000000", log=bench / f"serve-{size}.log") as srv:
+        with Server(bundle, store, "--rate", "1000000", "--burst", "1000000", "--query-model", args.query_model,
+                    log=bench / f"serve-{size}.log") as srv:
             def ask(i: int):
                 return "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10}
 
