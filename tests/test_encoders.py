@@ -160,3 +160,32 @@ def test_e5_dense_and_sparse_lists_beside_minilm_through_the_command_line(tmp_pa
     assert proc.returncode == 0 and "carries e5:" in proc.stdout
     assert Retriever.open(store).indexes.config.models == ("e5",)
     assert np.isfinite(top.score)
+
+
+@pytest.mark.slow
+def test_a_bundle_whose_store_carries_e5_is_served_with_its_lists_and_names_both_models(tmp_path):
+    import json
+
+    from serving import Server
+
+    from lab import bundle as bundles
+    from lab.config import AssembleConfig, EmbedConfig
+    from lab.embed.registry import MODELS, model_record
+
+    save = SaveConfig(embed=EmbedConfig(model="all-MiniLM-L6-v2"), index=IndexConfig(models=("e5",)))
+    config = replace(resolve("lab"), name="with-e5", encoders=("vector@e5",))
+    folder = bundles.write_bundle(tmp_path / "bundle", config, AssembleConfig(), save, {
+        "verdict": "GO", "candidate": "with-e5", "run_id": "test",
+        "embedding_models": [model_record("all-MiniLM-L6-v2"), model_record(MODELS["multilingual-e5-small-q4"].id)]})
+    assert len(json.loads((folder / "manifest.json").read_text())["embedding_models"]) == 2
+    with Server(folder, tmp_path / "store") as srv, srv.client() as c:
+        assert c.post("/v1/namespaces", json={"name": "n"}).status_code == 201
+        for fact in FACTS:
+            assert c.post("/v1/memories", json={"namespace": "n", "content": fact}).status_code == 201
+        r = c.post("/v1/search", json={"namespace": "n", "query": "Which class did Melanie join?", "explain": True})
+        assert r.status_code == 200, r.text
+        top = r.json()["results"][0]
+        assert "pottery class" in top["content"] and "vector@e5" in top["signals"]
+        embedding = c.get("/ready").json()["served"]["embedding"]
+        assert embedding == {"store": "all-MiniLM-L6-v2", "query": "all-MiniLM-L6-v2-int8", "encoders": ["e5"]}
+    assert "queries encoded by all-MiniLM-L6-v2-int8, extra encoders e5" in srv.log()

@@ -32,9 +32,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from lab.serve.app import create_app
 
     app = create_app(settings, served, keys=keys)
+    models = app.state.lab.service.embedding_models()
     print(f"serving {served.source} (candidate {served.manifest.get('candidate')}, verdict GO) "
           f"from store {settings.store} on http://{settings.host}:{settings.port}  "
-          f"auth {'on' if settings.auth_on else 'off'}, {len(keys.keys)} key(s); API docs at /docs", flush=True)
+          f"auth {'on' if settings.auth_on else 'off'}, {len(keys.keys)} key(s); API docs at /docs\n"
+          f"vectors of {models['store']}, queries encoded by {models['query']}"
+          + (f", extra encoders {', '.join(models['encoders'])}" if models["encoders"] else ""), flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
                 timeout_graceful_shutdown=10)
     return 0

@@ -161,7 +161,8 @@ def cmd_repair(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="create an empty store")
     store_arg(p)
-    p.add_argument("--model", default="all-MiniLM-L6-v2", help="embedding model (all-MiniLM-L6-v2 or fake-hash-256)")
+    p.add_argument("--model", default="all-MiniLM-L6-v2",
+                   help="embedding model: an id or alias from `lab models` (minilm, minilm-int8, e5), or st:PATH / onnx:PATH")
     p.add_argument("--chunk-size", type=int, default=350)
     p.add_argument("--chunk-overlap", type=int, default=150)
     p.set_defaults(func=cmd_init)

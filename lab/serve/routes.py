@@ -148,7 +148,8 @@ def ready(state: State, request: Request, response: Response) -> dict[str, Any]:
     if state.auth_on and identify(state, request) is None:
         return {"ready": True}
     version, namespaces = service.read(lambda: (str(service.store.version()), len(service.store.namespaces())))
-    return {"ready": True, "namespaces": namespaces, "store_version": version, "served": service.served.describe()}
+    return {"ready": True, "namespaces": namespaces, "store_version": version,
+            "served": {**service.served.describe(), "embedding": service.embedding_models()}}
 
 
 @operations.get("/metrics", response_class=PlainTextResponse, responses=ERRORS)

@@ -147,6 +147,15 @@ class MemoryService:
         for t in self._threads:
             t.start()
 
+    def embedding_models(self) -> dict[str, Any]:
+        """The models in use, a local folder named by its last part (no path leaves the server)."""
+        def shown(model_id: str) -> str:
+            backend, sep, rest = model_id.partition(":")
+            return f"{backend}:{Path(rest).name}" if sep and "/" in rest else model_id
+
+        return {"store": shown(self.pipeline.embedder.model_id), "query": shown(self.query_model),
+                "encoders": list(self.pipeline.config.index.models)}
+
     # ------------------------------------------------------------------ lifecycle
     def warm(self) -> None:
         """Load every namespace's index (snapshot, then catch up with the store) and the model."""
