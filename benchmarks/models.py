@@ -69,6 +69,22 @@ def per_conversation(result) -> dict[str, float]:
     return {ns: round(v, 4) for ns, v in table.iter_rows()}
 
 
+PER_QUERY: dict[tuple[str, str], pl.DataFrame] = {}  # (dataset, encoding) -> the lab preset's per-question metrics
+
+
+def paired(dataset_name: str, name: str) -> dict:
+    """The lab preset's change against MiniLM alone on the same questions, with its two-sided
+    p-value (paired sign flips)."""
+    from lab.eval.metrics import paired_randomization_test
+
+    a, b = PER_QUERY[(dataset_name, name)].sort("qid"), PER_QUERY[(dataset_name, "minilm")].sort("qid")
+    out = {}
+    for metric in ("recall@10", "ndcg@10"):
+        x, y = a[metric].to_numpy(), b[metric].to_numpy()
+        out[metric] = {"delta": round(float((x - y).mean()), 4), "p": round(paired_randomization_test(x, y), 4)}
+    return out
+
+
 def quality(dataset_name: str, store: str, query: str, encoders: tuple[str, ...] = ()) -> dict:
     dataset = load_dataset(dataset_name, DATASETS, split="train")
     save = replace(SaveConfig(), embed=replace(SaveConfig().embed, model=store),
@@ -89,6 +105,8 @@ def quality(dataset_name: str, store: str, query: str, encoders: tuple[str, ...]
             row["recall@10_by_category"] = {str(c["category"]): round(c["recall@10"], 4) for c in cats
                                             if "recall@10" in c}
             row["recall@10_by_conversation"] = per_conversation(result)
+        if preset == "lab":
+            PER_QUERY[(dataset_name, label(store, query, encoders))] = result.per_query
         out[preset] = row
     if query == store and not encoders:
         path = eval_store(dataset, save)
@@ -186,7 +204,10 @@ def main() -> None:
         combos = not args.no_combinations and "minilm" in args.models and "e5" in args.models
         for store, query, encoders in encodings(args.models, combos):
             row = quality(ds, store, query, encoders)
-            results["quality"].setdefault(ds, {})[label(store, query, encoders)] = row
+            name = label(store, query, encoders)
+            if name != "minilm" and (ds, "minilm") in PER_QUERY:
+                row["lab_vs_minilm"] = paired(ds, name)
+            results["quality"].setdefault(ds, {})[name] = row
             print(ds, label(store, query, encoders), {p: {k: row[p][k] for k in ("recall@10", "ndcg@10")}
                                                       for p in PRESET_NAMES}, flush=True)
     results["wins_every_conversation"] = conversation_wins(results["quality"].get("locomo", {}))

@@ -623,7 +623,7 @@ class Store:
         """(chunk ids no memory shows, chunk ids stored more than once): what a cut-off save leaves."""
         stored = self._chunks.frame()
         stale = stored.join(self.chunks().select("chunk_id"), on="chunk_id", how="anti")["chunk_id"].unique().sort()
-        twice = stored.filter(pl.col("chunk_id").is_duplicated() & ~pl.col("chunk_id").is_in(stale))
+        twice = stored.filter(pl.col("chunk_id").is_duplicated() & ~pl.col("chunk_id").is_in(stale.to_list()))
         return stale.to_list(), twice["chunk_id"].unique().sort().to_list()
 
     def remove_orphan_chunks(self) -> dict[str, int]:
