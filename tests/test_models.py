@@ -207,3 +207,32 @@ def test_lab_eval_refuses_an_unknown_model_before_loading_anything(tmp_path):
                            "--query-model", "e5", "--no-track", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "encodes into" in proc.stderr
+
+
+@pytest.mark.slow
+def test_searching_a_minilm_store_by_int8_queries_loads_no_torch(tmp_path):
+    with Pipeline.open(tmp_path / "s", create=True) as pipe:
+        pipe.save_many([{"content": t} for t in TEXTS[:3]], namespace="n", progress=False)
+    code = ("import sys; from lab.retriever import Retriever; "
+            f"r = Retriever.open({str(tmp_path / 's')!r}, query_model='auto'); "
+            "hits = r.search('support group', 'n', 2); "
+            "print(r.query_embedder.model_id, len(hits), 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["all-MiniLM-L6-v2-int8", "2", "False"]
+
+
+@pytest.mark.slow
+def test_a_server_over_an_int8_store_runs_without_torch(tmp_path):
+    from serving import Server, write_bundle
+
+    bundle = write_bundle(tmp_path / "bundle", model="all-MiniLM-L6-v2-int8")
+    with Server(bundle, tmp_path / "store") as srv, srv.client() as c:
+        assert c.post("/v1/namespaces", json={"name": "n"}).status_code == 201
+        saved = c.post("/v1/memories", json={"namespace": "n", "content": TEXTS[1]}).json()
+        hits = c.post("/v1/search", json={"namespace": "n", "query": "a painting of a sunrise"}).json()["results"]
+        assert hits[0]["memory_id"] == saved["id"]
+        maps = Path(f"/proc/{srv.proc.pid}/maps").read_text()
+        assert "libtorch" not in maps  # neither the server nor (below) its query process loaded torch
+        children = Path(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read_text().split()
+        assert children and all("libtorch" not in Path(f"/proc/{c}/maps").read_text() for c in children)
