@@ -57,6 +57,8 @@ CONFIG_FILES: list[tuple[str, str, str, str]] = [
     ("sweep: NaN value", "s.yaml", "dataset: demo\nspace:\n  fusion.k: [.nan]\n", "fusion.k"),
     ("sweep: unknown strategy", "s.yaml", "dataset: demo\nstrategy: genetic\nspace:\n  fusion.k: [1]\n", "strategy"),
     ("sweep: unknown fuser value", "s.yaml", "dataset: demo\nspace:\n  fusion.method: [bogus]\n", "bogus"),
+    ("sweep: unknown encoder", "s.yaml", "dataset: demo\nspace:\n  index.models: [[bge]]\n", "index.models"),
+    ("preset: unknown encoder list", "p.yaml", "encoders: [vector@bge]\n", "vector@bge"),
     ("sweep: validation out of range", "s.yaml", "dataset: demo\nvalidation: 1.5\nspace:\n  fusion.k: [1]\n",
      "validation"),
     ("gate: unknown field", "g.yaml", "model: m\nsuites:\n  d: {dataset: demo}\ncolour: red\n", "colour"),
@@ -110,7 +112,32 @@ def file_cases(tmp: Path, pipe: Any) -> list[Outcome]:
             conf = tmp / f"serve{i}.json"
             conf.write_text(json.dumps(content))
         out.append(refused("input", case, lambda f=flags, e=env, c=conf: load_settings(f, env=e, config_file=c), names))
-    return out
+    return out + model_cases(tmp, pipe)
+
+
+def model_cases(tmp: Path, pipe: Any) -> list[Outcome]:
+    """Embedding models: an unknown id, a folder that is not a model, a store opened with another
+    model, a query model of another space, a bundle's model whose files differ."""
+    from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig
+    from lab.embed.registry import make_embedder, query_model_name, require_recorded
+    from lab.pipeline import Pipeline
+
+    folder = tmp / "not-a-model"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    other = "all-MiniLM-L6-v2" if pipe.embedder.model_id != "all-MiniLM-L6-v2" else "fake"
+    return [
+        refused("input", "model: unknown id", lambda: make_embedder(EmbedConfig(model="bge-small")), "bge-small"),
+        refused("input", "model: a folder that is not a model", lambda: make_embedder(EmbedConfig(model=f"st:{folder}")),
+                "tokenizer.json"),
+        refused("input", "model: a store opened with another model",
+                lambda: Pipeline.open(pipe.store.root, SaveConfig(embed=EmbedConfig(model=other))),
+                pipe.embedder.model_id),
+        refused("input", "model: a query model of another space", lambda: query_model_name("e5", DEFAULT_MODEL),
+                "multilingual-e5-small-q4"),
+        refused("input", "model: a bundle's model files differ",
+                lambda: require_recorded([{"id": DEFAULT_MODEL, "sha256": "0" * 64}], "bundle b"), "sha256"),
+    ]
 
 
 def http_cases(client: Any) -> list[Outcome]:
