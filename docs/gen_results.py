@@ -65,12 +65,53 @@ def benchmark(path: Path) -> list[str]:
     if script:
         where += f"; written by `{script}`"
     lines = [f"## {title}", "", where, ""]
+    if path.stem == "models" and isinstance(data, dict):
+        return lines + models_tables(data)
     rows = [(k, v) for k, v in _leaves(data) if k not in ("benchmark", "machine")]
     lines += ["| measure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows[:MAX_ROWS]]
     if len(rows) > MAX_ROWS:
         lines.append(f"| ... | {len(rows) - MAX_ROWS} more in the file |")
     return lines + [""]
+
+
+def models_tables(data: dict[str, Any]) -> list[str]:
+    """benchmarks/models.py's figures as tables a person reads: quality per dataset and encoding,
+    then speed and size per model (the rest, per category and per conversation, is in the file)."""
+    lines: list[str] = []
+    for dataset, rows in data.get("quality", {}).items():
+        lines += [f"**{dataset}** (`lab` preset as it is; `vector`: dense retrieval alone)", "",
+                  "| encoding | lab recall@10 [95% CI] | lab nDCG@10 | change vs minilm (p) | vector recall@10 | vector nDCG@10 |",
+                  "|---|---|---|---|---|---|"]
+        for name, row in rows.items():
+            lab, vec = row.get("lab", {}), row.get("vector", {})
+            ci = lab.get("ci95", {}).get("recall@10")
+            ci_text = f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else ""
+            versus = row.get("lab_vs_minilm", {}).get("recall@10")
+            versus_text = f"{versus['delta']:+.4f} ({versus['p']:.3g})" if versus else ""
+            lines.append(f"| {name} | {lab.get('recall@10', float('nan')):.4f}{ci_text} | {lab.get('ndcg@10', float('nan')):.4f} "
+                         f"| {versus_text} | {vec.get('recall@10', float('nan')):.4f} | {vec.get('ndcg@10', float('nan')):.4f} |")
+        lines.append("")
+    speed = data.get("speed", {})
+    if speed:
+        lines += ["| model | passages/s, short (2 threads) | passages/s, at its token limit | one query, p50 / p99 ms (1 thread) | model MB |",
+                  "|---|---|---|---|---|"]
+        for name, row in speed.items():
+            q = row.get("query_ms_one_thread", {})
+            lines.append(f"| {name} | {row.get('passages_per_s_short')} | {row.get('passages_per_s_long')} | "
+                         f"{q.get('p50_ms')} / {q.get('p99_ms')} | {row.get('model_mb')} |")
+        lines.append("")
+    cosine = data.get("int8_cosine_to_torch")
+    if cosine:
+        lines += [f"int8 ONNX vectors against torch's on {cosine['texts']} texts: cosine min {cosine['min']}, "
+                  f"mean {cosine['mean']}.", ""]
+    wins = data.get("wins_every_conversation") or {}
+    if wins:
+        lines += ["| LoCoMo dev, `lab` preset | recall@10 gains in every conversation |", "|---|---|"]
+        lines += [f"| {name} | {'yes' if w['every'] else 'no'} "
+                  f"({sum(d > 0 for d in w['deltas'].values())} of {len(w['deltas'])}) |" for name, w in wins.items()]
+        lines.append("")
+    return lines
 
 
 def render() -> str:

@@ -49,3 +49,26 @@ def test_a_figure_changed_in_its_file_changes_the_page(tmp_path, monkeypatch):
     assert "| speed.p99_ms | 12.5 |" in page and "recall@10 0.1234" in page
     (results / "toy.json").write_text(json.dumps({"benchmark": "toy", "machine": "here", "speed": {"p99_ms": 9.75}}))
     assert "| speed.p99_ms | 9.75 |" in gen.render()
+
+
+def test_the_models_figures_are_tables_that_follow_their_file(tmp_path, monkeypatch):
+    gen = _generator()
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (tmp_path / "goldens").mkdir()
+    (tmp_path / "goldens" / "regressions.yaml").write_text(yaml.safe_dump({"conditions": []}))
+    row = {"lab": {"recall@10": 0.8157, "ndcg@10": 0.6004, "ci95": {"recall@10": [0.79, 0.83]}},
+           "vector": {"recall@10": 0.5281, "ndcg@10": 0.3395}}
+    data = {"benchmark": "models", "machine": "here",
+            "quality": {"locomo": {"minilm": row, "e5": {**row, "lab_vs_minilm": {"recall@10": {"delta": 0.0077,
+                                                                                             "p": 0.012}}}}},
+            "speed": {"e5": {"passages_per_s_short": 19.7, "passages_per_s_long": 1.7, "model_mb": 71.9,
+                             "query_ms_one_thread": {"p50_ms": 18.4, "p99_ms": 26.7}}}}
+    (results / "models.json").write_text(json.dumps(data))
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    page = gen.render()
+    assert "| e5 | 0.8157 [0.7900, 0.8300] | 0.6004 | +0.0077 (0.012) | 0.5281 | 0.3395 |" in page
+    assert "| e5 | 19.7 | 1.7 | 18.4 / 26.7 | 71.9 |" in page
+    data["speed"]["e5"]["passages_per_s_short"] = 21.5
+    (results / "models.json").write_text(json.dumps(data))
+    assert "| e5 | 21.5 | 1.7 |" in gen.render()
