@@ -49,7 +49,13 @@ def test_int8_onnx_minilm_reproduces_the_torch_vectors_space():
     assert np.allclose(np.linalg.norm(int8_vectors, axis=1), 1.0, atol=1e-5)
     cosines = (torch_vectors * int8_vectors).sum(axis=1)
     assert cosines.min() > 0.99, cosines  # a long text is truncated at 256 tokens by both
-    assert make_embedder(EmbedConfig(model="minilm-int8")).space == DEFAULT_MODEL
+    int8 = make_embedder(EmbedConfig(model="minilm-int8"))
+    assert int8.space == DEFAULT_MODEL
+    many = TEXTS * 9  # several batches: run side by side on two threads, one after another on one
+    int8.set_threads(2)
+    side_by_side = int8.embed(many)
+    int8.set_threads(1)
+    assert np.array_equal(side_by_side, int8.embed(many))
 
 
 @pytest.mark.slow
