@@ -105,6 +105,18 @@ def models_tables(data: dict[str, Any]) -> list[str]:
     if cosine:
         lines += [f"int8 ONNX vectors against torch's on {cosine['texts']} texts: cosine min {cosine['min']}, "
                   f"mean {cosine['mean']}.", ""]
+    tuned = [(name, row["lab_loco"]) for name, row in data.get("quality", {}).get("locomo", {}).items()
+             if "lab_loco" in row]
+    if tuned:
+        lines += ["LoCoMo dev, the extra encoders' weight chosen on nine conversations and measured on the tenth:", "",
+                  "| encoding | held-out recall@10 | held-out nDCG@10 | p vs minilm | gains in every conversation |",
+                  "|---|---|---|---|---|"]
+        for name, cv in tuned:
+            gains = sum(d > 0 for d in cv["recall@10_change_by_conversation"].values())
+            lines.append(f"| {name} | {cv['held_out_recall@10']:.4f} | {cv['held_out_ndcg@10']:.4f} | "
+                         f"{cv['recall@10_vs_minilm_p']:.3g} | {'yes' if cv['gains_every_conversation'] else 'no'} "
+                         f"({gains} of {len(cv['recall@10_change_by_conversation'])}) |")
+        lines.append("")
     wins = data.get("wins_every_conversation") or {}
     if wins:
         lines += ["| LoCoMo dev, `lab` preset | recall@10 gains in every conversation |", "|---|---|"]
