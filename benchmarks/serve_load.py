@@ -167,6 +167,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100, help="offered searches per second of the paced phase")
     parser.add_argument("--query-model", default="auto",
                         help="the server's query_model: auto (the int8 ONNX MiniLM for this MiniLM store) or store (torch)")
+    parser.add_argument("--name", default="serve_load",
+                        help="results file name (benchmarks/results/NAME.json): keeps a comparison run apart")
     args = parser.parse_args()
     convs = load_conversations(DATASETS / "locomo" / "locomo10-dev.json")
     turns = [t for c in convs for t in c.turns]
@@ -220,7 +222,7 @@ def main() -> None:
                 writes["memories_per_commit"] = round(groups.get("lab_commit_group_size_sum", 0) / count, 1) if count else None
                 print(size, "writes", writes, file=sys.stderr)
                 results[f"memories_{size}"]["writes"] = writes
-    report("serve_load", results)
+    report(args.name, results)
 
 
 if __name__ == "__main__":
