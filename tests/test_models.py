@@ -242,3 +242,19 @@ def test_a_server_over_an_int8_store_runs_without_torch(tmp_path):
         assert "libtorch" not in maps  # neither the server nor (below) its query process loaded torch
         children = Path(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read_text().split()
         assert children and all("libtorch" not in Path(f"/proc/{c}/maps").read_text() for c in children)
+
+
+@pytest.mark.slow
+def test_a_one_shot_lab_search_encodes_by_int8_and_refuses_bad_k_before_loading(tmp_path):
+    with Pipeline.open(tmp_path / "s", create=True) as pipe:
+        pipe.save_many([{"content": t} for t in TEXTS[:3]], namespace="n", progress=False)
+    code = ("import sys; from lab.cli import main; "
+            f"code = main(['search', 'a sunrise over the lake', '--store', {str(tmp_path / 's')!r}, '--namespace', 'n', "
+            "'--k', '1', '--json']); print('torch' in sys.modules, code)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    hits, last = proc.stdout.rsplit("\n", 2)[0], proc.stdout.strip().splitlines()[-1]
+    assert "Melanie painted a sunrise" in hits and last == "False 0"
+    proc = subprocess.run([sys.executable, "-m", "lab", "search", "x", "--store", str(tmp_path / "absent"),
+                           "--namespace", "n", "--k", "-3"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "--k must be >= 1, got -3" in proc.stderr

@@ -11,10 +11,16 @@ from lab.cli.common import print_hits, print_json, store_arg, terminal_safe
 def _retriever(args: argparse.Namespace):
     from lab.retriever import Retriever
 
-    return Retriever.open(args.store, search=args.preset)
+    # queries by the fastest model of the store's space, as `lab serve` encodes them (for a MiniLM
+    # store the int8 ONNX export: a one-shot search loads no torch); --query-model store: its own
+    return Retriever.open(args.store, search=args.preset, query_model=args.query_model)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from lab.errors import ValidationError
+
+    if args.k is not None and args.k < 1:  # before anything is loaded
+        raise ValidationError(f"--k must be >= 1, got {args.k}")
     with _retriever(args) as retriever:
         hits = retriever.search(args.query, args.namespace, k=args.k, explain=args.explain)
     if args.json:
@@ -79,6 +85,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default=None, help="preset name or a .yaml/.json SearchConfig (default: lab)")
     p.add_argument("--k", type=int, default=None, help="results to return (default: the preset's top_k)")
     p.add_argument("--explain", action="store_true", help="per-signal ranks, scores, contributions, counterfactual ranks")
+    p.add_argument("--query-model", dest="query_model", default="auto",
+                   help="model encoding the query: auto (the fastest of the store's vector space), store, or a model id")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -93,6 +101,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--counter", choices=["estimate", "exact"], default=None, help="token counter (default estimate)")
     p.add_argument("--neighbours", type=int, default=None, help="adjacent turns of the same episode to add")
     p.add_argument("--candidates", type=int, default=50, help="fused results offered to assembly")
+    p.add_argument("--query-model", dest="query_model", default="auto",
+                   help="model encoding the query: auto (the fastest of the store's vector space), store, or a model id")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     p.set_defaults(func=cmd_context)
 
