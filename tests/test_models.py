@@ -245,6 +245,17 @@ def test_a_server_over_an_int8_store_runs_without_torch(tmp_path):
 
 
 @pytest.mark.slow
+def test_lab_serve_takes_its_query_model_from_the_command_line(tmp_path):
+    from serving import Server, write_bundle
+
+    bundle = write_bundle(tmp_path / "bundle", model=DEFAULT_MODEL)
+    with Server(bundle, tmp_path / "store", "--query-model", "store") as srv, srv.client() as c:
+        served = c.get("/ready").json()["served"]["embedding"]
+        assert served["query"] == DEFAULT_MODEL  # the store's own torch model, not auto's int8 export
+    assert "queries encoded by all-MiniLM-L6-v2" in srv.log() and "int8" not in srv.log().split("queries encoded by")[1][:40]
+
+
+@pytest.mark.slow
 def test_a_one_shot_lab_search_encodes_by_int8_and_refuses_bad_k_before_loading(tmp_path):
     with Pipeline.open(tmp_path / "s", create=True) as pipe:
         pipe.save_many([{"content": t} for t in TEXTS[:3]], namespace="n", progress=False)

@@ -7,7 +7,14 @@ import sys
 from lab.cli.common import print_json
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+SETTING_FLAGS = ("model", "bundle", "store", "host", "port", "auth", "keys_file", "rate", "burst", "max_body_bytes",
+                 "query_model", "tracking_uri", "log_level", "proxy_upstream", "proxy_timeout_s", "proxy_position",
+                 "proxy_save")
+
+
+def open_served(args: argparse.Namespace, log_stream=None):
+    """(settings, the GO configuration served, its keys) from the flags, checked before anything
+    is opened; logging goes to ``log_stream`` (stderr by default)."""
     import logging
 
     from lab.errors import ValidationError
@@ -15,10 +22,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from lab.serve.bundle import load_bundle, load_model
     from lab.serve.settings import load_settings
 
-    flags = {k: getattr(args, k) for k in ("model", "bundle", "store", "host", "port", "auth", "keys_file", "rate",
-                                           "burst", "max_body_bytes", "tracking_uri", "log_level")}
+    flags = {k: getattr(args, k, None) for k in SETTING_FLAGS}
     settings = load_settings(flags, config_file=args.config)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=log_stream or sys.stderr)
     logging.getLogger("bm25s").setLevel(max(logging.WARNING, logging.getLogger().level))  # it logs every build
     served = load_bundle(settings.bundle) if settings.bundle else load_model(settings.model, settings.tracking_uri)
     keys = KeyRing.load(settings.keys_file)
@@ -27,20 +34,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ValidationError(f"auth is {why}, but there are no API keys: create one with "
                               "`lab keys create NAME --keys-file FILE` and pass --keys-file FILE "
                               "(or set $LAB_API_KEYS), or bind to 127.0.0.1")
+    return settings, served, keys
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings, served, keys = open_served(args)
     import uvicorn
 
     from lab.serve.app import create_app
 
-    app = create_app(settings, served, keys=keys)
+    faces = []
+    if args.mcp:
+        from lab.mcp.http import mcp_face
+
+        faces.append(mcp_face)
+    app = create_app(settings, served, keys=keys, faces=faces)
     models = app.state.lab.service.embedding_models()
+    base = f"http://{settings.host}:{settings.port}"
     print(f"serving {served.source} (candidate {served.manifest.get('candidate')}, verdict GO) "
-          f"from store {settings.store} on http://{settings.host}:{settings.port}  "
-          f"auth {'on' if settings.auth_on else 'off'}, {len(keys.keys)} key(s); API docs at /docs\n"
+          f"from store {settings.store} on {base}  "
+          f"auth {'on' if settings.auth_on else 'off'}, {len(keys.keys)} key(s); API docs at /docs"
+          + (f"; MCP (streamable HTTP) at {base}/mcp" if args.mcp else "")
+          + (f"; chat proxy at {base}/v1/chat/completions -> {settings.proxy_upstream}" if settings.proxy_upstream else "")
+          + "\n"
           f"vectors of {models['store']}, queries encoded by {models['query']}"
           + (f", extra encoders {', '.join(models['encoders'])}" if models["encoders"] else ""), flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
                 timeout_graceful_shutdown=10)
     return 0
+
+
+def add_setting_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `lab serve` and `lab mcp` share: what is served and how it is guarded."""
+    p.add_argument("--model", help="registered model version (default models:/lab-memory@champion)")
+    p.add_argument("--bundle", help="an exported bundle folder instead of the registry")
+    p.add_argument("--store", help="the store to serve (default .lab/serve/store, created with the gated settings)")
+    p.add_argument("--query-model", dest="query_model",
+                   help="model encoding queries: auto (fastest backend of the store's vector space), store, or a model id")
+    p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (default: local SQLite)")
+    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--config", help="settings file (YAML; env LAB_SERVE_CONFIG)")
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -64,9 +97,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the gated configuration over REST (FastAPI on uvicorn)",
                        description="Serve the registered champion (or a bundle) over REST. Settings come from "
                                    "flags, then $LAB_SERVE_<NAME> variables, then --config FILE (YAML).")
-    p.add_argument("--model", help="registered model version (default models:/lab-memory@champion)")
-    p.add_argument("--bundle", help="an exported bundle folder instead of the registry")
-    p.add_argument("--store", help="the store to serve (default .lab/serve/store, created with the gated settings)")
+    add_setting_flags(p)
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8080)")
     p.add_argument("--auth", choices=["on", "off", "auto"], help="API keys required (auto: unless bound to loopback)")
@@ -74,11 +105,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, help="requests per second per key (default 50)")
     p.add_argument("--burst", type=int, help="requests allowed at once per key (default 100)")
     p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help="request body limit (default 1 MiB)")
-    p.add_argument("--query-model", dest="query_model",
-                   help="model encoding queries: auto (fastest backend of the store's vector space), store, or a model id")
-    p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (default: local SQLite)")
-    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--config", help="settings file (YAML; env LAB_SERVE_CONFIG)")
+    p.add_argument("--mcp", action="store_true",
+                   help="also serve the MCP tools over streamable HTTP at /mcp (same keys, scopes and rate limits)")
+    p.add_argument("--proxy-upstream", dest="proxy_upstream", metavar="URL",
+                   help="an OpenAI-compatible base URL: serve /v1/chat/completions with memory injected, forwarded there")
+    p.add_argument("--proxy-timeout", dest="proxy_timeout_s", type=float, metavar="S",
+                   help="seconds the upstream may take before the proxy answers 504 (default 120)")
+    p.add_argument("--proxy-position", dest="proxy_position", choices=["system", "first_user", "before_last_user"],
+                   help="where memory is injected by default (default system; a request may choose)")
+    p.add_argument("--proxy-save", dest="proxy_save", choices=["on", "off"],
+                   help="save every proxied exchange as episodic memories (default off; a request may ask)")
     p.set_defaults(func=cmd_serve)
 
     k = sub.add_parser("keys", help="create and list the server's API keys")
