@@ -11,6 +11,7 @@ from typing import Sequence
 from lab.cli import datasets as datasets_commands
 from lab.cli import demo as demo_commands
 from lab.cli import eval as eval_commands
+from lab.cli import mcp as mcp_commands
 from lab.cli import models as models_commands
 from lab.cli import search as search_commands
 from lab.cli import serve as serve_commands
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune_commands.add_learn_parser(sub)
     tune_commands.add_gate_parser(sub)
     serve_commands.add_parsers(sub)
+    mcp_commands.add_parsers(sub)
     stage_commands.add_parsers(sub)
     datasets_commands.add_parsers(sub)
     models_commands.add_parsers(sub)

@@ -11,13 +11,14 @@ import logging
 import re
 import threading
 import time
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from lab.embed.worker import EmbedderModelError, EmbedderProcessError
 from lab.errors import LabError, StoreError
@@ -159,9 +160,14 @@ def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
     return sorted(methods)
 
 
+# another face of the same service (MCP): a path, its ASGI app and a lifespan to run beside the app's
+Face = tuple[str, Any, Callable[[], AbstractAsyncContextManager[None]]]
+
+
 def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
-               keys: KeyRing | None = None) -> FastAPI:
-    """The REST app over ``served`` (a GO configuration) and the store ``settings`` names."""
+               keys: KeyRing | None = None, faces: Sequence[Callable[[AppState], Face]] = ()) -> FastAPI:
+    """The REST app over ``served`` (a GO configuration) and the store ``settings`` names, with
+    each of ``faces`` (built over the same state: same service, keys and rate limits) as a route."""
     metrics = Metrics()
     service = service or MemoryService(settings, served, observer=metrics)
     service.observer = metrics
@@ -170,6 +176,8 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
     metrics.count_memories(lambda: service.read(
         lambda: dict(service.store.memories().group_by("namespace").len().iter_rows())))
 
+    mounted = [make(state) for make in faces]
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         def warm() -> None:
@@ -177,7 +185,15 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
             metrics.ready.set(1 if service.ready.is_set() else 0)
 
         threading.Thread(target=warm, name="lab-warm", daemon=True).start()
-        yield
+        async with AsyncExitStack() as stack:
+            if settings.proxy_upstream:
+                import httpx
+
+                state.proxy_client = await stack.enter_async_context(httpx.AsyncClient(
+                    timeout=httpx.Timeout(settings.proxy_timeout_s, connect=min(10.0, settings.proxy_timeout_s))))
+            for _, _, face_lifespan in mounted:
+                await stack.enter_async_context(face_lifespan())
+            yield
         service.close()
 
     # with auth on, the API's own description is behind a key too (everything but /health and a
@@ -230,6 +246,10 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
 
     app.include_router(routes.operations)
     app.include_router(routes.v1)
+    if settings.proxy_upstream:
+        app.include_router(routes.proxy)
+    for path, face_app, _ in mounted:
+        app.router.routes.append(Route(path, endpoint=face_app, methods=["GET", "POST", "DELETE"]))
     app.add_middleware(Unexpected)  # innermost: an error never reaches Starlette's re-raising handler
     app.add_middleware(Measure, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

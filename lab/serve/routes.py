@@ -5,25 +5,21 @@ reads run in the request thread pool with the store to themselves (``service.rea
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import math
-import time
-from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from lab.config import FilterConfig, SearchConfig
-from lab.errors import NotFoundError
+from lab.serve import ops
 from lab.serve import schemas as S
 from lab.serve import work as W
 from lab.serve.auth import ApiKey
+from lab.serve.ops import Caller
+from lab.serve.proxy import chat_completions as proxy_forward
 from lab.serve.state import ApiError, AppState
-from lab.store.records import validate_namespace
 from lab.version import __version__
 
 ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 422, 429, 500, 503)}
@@ -31,22 +27,6 @@ ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409,
 
 async def get_state(request: Request) -> AppState:
     return request.app.state.lab
-
-
-@dataclass
-class Caller:
-    key: ApiKey | None  # None: auth is off, everything is allowed
-
-    def can(self, namespace: str, write: bool = False) -> bool:
-        return self.key is None or self.key.can(namespace, write)
-
-    def require(self, namespace: str, write: bool = False) -> None:
-        if self.key is None:
-            return
-        if not self.key.can(namespace):
-            raise ApiError(403, f"key {self.key.name!r} has no access to namespace {namespace!r}")
-        if write and not self.key.can(namespace, write=True):
-            raise ApiError(403, f"key {self.key.name!r} is read-only: it cannot write to namespace {namespace!r}")
 
 
 def secret_of(request: Request) -> str:
@@ -60,33 +40,10 @@ def identify(state: AppState, request: Request) -> ApiKey | None:
     return state.keys.find(secret) if secret else None
 
 
-def _take(state: AppState, who: str) -> None:
-    wait = state.limiter.take(who)
-    if wait > 0:
-        state.metrics.rate_limited.inc()
-        raise ApiError(429, f"rate limit of {state.settings.rate:g} requests/s (burst {state.settings.burst}) "
-                            "exceeded; retry later", headers={"Retry-After": str(max(1, math.ceil(wait)))})
-
-
 async def caller(request: Request) -> Caller:  # async: a few microseconds, no thread-pool hop
-    """Authenticate (when auth is on) and take a token from the caller's rate-limit bucket.
-
-    A request without a valid key takes its token from its client address's bucket first, so
-    guessing keys is rate-limited like any other request."""
-    state: AppState = request.app.state.lab
-    address = f"addr:{request.client.host if request.client else '-'}"
-    key = None
-    if state.auth_on:
-        secret = secret_of(request)
-        key = state.keys.find(secret) if secret else None
-        if key is None:
-            _take(state, "failed-" + address)
-            if not secret:
-                raise ApiError(401, "an API key is required: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
-                               headers={"WWW-Authenticate": "Bearer"})
-            raise ApiError(401, "the API key is not valid", headers={"WWW-Authenticate": "Bearer"})
-    _take(state, f"key:{key.name}" if key else address)
-    return Caller(key)
+    """Authenticate (when auth is on) and take a token from the caller's rate-limit bucket."""
+    return ops.authenticate(request.app.state.lab, secret_of(request),
+                            request.client.host if request.client else "-")
 
 
 State = Annotated[AppState, Depends(get_state)]
@@ -94,38 +51,8 @@ MemoryIdPath = Annotated[str, Path(min_length=1, max_length=200, pattern=S.ID_PA
 NamespacePath = Annotated[str, Path(min_length=1, max_length=128, pattern=S.NAMESPACE_PATTERN)]
 Auth = Annotated[Caller, Depends(caller)]
 operations = APIRouter(tags=["operations"])
+proxy = APIRouter(prefix="/v1", tags=["proxy"], responses={s: ERRORS[s] for s in (401, 403, 422, 429)})
 v1 = APIRouter(prefix="/v1", responses=ERRORS)
-
-
-async def queued(future) -> Any:
-    return await asyncio.wrap_future(future)
-
-
-def iso(value: Any) -> str | None:
-    return value.isoformat() if isinstance(value, datetime) else value
-
-
-def memory_out(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: iso(v) for k, v in row.items() if k in S.Memory.model_fields}
-    out["metadata"] = json.loads(row.get("metadata") or "{}")
-    out["tags"] = list(row.get("tags") or [])
-    return out
-
-
-def require_namespace(state: AppState, namespace: str) -> None:
-    """404 for a namespace that does not exist (named, without listing the others)."""
-    validate_namespace(namespace)
-    if namespace not in state.service.read(state.service.store.namespaces):
-        raise NotFoundError(f"unknown namespace {namespace!r} (create it with POST /v1/namespaces)")
-
-
-def memory_for(state: AppState, who: Caller, memory_id: str, write: bool = False) -> dict[str, Any]:
-    """The memory, if the caller may see it; one not visible to the caller is 404, as if absent."""
-    row = state.service.read(lambda: state.service.store.get(memory_id))
-    if not who.can(row["namespace"]):
-        raise NotFoundError(f"no memory with id {memory_id!r}")
-    who.require(row["namespace"], write)
-    return row
 
 
 # --------------------------------------------------------------------------- operations
@@ -178,48 +105,32 @@ def document_routes(app: Any) -> None:
 @v1.post("/memories", status_code=201, response_model=S.CreatedOne, tags=["memories"])
 async def create_memory(body: S.MemoryIn, state: State, who: Auth) -> dict[str, Any]:
     """Save one memory; acknowledged once committed, and searchable from then on."""
-    return (await create(state, who, [body]))["one"]
+    return (await ops.save(state, who, [body.record()]))["one"]
 
 
 @v1.post("/memories/batch", status_code=201, response_model=S.CreatedBatch, tags=["memories"])
 async def create_memories(body: S.MemoryBatchIn, state: State, who: Auth) -> dict[str, Any]:
     """Save several memories in one commit; each is reported created or duplicate (already stored)."""
-    got = await create(state, who, body.memories)
+    got = await ops.save(state, who, [m.record() for m in body.memories])
     return {"memories": got["memories"], "version": got["version"]}
-
-
-async def create(state: AppState, who: Caller, memories: list[S.MemoryIn]) -> dict[str, Any]:
-    for ns in sorted({m.namespace for m in memories}):
-        who.require(ns, write=True)
-        require_namespace(state, ns)
-    records = [m.record() for m in memories]
-    state.service.writer.validate(records)  # 422 before queueing: a bad record never joins a group
-    got = await queued(state.service.submit_write(W.Create(tuple(records))))
-    return {**got, "one": {**got["memories"][0], "version": got["version"]}}
 
 
 @v1.get("/memories/{memory_id:path}", response_model=S.Memory, tags=["memories"])
 def get_memory(memory_id: MemoryIdPath, state: State, who: Auth) -> dict[str, Any]:
-    return memory_out(memory_for(state, who, memory_id))
+    return ops.get(state, who, memory_id)
 
 
 @v1.patch("/memories/{memory_id:path}", response_model=S.Memory, tags=["memories"])
 async def patch_memory(memory_id: MemoryIdPath, body: S.MemoryPatch, state: State, who: Auth) -> dict[str, Any]:
     """Change fields; a new content, title or tags re-embeds the memory before this returns."""
-    changes = body.changes()
-    if not changes:
-        raise ApiError(422, "body: give at least one field to change", field="body")
-    memory_for(state, who, memory_id, write=True)
-    return memory_out(await queued(state.service.submit_write(W.Update(memory_id, changes))))
+    return await ops.update(state, who, memory_id, body.changes())
 
 
 @v1.delete("/memories/{memory_id:path}", response_model=S.Deleted, tags=["memories"])
 async def delete_memory(memory_id: MemoryIdPath, state: State, who: Auth,
                         hard: Annotated[bool, Query(description="remove it for good (default: mark invalid)")] = False,
                         ) -> dict[str, Any]:
-    memory_for(state, who, memory_id, write=True)
-    n = await queued(state.service.submit_write(W.Delete(memory_id, hard)))
-    return {"deleted": n, "hard": hard}
+    return await ops.forget(state, who, memory_id, hard)
 
 
 def encode_cursor(row: dict[str, Any]) -> str:
@@ -248,27 +159,17 @@ def list_memories(
     cursor: Annotated[Optional[str], Query(max_length=1000)] = None,
 ) -> dict[str, Any]:
     """Memories of one namespace, newest first; follow ``next_cursor`` for the next page."""
-    who.require(namespace)
-    require_namespace(state, namespace)
     after = decode_cursor(cursor) if cursor else None
-    store = state.service.store
-    page = state.service.read(lambda: store.list(namespace, types=type, tags=tag, valid=valid, since=since,
-                                                 until=until, limit=limit + 1, after=after))
-    rows = page.rows(named=True)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {"items": [memory_out(r) for r in rows], "next_cursor": encode_cursor(rows[-1]) if more else None}
+    items, last = ops.list_page(state, who, namespace, types=type, tags=tag, valid=valid, since=since, until=until,
+                                limit=limit, after=after)
+    return {"items": items, "next_cursor": encode_cursor(last) if last else None}
 
 
 # --------------------------------------------------------------------------- edges
 @v1.post("/edges", status_code=201, response_model=S.EdgesAdded, tags=["edges"])
 async def add_edges(body: S.EdgeBatchIn, state: State, who: Auth) -> dict[str, Any]:
     """Add typed edges between memories of one namespace (edges already there are skipped)."""
-    for edge in body.edges:
-        for end in (edge.src, edge.dst):
-            memory_for(state, who, end, write=True)
-    n = await queued(state.service.submit_write(W.AddEdges(tuple(e.model_dump() for e in body.edges))))
-    return {"added": n}
+    return await ops.link(state, who, [e.model_dump() for e in body.edges])
 
 
 @v1.get("/edges", response_model=S.EdgeList, tags=["edges"])
@@ -276,9 +177,9 @@ def list_edges(state: State, who: Auth, namespace: Annotated[str, Query(min_leng
                memory_id: Annotated[Optional[str], Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)] = None,
                relation: Optional[S.Relation] = None) -> dict[str, Any]:
     who.require(namespace)
-    require_namespace(state, namespace)
+    ops.require_namespace(state, namespace)
     frame = state.service.read(lambda: state.service.store.edges(namespace, memory_id=memory_id, relation=relation))
-    return {"items": [{k: iso(v) for k, v in r.items()} for r in frame.rows(named=True)]}
+    return {"items": [{k: ops.iso(v) for k, v in r.items()} for r in frame.rows(named=True)]}
 
 
 @v1.delete("/edges", response_model=S.EdgesAdded, tags=["edges"])
@@ -286,8 +187,8 @@ async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_le
                        dst: Annotated[str, Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)],
                        relation: Optional[S.Relation] = None) -> dict[str, Any]:
     """Remove the edges src -> dst (of one relation, or every relation); reported as ``added: -n``."""
-    memory_for(state, who, src, write=True)
-    n = await queued(state.service.submit_write(W.RemoveEdges(src, dst, relation)))
+    ops.memory_for(state, who, src, write=True)
+    n = await ops.queued(state.service.submit_write(W.RemoveEdges(src, dst, relation)))
     return {"added": -n}
 
 
@@ -295,82 +196,55 @@ async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_le
 @v1.post("/namespaces", status_code=201, response_model=S.NamespaceOut, tags=["namespaces"])
 async def create_namespace(body: S.NamespaceIn, state: State, who: Auth) -> dict[str, Any]:
     who.require(body.name, write=True)
-    await queued(state.service.submit_write(W.CreateNamespace(body.name, body.description)))
+    await ops.queued(state.service.submit_write(W.CreateNamespace(body.name, body.description)))
     return {"name": body.name}
 
 
 @v1.get("/namespaces", response_model=S.NamespaceList, tags=["namespaces"])
 def list_namespaces(state: State, who: Auth) -> dict[str, Any]:
     """The namespaces this key may read."""
-    return {"items": [ns for ns in state.service.read(state.service.store.namespaces) if who.can(ns)]}
+    return {"items": ops.namespaces(state, who)}
 
 
 @v1.get("/namespaces/{namespace:path}/stats", response_model=S.NamespaceStats, tags=["namespaces"])
 def namespace_stats(namespace: NamespacePath, state: State, who: Auth) -> dict[str, Any]:
-    who.require(namespace)
-    require_namespace(state, namespace)
-    service = state.service
-
-    def stats() -> dict[str, Any]:
-        out = service.store.stats(namespace)
-        idx = service.retriever.index(namespace)
-        out["index"] = {"live_chunks": idx.n_live, "delta": idx.delta_size}
-        return out
-
-    got = service.read(stats)
-    return {"name": namespace, **{k: got.get(k, {}) for k in ("by_type", "by_relation", "index")},
-            **{k: got[k] for k in ("memories", "valid", "pinned", "chunks", "edges")}}
+    return ops.stats(state, who, namespace)
 
 
 @v1.delete("/namespaces/{namespace:path}", response_model=S.NamespaceDeleted, tags=["namespaces"])
 async def delete_namespace(namespace: NamespacePath, state: State, who: Auth) -> dict[str, Any]:
     """Delete a namespace with its memories, edges and index."""
     who.require(namespace, write=True)
-    require_namespace(state, namespace)
-    counts = await queued(state.service.submit_write(W.DeleteNamespace(namespace)))
+    ops.require_namespace(state, namespace)
+    counts = await ops.queued(state.service.submit_write(W.DeleteNamespace(namespace)))
     return {"name": namespace, "memories": counts["memories"]}
 
 
 # --------------------------------------------------------------------------- search and context
-def search_config(state: AppState, filters: S.Filters | None) -> SearchConfig:
-    config = state.service.search_config
-    if filters is None:
-        return config
-    given = filters.model_dump(exclude_none=True)
-    for name in ("types", "tags"):
-        if name in given:
-            given[name] = tuple(given[name])
-    return replace(config, filters=replace(config.filters or FilterConfig(), **given))
+def filters_of(filters: S.Filters | None) -> dict[str, Any] | None:
+    return filters.model_dump(exclude_none=True) if filters is not None else None
 
 
 @v1.post("/search", response_model=S.SearchOut, tags=["search"])
 async def search(body: S.SearchIn, state: State, who: Auth) -> JSONResponse:
     """Hybrid search of one namespace with the served configuration."""
-    who.require(body.namespace)  # an unknown namespace is found out by the reader thread (404)
-    started = time.perf_counter()
-    config = search_config(state, body.filters)
-    response = await queued(state.service.submit_read(
-        W.Search(body.query, body.namespace, body.k or config.fusion.top_k, config, body.explain)))
     # returned as a response: the dict already has the documented shape (SearchOut), and skipping
     # FastAPI's second validation of it saves about a millisecond per request
-    return JSONResponse({"query": body.query, "namespace": body.namespace, "config": response.config,
-                         "intent": response.analysis.intent, "results": [r.to_dict() for r in response.results],
-                         "took_ms": round((time.perf_counter() - started) * 1000, 3)})
+    return JSONResponse(await ops.search(state, who, body.query, body.namespace, body.k, filters_of(body.filters),
+                                         body.explain))
 
 
 @v1.post("/context", response_model=S.ContextOut, tags=["search"])
 async def context(body: S.ContextIn, state: State, who: Auth) -> JSONResponse:
     """Search, then assemble the results into a zoned context within the token budget."""
-    who.require(body.namespace)
-    started = time.perf_counter()
-    assemble = state.service.assemble_config
-    if body.budget is not None:
-        assemble = replace(assemble, budget=body.budget)
-    ctx = await queued(state.service.submit_read(
-        W.Context(body.query, body.namespace, body.candidates, search_config(state, body.filters), assemble)))
-    data = ctx.to_dict()
-    return JSONResponse({"query": body.query, "namespace": body.namespace, "text": ctx.render(body.format), "format": body.format,
-            **{k: data[k] for k in ("budget", "used", "counter", "zones", "items", "skipped")},
-            "citations": [{"marker": f"[{i.memory_id}]", "memory_id": i.memory_id, "zone": i.zone,
-                           "position": i.position} for i in ctx.items],
-            "took_ms": round((time.perf_counter() - started) * 1000, 3)})
+    return JSONResponse(await ops.context(state, who, body.query, body.namespace, budget=body.budget, fmt=body.format,
+                                          candidates=body.candidates, filters=filters_of(body.filters)))
+
+
+# --------------------------------------------------------------------------- the chat proxy
+@proxy.post("/chat/completions", responses={502: {"model": S.ErrorBody}, 504: {"model": S.ErrorBody}})
+async def chat_completions(request: Request, state: State) -> Response:
+    """An OpenAI Chat Completions request with memory injected, forwarded to the configured upstream
+    with the caller's own credentials; the upstream's answer (or stream) comes back unchanged, with
+    X-Lab-Memories and X-Lab-Context-Tokens saying what was injected."""
+    return await proxy_forward(request, state)

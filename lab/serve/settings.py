@@ -48,6 +48,11 @@ class Settings:
     refresh_seconds: float = 1.0  # other processes' commits to the store are seen within this
     tracking_uri: str | None = None
     log_level: str = "info"
+    # the OpenAI-compatible chat proxy (lab.serve.proxy): off unless an upstream is named
+    proxy_upstream: str | None = None  # the upstream's base URL, e.g. https://api.openai.com/v1
+    proxy_timeout_s: float = 120.0  # an upstream silent this long is answered 504
+    proxy_position: str = "system"  # where memory goes: system | first_user | before_last_user
+    proxy_save: str = "off"  # on: save every proxied exchange as episodic memories (a request may ask itself)
 
     def __post_init__(self) -> None:
         for name in RANGES:
@@ -58,6 +63,13 @@ class Settings:
             raise ValidationError(f"setting auth must be on, off or auto, got {self.auth!r}")
         if self.log_level not in LOG_LEVELS:
             raise ValidationError(f"setting log_level must be one of {list(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.proxy_upstream is not None and not self.proxy_upstream.startswith(("http://", "https://")):
+            raise ValidationError(f"setting proxy_upstream must be an http:// or https:// URL, got {self.proxy_upstream!r}")
+        if self.proxy_position not in PROXY_POSITIONS:
+            raise ValidationError(f"setting proxy_position must be one of {list(PROXY_POSITIONS)}, "
+                                  f"got {self.proxy_position!r}")
+        if self.proxy_save not in ("on", "off"):
+            raise ValidationError(f"setting proxy_save must be on or off, got {self.proxy_save!r}")
         if not self.model.startswith("models:/"):
             raise ValidationError(f"setting model must look like models:/NAME@ALIAS or models:/NAME/VERSION, "
                                   f"got {self.model!r}")
@@ -77,6 +89,7 @@ class Settings:
         return self.auth == "on" or (self.auth == "auto" and not self.loopback)
 
 
+PROXY_POSITIONS = ("system", "first_user", "before_last_user")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 # each numeric setting's allowed range (low, high, whether low itself is allowed); NaN and the
@@ -94,6 +107,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "embed_timeout_s": (0, 86_400, False),
     "snapshot_seconds": (0, 86_400, True),
     "refresh_seconds": (0, 3_600, True),
+    "proxy_timeout_s": (0, 86_400, False),
 }
 
 
@@ -136,7 +150,7 @@ def _coerce(name: str, raw: Any, kind: type, where: str) -> Any:
 
 _KINDS = {"port": int, "burst": int, "max_body_bytes": int, "group_max": int, "query_batch": int,
           "query_embedders": int, "model_threads": int,
-          "rate": float, "embed_timeout_s": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float}
+          "rate": float, "embed_timeout_s": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float, "proxy_timeout_s": float}
 
 
 def load_settings(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,

@@ -3,6 +3,7 @@ body every error leaves as (``{"error": {"status", "code", "message", "field"}}`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi.responses import JSONResponse
 
@@ -38,3 +39,4 @@ class AppState:
     limiter: RateLimiter
     metrics: Metrics
     auth_on: bool
+    proxy_client: Any = None  # an httpx.AsyncClient to the chat proxy's upstream, when one is set
