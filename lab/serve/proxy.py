@@ -1,0 +1,262 @@
+"""The OpenAI-compatible proxy: a Chat Completions request, with memory injected, forwarded to
+the caller's own upstream (`lab serve --proxy-upstream URL`, route ``/v1/chat/completions``).
+
+For the last user message it searches and assembles a context (``ops.context``: the served
+configuration, the caller's namespace scope) and injects it at one of MAIA's three positions:
+
+- ``system``: into the system message (a new one first when there is none);
+- ``first_user``: before the text of the first user message;
+- ``before_last_user``: as a system message just before the last user message.
+
+Options come from an extra body field ``lab`` (``{"namespace", "position", "budget", "save"}``),
+removed before forwarding, or from headers (``X-Lab-Namespace``, ``X-Lab-Position``,
+``X-Lab-Budget``, ``X-Lab-Save``); a key scoped to one namespace names it by itself.
+
+Credentials: the upstream gets the caller's own ``Authorization`` header. When lab's auth is on,
+lab's key travels as ``X-API-Key`` (then ``Authorization`` goes upstream untouched); a caller
+that sends lab's key as ``Authorization: Bearer`` sends its upstream credentials as
+``X-Upstream-Authorization``.
+
+The upstream's answer comes back unchanged (status, body, and a stream event by event), with
+headers saying what was injected: ``X-Lab-Memories`` (ids, comma-separated), ``X-Lab-Context-Tokens``,
+``X-Lab-Namespace`` and ``X-Lab-Position``. An upstream that does not answer in time is 504, one
+that cannot be reached 502. With ``save`` (or the server's ``proxy_save``), the user message and
+the answer are saved as episodic memories after the answer is complete.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import httpx
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from lab.serve import ops
+from lab.serve.ops import Caller
+from lab.serve.state import ApiError, AppState
+
+log = logging.getLogger("lab.serve.proxy")
+
+POSITIONS = ("system", "first_user", "before_last_user")
+OPTIONS = ("namespace", "position", "budget", "save")
+MEMORY_HEADER = "Relevant memories (cite them by their [id]):"
+# request headers passed to the upstream as they are (besides Authorization)
+PASSED = ("openai-organization", "openai-project", "openai-beta", "accept", "user-agent")
+
+
+@dataclass(frozen=True)
+class Options:
+    namespace: str
+    position: str
+    budget: int | None
+    save: bool
+
+
+def _flag(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "on", "yes", "0", "false", "off", "no"):
+        return value.lower() in ("1", "true", "on", "yes")
+    raise ApiError(422, f"{where}: expected true or false, got {value!r}", field=where)
+
+
+def options(body: dict[str, Any], headers: Any, who: Caller, state: AppState) -> Options:
+    """The proxy's options for one request (the ``lab`` field is taken out of ``body``)."""
+    extra = body.pop("lab", None)
+    if extra is None:
+        extra = {}
+    if not isinstance(extra, dict):
+        raise ApiError(422, f"body.lab: expected an object with {list(OPTIONS)}, got {type(extra).__name__}",
+                       field="body.lab")
+    unknown = sorted(set(extra) - set(OPTIONS))
+    if unknown:
+        raise ApiError(422, f"body.lab: unknown field(s) {unknown}; known: {list(OPTIONS)}", field="body.lab")
+    namespace = extra.get("namespace") or headers.get("x-lab-namespace") or who.only_namespace()
+    if not namespace or not isinstance(namespace, str):
+        raise ApiError(422, "no namespace: send the X-Lab-Namespace header or the body field lab.namespace",
+                       field="body.lab.namespace")
+    position = extra.get("position") or headers.get("x-lab-position") or state.settings.proxy_position
+    if position not in POSITIONS:
+        raise ApiError(422, f"lab position {position!r} is not one of {list(POSITIONS)}", field="body.lab.position")
+    budget = extra.get("budget", headers.get("x-lab-budget"))
+    if budget is not None:
+        try:
+            budget = int(budget)
+        except (TypeError, ValueError):
+            budget = -1
+        if not 1 <= budget <= 1_000_000:
+            raise ApiError(422, f"lab budget must be a whole number of tokens from 1 to 1000000, got "
+                                f"{extra.get('budget', headers.get('x-lab-budget'))!r}", field="body.lab.budget")
+    save = state.settings.proxy_save == "on"
+    if "save" in extra:
+        save = _flag(extra["save"], "body.lab.save")
+    elif headers.get("x-lab-save") is not None:
+        save = _flag(headers["x-lab-save"], "header X-Lab-Save")
+    who.require(namespace, write=save)
+    return Options(namespace, position, budget, save)
+
+
+def text_of(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def last_user(messages: list[dict[str, Any]]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    raise ApiError(422, "body.messages: no user message to find memories for", field="body.messages")
+
+
+def _prefixed(content: Any, text: str) -> Any:
+    if isinstance(content, list):
+        return [{"type": "text", "text": text}, *content]
+    return f"{text}\n\n{content}" if content else text
+
+
+def inject(messages: list[dict[str, Any]], text: str, position: str) -> list[dict[str, Any]]:
+    """``messages`` with ``text`` injected at ``position`` (a new list; the input is not changed)."""
+    out = [dict(m) for m in messages]
+    if position == "system":
+        if out and out[0].get("role") in ("system", "developer"):
+            out[0]["content"] = f"{text_of(out[0].get('content'))}\n\n{text}".strip()
+        else:
+            out.insert(0, {"role": "system", "content": text})
+    elif position == "first_user":
+        first = next(i for i, m in enumerate(out) if m.get("role") == "user")
+        out[first]["content"] = _prefixed(out[first].get("content"), text)
+    else:
+        out.insert(last_user(out), {"role": "system", "content": text})
+    return out
+
+
+def upstream_headers(request: Request, state: AppState) -> dict[str, str]:
+    """The headers the upstream gets: the caller's own credentials and the passed-through ones."""
+    h = request.headers
+    out = {k: h[k] for k in PASSED if k in h}
+    out["content-type"] = "application/json"
+    if h.get("x-upstream-authorization"):
+        out["authorization"] = h["x-upstream-authorization"]
+    elif h.get("authorization") and not (state.auth_on and not h.get("x-api-key")):
+        out["authorization"] = h["authorization"]  # not lab's own key: that came as X-API-Key
+    return out
+
+
+def proxy_secret(request: Request, state: AppState) -> str:
+    """lab's key on the proxy route: X-API-Key first (Authorization is the upstream's)."""
+    h = request.headers
+    if h.get("x-api-key"):
+        return h["x-api-key"]
+    auth = h.get("authorization", "")
+    return auth[7:].strip() if state.auth_on and auth[:7].lower() == "bearer " else ""
+
+
+def answer_text(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+        return text_of(data["choices"][0]["message"].get("content"))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return ""
+
+
+class StreamText:
+    """Collects the assistant's text from a chat completion's SSE events as they pass."""
+
+    def __init__(self) -> None:
+        self.buffer, self.parts = b"", []
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            line = line.strip()
+            if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                continue
+            try:
+                delta = json.loads(line[5:])["choices"][0].get("delta") or {}
+            except (ValueError, KeyError, IndexError, TypeError):
+                continue
+            if isinstance(delta.get("content"), str):
+                self.parts.append(delta["content"])
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+async def save_exchange(state: AppState, who: Caller, opts: Options, question: str, answer: str) -> None:
+    records = [{"content": text, "namespace": opts.namespace, "type": "episodic", "source": "chat-proxy",
+                "metadata": {"role": role}} for role, text in (("user", question), ("assistant", answer)) if text.strip()]
+    if not records:
+        return
+    try:
+        await ops.save(state, who, records)
+    except Exception:  # the answer is delivered already; a failed save is logged, not raised
+        log.exception("saving the proxied exchange to %s failed", opts.namespace)
+
+
+async def chat_completions(request: Request, state: AppState) -> Response:
+    """The proxy route's work (see the module's docstring)."""
+    who = ops.authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        raise ApiError(422, "body: not JSON", field="body") from None
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
+            or not all(isinstance(m, dict) for m in body["messages"]):
+        raise ApiError(422, "body.messages: a Chat Completions request needs a non-empty list of messages",
+                       field="body.messages")
+    opts = options(body, request.headers, who, state)
+    question = text_of(body["messages"][last_user(body["messages"])].get("content")).strip()
+    if not question:
+        raise ApiError(422, "body.messages: the last user message has no text", field="body.messages")
+    got = await ops.context(state, who, question[:4000], opts.namespace, budget=opts.budget, fmt="markdown")
+    ids = [c["memory_id"] for c in got["citations"]]
+    if got["text"]:
+        body["messages"] = inject(body["messages"], f"{MEMORY_HEADER}\n{got['text']}", opts.position)
+    audit = {"X-Lab-Memories": ",".join(ids), "X-Lab-Context-Tokens": str(got["used"]),
+             "X-Lab-Namespace": opts.namespace, "X-Lab-Position": opts.position}
+    client: httpx.AsyncClient = state.proxy_client
+    url = state.settings.proxy_upstream.rstrip("/") + "/chat/completions"
+    upstream = client.build_request("POST", url, json=body, headers=upstream_headers(request, state))
+    try:
+        reply = await client.send(upstream, stream=True)
+    except httpx.TimeoutException:
+        raise ApiError(504, f"the upstream {url} did not answer within {state.settings.proxy_timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise ApiError(502, f"the upstream {url} could not be reached ({type(exc).__name__})") from None
+    kind = reply.headers.get("content-type", "application/json")
+    if not kind.startswith("text/event-stream"):
+        try:
+            content = await reply.aread()
+        except httpx.TimeoutException:
+            raise ApiError(504, f"the upstream {url} did not finish its answer within "
+                                f"{state.settings.proxy_timeout_s:g} s") from None
+        finally:
+            await reply.aclose()
+        if opts.save and reply.status_code < 400:
+            await save_exchange(state, who, opts, question, answer_text(content))
+        return Response(content, status_code=reply.status_code, media_type=kind, headers=audit)
+    collected = StreamText()
+
+    async def relay() -> AsyncIterator[bytes]:
+        async for chunk in reply.aiter_raw():
+            if opts.save:
+                collected.feed(chunk)
+            yield chunk
+
+    async def finish() -> None:
+        await reply.aclose()
+        if opts.save and reply.status_code < 400:
+            await save_exchange(state, who, opts, question, collected.text)
+
+    return StreamingResponse(relay(), status_code=reply.status_code, media_type=kind,
+                             headers={**audit, "Cache-Control": "no-cache"}, background=BackgroundTask(finish))
