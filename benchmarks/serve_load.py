@@ -8,7 +8,10 @@ Phases per size, after a 2 s warm-up that is not counted: search with ``--client
 clients (each sends its next request when its last is answered: the throughput, and with 16
 clients a latency of 16 / throughput by Little's law); search with one client; search at a
 steady offered rate (open loop, latency counted from when each request was due); context with
-``--clients`` clients; and, at the first size, writes.
+``--clients`` clients; the agent faces one call at a time: MCP tool calls (memory_search,
+memory_context) over streamable HTTP (``--mcp``) and over stdio (`lab mcp`, the same store), and
+the chat proxy's added latency over a direct call to an instant loopback upstream; and, at the
+first size, writes.
 
 The server runs the real model (every query is embedded by it, batched across concurrent
 requests). Its stores are filled with LoCoMo turn texts (and numbered variants) whose stored
@@ -31,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _common import DATASETS, ROOT, percentiles, random_unit_vectors, report  # noqa: E402
-from serving import Server, write_bundle  # noqa: E402
+from serving import ChatUpstream, Server, write_bundle  # noqa: E402
 
 from lab.embed.base import Symmetric  # noqa: E402
 from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig  # noqa: E402
@@ -138,6 +141,54 @@ def server_cpu(pid: int) -> float:
     return own(pid) + sum(own(c) for c in children)
 
 
+async def mcp_latency(url: str | None, stdio_args: list[str] | None, seconds: float, queries: list[str]) -> dict:
+    """One MCP session (the SDK's client) calling memory_search and then memory_context, one call at
+    a time for ``seconds`` each: the latency an agent sees per tool call, nothing queued before it."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    target = url if url else StdioServerParameters(command=sys.executable, args=["-m", "lab", "mcp", *stdio_args],
+                                                   cwd=str(ROOT))
+    out: dict = {}
+    async with Client(target, read_timeout_seconds=120) as client:
+        for i in range(5):  # indexes loaded, the query model's process started: not counted
+            await client.call_tool("memory_search", {"query": queries[-1 - i], "namespace": "bench"})
+        for tool, extra in (("memory_search", {"k": 10}), ("memory_context", {"budget": 2000})):
+            latencies, errors, i = [], 0, 0
+            stop = time.perf_counter() + seconds
+            while time.perf_counter() < stop:
+                started = time.perf_counter()
+                result = await client.call_tool(tool, {"query": queries[i % len(queries)], "namespace": "bench", **extra})
+                if result.is_error:
+                    errors += 1
+                else:
+                    latencies.append(time.perf_counter() - started)
+                i += 1
+            out[tool] = {**percentiles(latencies), "errors": errors}
+    return out
+
+
+async def proxy_overhead(proxy_url: str, upstream_url: str, seconds: float, queries: list[str]) -> dict:
+    """Chat completions one at a time, straight to an instant loopback upstream and through lab's
+    proxy (memory searched, assembled and injected): what the proxy adds to a caller's wait."""
+    import httpx
+
+    out: dict = {}
+    for name, base, headers in (("direct", upstream_url, {}), ("proxied", proxy_url + "/v1", {"X-Lab-Namespace": "bench"})):
+        latencies: list[float] = []
+        errors: dict[int, int] = {}
+        async with httpx.AsyncClient(base_url=base, timeout=60, headers={"Authorization": "Bearer sk-x", **headers}) as c:
+            stop, i = time.perf_counter() + seconds, 0
+            while time.perf_counter() < stop:
+                body = {"model": "echo", "messages": [{"role": "user", "content": queries[i % len(queries)]}]}
+                await send(c, ("POST", "/chat/completions", body), time.perf_counter(), latencies, errors)
+                i += 1
+        out[name] = {**percentiles(latencies), "errors": errors}
+    out["added_p50_ms"] = round(out["proxied"]["p50_ms"] - out["direct"]["p50_ms"], 3)
+    out["added_p99_ms"] = round(out["proxied"]["p99_ms"] - out["direct"]["p99_ms"], 3)
+    return out
+
+
 async def drive(url: str, clients: int, seconds: float, make_request) -> dict:
     """``clients`` concurrent loops sending ``make_request(i)`` for ``seconds``; latency and rate."""
     import httpx
@@ -180,11 +231,12 @@ def main() -> None:
     bundle = write_bundle(bench / "serve-bundle", model=DEFAULT_MODEL)
     results: dict = {"clients": args.clients, "seconds_per_phase": args.seconds, "paced_rate": args.rate,
                      "query_model": args.query_model, "query_embedding": floor}
+    upstream = ChatUpstream().__enter__()  # the chat proxy's upstream: answers at once
     for size in args.sizes:
         store = bench / f"serve-{size}"
         build_store(store, size, turns)
         with Server(bundle, store, "--rate", "1000000", "--burst", "1000000", "--query-model", args.query_model,
-                    log=bench / f"serve-{size}.log") as srv:
+                    "--mcp", "--proxy-upstream", upstream.url, log=bench / f"serve-{size}.log") as srv:
             def ask(i: int):
                 return "POST", "/v1/search", {"namespace": "bench", "query": questions[i % len(questions)], "k": 10}
 
@@ -203,8 +255,13 @@ def main() -> None:
             context = asyncio.run(drive(srv.url, args.clients, args.seconds, lambda i: (
                 "POST", "/v1/context", {"namespace": "bench", "query": questions[i % len(questions)], "budget": 2000})))
             print(size, "context", context, file=sys.stderr)
+            mcp_http = asyncio.run(mcp_latency(srv.url + "/mcp", None, args.seconds / 3, questions))
+            print(size, "MCP over HTTP, one session", mcp_http, file=sys.stderr)
+            proxy = asyncio.run(proxy_overhead(srv.url, upstream.url, args.seconds / 3, questions))
+            print(size, "chat proxy, one client", proxy, file=sys.stderr)
             results[f"memories_{size}"] = {"search": search, "search_one_client": alone, "search_paced": steady,
-                                           "context": context}
+                                           "context": context, "mcp_http_one_session": mcp_http,
+                                           "proxy_one_client": proxy}
             if size == args.sizes[0]:
                 # writes: each request one new memory, embedded by the real model; group commit
                 # lets concurrent requests share one model call and one pair of Delta commits
@@ -222,6 +279,12 @@ def main() -> None:
                 writes["memories_per_commit"] = round(groups.get("lab_commit_group_size_sum", 0) / count, 1) if count else None
                 print(size, "writes", writes, file=sys.stderr)
                 results[f"memories_{size}"]["writes"] = writes
+        # MCP over stdio: `lab mcp` as a host launches it, on the same store (the server above has stopped)
+        mcp_stdio = asyncio.run(mcp_latency(None, ["--bundle", str(bundle), "--store", str(store), "--query-model",
+                                                   args.query_model], args.seconds / 3, questions))
+        print(size, "MCP over stdio, one session", mcp_stdio, file=sys.stderr)
+        results[f"memories_{size}"]["mcp_stdio_one_session"] = mcp_stdio
+    upstream.__exit__(None, None, None)
     report(args.name, results)
 
 

@@ -1,7 +1,9 @@
 """Start a real `lab serve` subprocess on a free loopback port and talk HTTP to it (tests and benchmarks)."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
+import json
 import os
 import signal
 import socket
@@ -138,3 +140,57 @@ def acknowledged_survive_sigkill(server: Server, writers: int = 8, kill_after: i
                 lost.append(mid)
         metrics = c.get("/metrics").text
     return {"acknowledged": len(acked), "lost": lost, "metrics": metrics}
+
+
+class ChatUpstream:
+    """A Chat Completions upstream: `model` picks its behaviour (echo, stream, fail, slow)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def app(self):
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse, StreamingResponse
+        from starlette.routing import Route
+
+        async def chat(request):
+            body = await request.json()
+            self.received.append({"body": body, "authorization": request.headers.get("authorization")})
+            model = body.get("model")
+            if model == "fail":
+                return JSONResponse({"error": {"message": "upstream quota exceeded", "type": "rate_limit"}},
+                                    status_code=429)
+            if model == "slow":
+                await asyncio.sleep(3)
+            answer = f"seen {len(body['messages'])} messages"
+            if body.get("stream"):
+                async def events():
+                    for i, piece in enumerate(["seen ", f"{len(body['messages'])} ", "messages"]):
+                        chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                                 "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                        yield f"data: {json.dumps(chunk)}\n\n"
+                        await asyncio.sleep(0.01)
+                    yield "data: [DONE]\n\n"
+                return StreamingResponse(events(), media_type="text/event-stream")
+            return JSONResponse({"id": "c1", "object": "chat.completion", "created": 1, "model": model,
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": answer}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+    def __enter__(self) -> "ChatUpstream":
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -2,72 +2,16 @@
 --proxy-upstream` process, and a small upstream on loopback that records what it received."""
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
 import time
 
 import pytest
 
 openai = pytest.importorskip("openai")
 
-from serving import Server, free_port, write_bundle  # noqa: E402
+from serving import ChatUpstream as Upstream  # noqa: E402
+from serving import Server, write_bundle  # noqa: E402
 
 from lab.serve.auth import add_key  # noqa: E402
-
-
-class Upstream:
-    """A Chat Completions upstream: `model` picks its behaviour (echo, stream, fail, slow)."""
-
-    def __init__(self) -> None:
-        self.received: list[dict] = []
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-
-    def app(self):
-        from starlette.applications import Starlette
-        from starlette.responses import JSONResponse, StreamingResponse
-        from starlette.routing import Route
-
-        async def chat(request):
-            body = await request.json()
-            self.received.append({"body": body, "authorization": request.headers.get("authorization")})
-            model = body.get("model")
-            if model == "fail":
-                return JSONResponse({"error": {"message": "upstream quota exceeded", "type": "rate_limit"}},
-                                    status_code=429)
-            if model == "slow":
-                await asyncio.sleep(3)
-            answer = f"seen {len(body['messages'])} messages"
-            if body.get("stream"):
-                async def events():
-                    for i, piece in enumerate(["seen ", f"{len(body['messages'])} ", "messages"]):
-                        chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
-                                 "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-                        yield f"data: {json.dumps(chunk)}\n\n"
-                        await asyncio.sleep(0.01)
-                    yield "data: [DONE]\n\n"
-                return StreamingResponse(events(), media_type="text/event-stream")
-            return JSONResponse({"id": "c1", "object": "chat.completion", "created": 1, "model": model,
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": answer}}],
-                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
-
-        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-
-    def __enter__(self) -> "Upstream":
-        import uvicorn
-
-        self.server = uvicorn.Server(uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 MEMORY = "Melanie's daughter is called Rosa and she plays the violin"
