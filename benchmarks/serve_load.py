@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sys
 import time
@@ -151,7 +152,12 @@ async def mcp_latency(url: str | None, stdio_args: list[str] | None, seconds: fl
                                                    cwd=str(ROOT))
     out: dict = {}
     async with Client(target, read_timeout_seconds=120) as client:
-        for i in range(5):  # indexes loaded, the query model's process started: not counted
+        deadline = time.perf_counter() + 600
+        while not json.loads((await client.read_resource("lab://status")).contents[0].text)["ready"]:
+            if time.perf_counter() > deadline:
+                raise RuntimeError("the MCP server's indexes did not load in 10 minutes")
+            await asyncio.sleep(0.2)
+        for i in range(5):  # the query model's process started, first-use costs paid: not counted
             await client.call_tool("memory_search", {"query": queries[-1 - i], "namespace": "bench"})
         for tool, extra in (("memory_search", {"k": 10}), ("memory_context", {"budget": 2000})):
             latencies, errors, i = [], 0, 0

@@ -100,6 +100,8 @@ def test_stdio_every_tool_through_the_sdk_client(tmp_path):
 
             stats = await c.read_resource("lab://namespaces/agent/stats")
             assert json.loads(stats.contents[0].text)["memories"] == 3
+            status = json.loads((await c.read_resource("lab://status")).contents[0].text)
+            assert status["ready"] is True and status["served"]["candidate"] == "lab"
             names = await c.read_resource("lab://namespaces")
             assert json.loads(names.contents[0].text) == ["agent"]
 

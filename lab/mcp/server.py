@@ -241,6 +241,19 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
         except (ApiError, LabError) as exc:
             raise ToolError(str(getattr(exc, "message", exc))) from None
 
+    @server.resource("lab://status", name="status", mime_type="application/json",
+                     description="whether every namespace's index is loaded (searches answer at full speed)")
+    async def status() -> str:
+        import json
+
+        service = state.service
+        out: dict[str, Any] = {"ready": service.ready.is_set()}
+        if service.startup_error:
+            out["error"] = "indexes failed to load"
+        if local is not None:  # the local user may see what is served; an HTTP caller asks /ready with its key
+            out["served"] = {**service.served.describe(), "embedding": service.embedding_models()}
+        return json.dumps(out)
+
     if local is not None:  # a static resource has no caller to check: offered where the caller is the local user
         @server.resource("lab://namespaces", name="namespaces", mime_type="application/json",
                          description="the namespaces this session may read")
