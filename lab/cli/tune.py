@@ -34,6 +34,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{best.get('validation/' + obj, float('nan')):.4f}" + (f"   gap {gap:+.4f}" if gap is not None else ""))
     point = {k: v for k, v in best.items() if "/" not in k and k not in ("trial", "feasible", "error")}
     print(f"  parameters: {json.dumps(point)}")
+    from lab.tune.selection import describe
+
+    for line in describe(info.get("selection") or {}):
+        print(f"  {line}")
     if result.pareto.height:
         front = ", ".join(f"{r['all/context_tokens']:.0f} tok -> {r['all/context_recall']:.3f}"
                           for r in result.pareto.iter_rows(named=True))
@@ -163,7 +167,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     gate = load_gate(args.config)
     report = run_gate(gate, args.candidate, datasets=args.datasets, out_root=args.out, track=not args.no_track,
-                      uri=args.tracking_uri, export=args.export, store=args.store, progress=not args.quiet)
+                      uri=args.tracking_uri, export=args.export, store=args.store, progress=not args.quiet,
+                      rebaseline=args.rebaseline)
     if args.json:
         print_json(report.as_dict())
     else:
@@ -184,6 +189,9 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--candidate", default="lab", help="a preset name or a SearchConfig file (e.g. a sweep's best.yaml)")
     p.add_argument("--export", action="store_true", help="on GO: register the model as @champion and write the bundle")
     p.add_argument("--store", default=None, help="export: the store the served module reads (default: the first suite's)")
+    p.add_argument("--rebaseline", action="store_true",
+                   help="when a suite's gold or corpus changed since the champion was judged: compare against the "
+                        "champion re-evaluated on the new data (without it the gate refuses, naming both fingerprints)")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     p.add_argument("--out", default="runs/gate", help="folder for gate reports (default runs/gate)")
     p.add_argument("--tracking-uri", default=None)

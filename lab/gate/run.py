@@ -15,9 +15,10 @@ from lab import track as tracking
 from lab.bundle import write_bundle
 from lab.config import AssembleConfig, Candidate, SaveConfig, SearchConfig, from_dict, to_dict, to_json
 from lab.embed.registry import lookup, model_record
-from lab.errors import ValidationError
+from lab.errors import ConflictError, ValidationError
 from lab.eval.goldens import load_dataset
 from lab.gate.checks import Check, GateConfig, candidate_config, suite_checks, verdict
+from lab.tune.selection import describe
 from lab.version import __version__
 
 
@@ -32,11 +33,14 @@ class GateReport:
     run_id: str | None = None
     export: dict[str, Any] | None = None
     refused: list[str] = field(default_factory=list)
+    # the sweep's honest-selection figures when the candidate is a sweep's best.yaml (selection.json beside it)
+    selection: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "candidate": self.candidate, "checks": [c.as_dict() for c in self.checks],
                 "suites": self.suites, "champion": {k: v for k, v in (self.champion or {}).items() if k != "config"}
-                or None, "run_id": self.run_id, "export": self.export, "export_refused": self.refused or None}
+                or None, "run_id": self.run_id, "export": self.export, "export_refused": self.refused or None,
+                "selection": self.selection}
 
 
 @dataclass
@@ -46,9 +50,14 @@ class _Champion:
 
 def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | None = None,
              out_root: str | Path = "runs/gate", track: bool = True, uri: str | None = None, export: bool = False,
-             store: str | Path | None = None, progress: bool = False, embedder=None, root: Path | None = None) -> GateReport:
+             store: str | Path | None = None, progress: bool = False, embedder=None, root: Path | None = None,
+             rebaseline: bool = False) -> GateReport:
     """Judge ``candidate`` (a preset name or a candidate file) against ``gate``: its search config on
-    stores built with its index-time (save) settings; on export, its assembly settings go with it."""
+    stores built with its index-time (save) settings; on export, its assembly settings go with it.
+
+    A suite's data (corpus or gold) that changed since the champion was judged is refused, naming
+    both fingerprints, unless ``rebaseline``: then the champion is re-evaluated on the new data and
+    the check says so."""
     from lab.eval.report import write_run  # heavy: numba
     from lab.eval.runner import EvalOptions, evaluate  # heavy: numba
     from lab.eval.stores import eval_retriever  # heavy: numba
@@ -70,20 +79,31 @@ def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | 
         result = evaluate(retriever, dataset, config, EvalOptions())
         write_run(result, dataset.qrels, folder / suite.name)
         champion_result = None
+        drift = data_drift(champ, suite.name, dataset) if champ_config is not None and suite.non_regression else None
+        if drift and not rebaseline:
+            raise ConflictError(f"suite {suite.name}: {drift}; a delta against the champion would compare over "
+                                "different data: re-judge with `lab gate --rebaseline` (the champion re-evaluated on "
+                                "the new data as the baseline) or restore the data it was judged on")
         if champ_config is not None and suite.non_regression:
             # the champion on its own index-time settings (the same store when they are the same)
             champ_retriever = (retriever if (champ_save or SaveConfig()) == (chosen.save or SaveConfig()) else
                                eval_retriever(dataset, champ_save, root=root, embedder=embedder, progress=progress))
             champion_result = _Champion(evaluate(champ_retriever, dataset, champ_config, EvalOptions()).per_query)
-        checks += suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
+        suite_result = suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
+        if drift:
+            for check in suite_result:
+                if check.name.startswith("non-regression"):
+                    check.note = (check.note + "; " if check.note else "") + f"rebaselined: {drift}"
+        checks += suite_result
         m = result.metrics["metrics"]
         suites[suite.name] = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(),
+                              "gold_fingerprint": dataset.gold_fingerprint(),
                               "questions": result.metrics["questions"], "store": str(retriever.store.root),
                               "store_version": str(retriever.version),
                               "metrics": {k: m[k] for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m},
                               "ci95": {k: result.metrics["ci95"][k] for k in ("recall@10", "ndcg@10")
                                        if k in result.metrics["ci95"]}}
-    report = GateReport(verdict(checks), name, checks, suites, champ, folder)
+    report = GateReport(verdict(checks), name, checks, suites, champ, folder, selection=sweep_selection(candidate))
     folder.mkdir(parents=True, exist_ok=True)
     if track:
         tags = {"verdict": report.verdict, "preset": config.name, "candidate": name,
@@ -131,7 +151,37 @@ def report_table(report: GateReport) -> str:
         lines.append(f"{c.suite:<10} {c.name:<42} {value:>10}  {c.threshold:<28} {'PASS' if c.passed else 'FAIL'}"
                      + (f"  ({c.note})" if c.note else ""))
     lines.append(f"verdict: {report.verdict}")
+    sel = report.selection or {}
+    if sel:
+        lines += [f"selection: {line}" for line in describe(sel)]
+        gain = sel.get("validation_gain")
+        if gain and not gain["significant"]:
+            lines.append(f"note: the candidate's gain over {sel['base']} is not significant once the "
+                         f"{gain['configurations']} configurations its sweep compared are counted")
     return "\n".join(lines)
+
+
+def data_drift(champ: dict[str, Any] | None, suite: str, dataset: Any) -> str | None:
+    """What changed in a suite's data since the champion was judged on it (None: nothing, or the
+    champion recorded no fingerprints)."""
+    judged = ((champ or {}).get("data") or {}).get(suite)
+    if not judged:
+        return None
+    now = {"corpus": dataset.fingerprint(), "gold": dataset.gold_fingerprint()}
+    changed = [f"{what} {judged.get(what)} -> {now[what]}" for what in ("gold", "corpus")
+               if judged.get(what) and judged[what] != now[what]]
+    if not changed:
+        return None
+    return (f"the champion (version {champ['version']}) was judged on {judged.get('dataset')} data that has changed "
+            f"since ({', '.join(changed)}; gold is the questions and their labels, corpus the memories and edges)")
+
+
+def sweep_selection(candidate: str | None) -> dict[str, Any] | None:
+    """selection.json beside a candidate file (a sweep's best.yaml), when there is one."""
+    if not candidate or not Path(candidate).is_file():
+        return None
+    path = Path(candidate).with_name("selection.json")
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def load_report(folder: str | Path) -> GateReport:
@@ -143,7 +193,8 @@ def load_report(folder: str | Path) -> GateReport:
     d = json.loads(path.read_text(encoding="utf-8"))
     checks = [Check(c["suite"], c["check"], c["value"], c["threshold"], c["verdict"] == "PASS", c.get("note") or "")
               for c in d["checks"]]
-    return GateReport(d["verdict"], d["candidate"], checks, d["suites"], d.get("champion"), folder, d.get("run_id"))
+    return GateReport(d["verdict"], d["candidate"], checks, d["suites"], d.get("champion"), folder, d.get("run_id"),
+                      selection=d.get("selection"))
 
 
 def export_gated(report: GateReport, candidate: str, gate: GateConfig, store: str | Path, *, bundle: str | Path,
@@ -184,5 +235,8 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
     write_bundle(bundle, config, assemble, chosen.save, manifest)
     got = tracking.export_model(report.run_id, bundle, gate.model, config_json=to_json(config),
                                 assemble_json=to_json(assemble), verdict=report.verdict, uri=uri,
-                                save_json=None if chosen.save is None else to_json(chosen.save))
+                                save_json=None if chosen.save is None else to_json(chosen.save),
+                                data_json=json.dumps({k: {"dataset": v["dataset"], "corpus": v["dataset_fingerprint"],
+                                                          "gold": v.get("gold_fingerprint")}
+                                                      for k, v in report.suites.items()}, sort_keys=True))
     return {**got, "bundle": str(bundle.resolve())}

@@ -13,7 +13,8 @@ from lab.eval.dataset import EvalDataset
 
 
 def write_sweep(result: Any, dataset: EvalDataset) -> Path:
-    """results.parquet/.csv, assembly.parquet, pareto.parquet, best.yaml, split.parquet, summary.json, plots."""
+    """results.parquet/.csv, assembly.parquet, pareto.parquet, best.yaml, split.parquet, summary.json,
+    selection.json, plots."""
     out = result.folder
     out.mkdir(parents=True, exist_ok=True)
     result.table.write_parquet(out / "results.parquet")
@@ -26,6 +27,9 @@ def write_sweep(result: Any, dataset: EvalDataset) -> Path:
     (out / "best.yaml").write_text(best_preset_yaml(result), encoding="utf-8")
     (out / "spec.json").write_text(json.dumps(result.spec.source, indent=2, default=str) + "\n", encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(summary(result), indent=2, default=str) + "\n", encoding="utf-8")
+    if result.info.get("selection"):  # beside best.yaml, where `lab gate --candidate .../best.yaml` finds it
+        (out / "selection.json").write_text(json.dumps(result.info["selection"], indent=2, default=str) + "\n",
+                                            encoding="utf-8")
     plots(result, out)
     return out
 

@@ -24,6 +24,7 @@ from lab.eval.goldens import load_dataset
 from lab.tune.batch import BatchScorer, exact_path_reasons
 from lab.tune.output import log_sweep, summary, write_sweep
 from lab.tune.params import assemble_config, save_config, search_config, table_point
+from lab.tune.selection import ALPHA, METHOD, corrected_gain, tied_with_best
 from lab.tune.spec import CONTEXT_METRICS, SweepSpec
 from lab.tune.split import split_questions
 from lab.tune.strategies import make_strategy
@@ -78,6 +79,9 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
     point = {d.name: best_row[d.name] for d in spec.space if d.stage != "assemble" and d.name in best_row}
     best_config = replace(search_config(sweep.base, point), name=f"{spec.name}-best",
                           description=f"best of sweep {spec.name} on {sweep.dataset.name} ({spec.objective} on tune)")
+    if not interrupted:
+        sweep.say("honest selection: the winner against the base, corrected for every configuration compared")
+        info["selection"] = sweep.selection(ranked, best_row["trial"], sweep.fusion_objective(table))
     info["seconds"] = round(time.perf_counter() - started, 2)
     folder = Path(out_root) / spec.name
     result = SweepResult(spec, table, assembly, {**best_row, **(best_asm or {})}, best_config, save_config(point),
@@ -110,6 +114,10 @@ class _Sweeper:
                       "all": np.ones(self.split.height, dtype=bool)}
         self.ks = tuple(sorted(set(spec.ks) | {int(m.split("@")[1]) for m in [spec.objective] if "@" in m}))
         self.groups: dict[str, _Group] = {}
+        # each scored configuration's objective per question (all questions), by trial: what the
+        # honest-selection statistics compare (lab.tune.selection)
+        self.per_query: dict[int, np.ndarray] = {}
+        self.objective_metric = self.spec.objective if self.spec.objective not in CONTEXT_METRICS else "recall@10"
 
     def group_for(self, point: dict[str, Any]) -> _Group:
         """The group of the point's index-time settings (built, searched and cached on first use)."""
@@ -188,6 +196,8 @@ class _Sweeper:
                 row["feasible"] = all(c.ok(row[f"tune/{c.metric}"]) for c in spec.constraints
                                       if c.metric not in CONTEXT_METRICS)
                 row["error"] = None
+                metric = self.objective_metric if self.objective_metric in per_q else f"recall@{max(self.ks)}"
+                self.per_query[row["trial"]] = np.asarray(per_q[metric][j], dtype=np.float64)
                 rows.append(row)
                 if row["feasible"] and spec.objective not in CONTEXT_METRICS:
                     scores[i] = row[f"tune/{spec.objective}"]
@@ -208,6 +218,33 @@ class _Sweeper:
         the assembly stage) or a cutoff not computed."""
         objective = self.spec.objective if self.spec.objective not in CONTEXT_METRICS else "recall@10"
         return objective if f"tune/{objective}" in table.columns else f"recall@{max(self.ks)}"
+
+    def selection(self, ranked: pl.DataFrame, best_trial: int, objective: str) -> dict[str, Any]:
+        """The winner's validation change against the base configuration, corrected for every
+        configuration compared, and the configurations tied with it on tune (lab.tune.selection)."""
+        trials = [t for t in ranked["trial"].to_list() if t in self.per_query]
+        if best_trial not in trials:
+            return {}
+        matrix = np.vstack([self.per_query[t] for t in trials])
+        winner = trials.index(best_trial)
+        metric = self.objective_metric if f"tune/{self.objective_metric}" in ranked.columns else objective
+        base = self.group_for({}).scorer.evaluate([self.base.fusion])
+        base_q = np.asarray(base[metric][0] if metric in base else base[objective][0], dtype=np.float64)
+        out: dict[str, Any] = {"objective": metric, "base": self.base.name, "method": METHOD, "alpha": ALPHA,
+                               "configurations": len(trials)}
+        if self.parts["validation"].any():
+            out["validation_gain"] = corrected_gain(matrix, base_q, winner, self.parts["validation"],
+                                                    seed=self.spec.seed)
+        tied, p = tied_with_best(matrix, winner, self.parts["tune"], seed=self.spec.seed)
+        params = [c for c in ranked.columns if "/" not in c and c not in ("trial", "feasible", "error")]
+        by_trial = {r["trial"]: r for r in ranked.iter_rows(named=True)}
+        members = sorted(({"trial": trials[i], **{c: by_trial[trials[i]][c] for c in params},
+                           f"tune/{metric}": by_trial[trials[i]][f"tune/{metric}"],
+                           f"validation/{metric}": by_trial[trials[i]].get(f"validation/{metric}"),
+                           "p_corrected": round(float(p[i]), 4)} for i in tied),
+                         key=lambda r: (-r[f"tune/{metric}"], r["trial"]))
+        out["tied_with_best"] = {"count": len(members), "of": len(trials), "members": members}
+        return out
 
     def info(self, table: pl.DataFrame, fusion_seconds: float) -> dict[str, Any]:
         n_scored = int(table.filter(pl.col("error").is_null()).height)
