@@ -270,3 +270,32 @@ def test_lexical_off_has_one_spelling_and_bad_names_fail_in_the_config():
         LexicalIndexConfig(stemmer="klingon")
     with pytest.raises(ValidationError, match="index.lexical.stopwords: unknown stopword list 'xx'"):
         LexicalIndexConfig(stopwords="xx")
+
+
+def test_the_gate_refuses_a_delta_over_data_changed_since_the_champion_was_judged(workspace, tmp_path):
+    from lab import track
+    from lab.errors import ConflictError
+    from lab.eval.goldens import load_dataset
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    gate = _gate_file(tmp_path, min={"recall@10": 0.1}, non_regression=["recall@10"])
+    first = _gate(gate, "lab", workspace, uri, export=True)
+    judged = track.champion("lab-test", uri)["data"]["demo"]
+    dataset = load_dataset("demo")
+    assert judged == {"dataset": "demo", "corpus": dataset.fingerprint(), "gold": dataset.gold_fingerprint()}
+    assert _gate(gate, "lab", workspace, uri).verdict == "GO"  # the same data: compared as before
+
+    # the champion's record now says it was judged on other labels (as if the goldens were edited since)
+    _, client, _ = track.client(uri)
+    client.set_model_version_tag("lab-test", first.export["version"], "lab.data",
+                                 json.dumps({"demo": {**judged, "gold": "0123456789abcdef"}}))
+    with pytest.raises(ConflictError, match=f"gold 0123456789abcdef -> {judged['gold']}.*--rebaseline"):
+        _gate(gate, "lab", workspace, uri)
+    again = _gate(gate, "lab", workspace, uri, rebaseline=True)
+    note = next(c.note for c in again.checks if c.name.startswith("non-regression"))
+    assert again.verdict == "GO" and "rebaselined" in note and "0123456789abcdef" in note
+
+    # a label moved changes the gold fingerprint, not the corpus's
+    moved = load_dataset("demo")
+    moved.qrels = moved.qrels.with_columns(moved.qrels["memory_id"].shift(1, fill_value="x"))
+    assert moved.gold_fingerprint() != dataset.gold_fingerprint() and moved.fingerprint() == dataset.fingerprint()

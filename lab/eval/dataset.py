@@ -43,6 +43,16 @@ class EvalDataset:
             h.update(json.dumps(e, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 
+    def gold_fingerprint(self) -> str:
+        """Hash of the questions and their gold (qrels): changes when a question or a label does."""
+        h = hashlib.sha256()
+        for frame in (self.questions, self.qrels):
+            cols = sorted(frame.columns)
+            h.update(json.dumps(cols).encode())
+            for row in frame.select(cols).sort(cols).iter_rows():
+                h.update(json.dumps(row, default=str).encode())
+        return h.hexdigest()[:16]
+
     def summary(self) -> dict[str, Any]:
         return {
             "dataset": self.name, "memories": len(self.memories), "edges": len(self.edges),

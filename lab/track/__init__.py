@@ -209,11 +209,13 @@ def model_version(model: str, *, alias: str | None = None, version: str | None =
     return {"version": mv.version, "run_id": mv.run_id, "config": json.loads(mv.tags.get("lab.config", "{}")),
             "assemble": json.loads(mv.tags.get("lab.assemble", "{}")), "bundle": mv.tags.get("lab.bundle"),
             "save": json.loads(mv.tags["lab.save"]) if "lab.save" in mv.tags else None,
-            "verdict": mv.tags.get("lab.verdict"), "source": mv.source}
+            "verdict": mv.tags.get("lab.verdict"), "source": mv.source,
+            "data": json.loads(mv.tags["lab.data"]) if "lab.data" in mv.tags else None}
 
 
 def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, assemble_json: str,
-                 verdict: str, uri: str | None = None, save_json: str | None = None) -> dict[str, Any]:
+                 verdict: str, uri: str | None = None, save_json: str | None = None,
+                 data_json: str | None = None) -> dict[str, Any]:
     """Log the bundle as a pyfunc model in ``run_id``, register a new version, and move @champion to it."""
     from mlflow.exceptions import MlflowException
 
@@ -230,7 +232,10 @@ def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, ass
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     tags = {"lab.config": config_json, "lab.assemble": assemble_json, "lab.bundle": str(Path(bundle).resolve()),
-            "lab.verdict": verdict, **({"lab.save": save_json} if save_json else {})}
+            "lab.verdict": verdict, **({"lab.save": save_json} if save_json else {}),
+            # the data each gate suite judged it on (corpus and gold fingerprints): a later gate
+            # refuses to report a delta against it over different data
+            **({"lab.data": data_json} if data_json else {})}
     mv = c.create_model_version(model, source=info.model_uri, run_id=run_id, model_id=info.model_id, tags=tags)
     c.set_registered_model_alias(model, CHAMPION, mv.version)
     return {"model": model, "version": mv.version, "uri": f"models:/{model}@{CHAMPION}", "model_uri": info.model_uri}
