@@ -152,15 +152,22 @@ class _Sweeper:
         rows: list[dict[str, Any]] = []
         interrupted, fusion_seconds = False, 0.0
         bar = _progress(strategy.total(), self.progress, f"sweep {spec.name}")
+        total = strategy.total()
         try:
             while True:
-                points = strategy.ask(chunk)
+                # on the exact path, a few configurations first: their rate says what the rest will cost
+                points = strategy.ask(8 if exact and not rows else chunk)
                 if not points:
                     break
                 scores, seconds = self.score_points(points, rows)
                 fusion_seconds += seconds
                 strategy.tell(points, scores)
                 bar.update(len(points))
+                if exact and len(rows) == len(points) and seconds > 0:
+                    rate = len(points) / seconds
+                    left = (total - len(points)) if total else None
+                    self.say(f"exact path measured: {rate:.1f} configurations/s"
+                             + (f"; about {left / rate:.0f} s for the other {left}" if left else ""))
         except KeyboardInterrupt:
             interrupted = True
         finally:
