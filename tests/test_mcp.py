@@ -17,7 +17,7 @@ from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = {"memory_save", "memory_search", "memory_context", "memory_get", "memory_update", "memory_forget",
+TOOLS = {"memory_save", "memory_save_many", "memory_search", "memory_context", "memory_get", "memory_update", "memory_forget",
          "memory_list", "memory_link", "memory_check"}
 
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from dataclasses import replace
 
 from lab.cli.common import print_json
@@ -47,6 +49,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     if not args.dataset:
         raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
+    if args.system:
+        return eval_systems(args)
     loaded = DatasetOptions(args.observations, args.summaries)
     options = _options(args)
     save = save_config(args.context_turns, args.time_in_text)
@@ -97,6 +101,70 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def eval_systems(args: argparse.Namespace) -> int:
+    """`lab eval --system ...`: each system through the one harness; a system that fails is reported
+    and the others go on (exit 6 when any failed)."""
+    import json
+    from pathlib import Path
+
+    from lab.adapters.base import AdapterError
+    from lab.adapters.harness import evaluate_system, write_system_run
+    from lab.adapters.registry import open_system
+    from lab.errors import LabError
+    from lab.eval.goldens import load_dataset
+    from lab.eval.report import config_from
+    from lab.workspace import current
+
+    if args.preset and len(args.preset) > 1:
+        from lab.errors import ValidationError
+
+        raise ValidationError("--system lab takes one --preset (the configuration lab is measured with)")
+    preset = config_from((args.preset or ["lab"])[0], args.config if not args.preset else None)
+    settings = json.loads(args.system_settings) if args.system_settings else None
+
+    def make_lab(folder: Path):
+        from lab.adapters.lab_system import LabSystem
+        from lab.eval.stores import save_config
+
+        return LabSystem(folder, preset, save_config(args.context_turns, args.time_in_text),
+                         query_model=args.query_model or "auto")
+
+    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
+                           summaries=args.summaries)
+    failed = 0
+    for target in args.system:
+        name = Path(target).stem if target.endswith((".yaml", ".yml")) else target.replace(":", "-")
+        scratch = current().eval_root / "systems" / f"{dataset.name}-{name}"
+        try:
+            with open_system(target, scratch, lab_factory=make_lab, settings=settings, env=os.environ) as system:
+                result = evaluate_system(system, dataset, ks=tuple(args.k), progress=not args.quiet)
+        except (AdapterError, LabError) as exc:
+            if not isinstance(exc, AdapterError) and len(args.system) == 1:
+                raise
+            failed += 1
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            continue
+        out = write_system_run(result, dataset.qrels, Path(args.out) / f"{dataset.name}-{result.system['system']}")
+        run_id = None
+        if not args.no_track:
+            from lab.track import log_system
+
+            run_id = log_system(result, out, dataset=dataset, uri=args.tracking_uri)
+        if args.json:
+            print_json({"run": str(out), "mlflow_run_id": run_id, **result.metrics})
+            continue
+        m, speed = result.metrics["metrics"], result.metrics["speed"]
+        trip = result.metrics.get("round_trip") or {}
+        head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
+        print(f"{dataset.name:<10} {result.system['system']:<14} {result.metrics['questions']:>5} q  {head}  "
+              f"ingest {speed['ingest']['memories_per_s']}/s  search p50 {speed['search']['p50_ms']} ms "
+              f"p99 {speed['search']['p99_ms']} ms  round trip "
+              f"{'next search' if trip.get('next_search') else 'late' if trip.get('found') else 'NOT FOUND'}  -> {out}")
+        if result.system.get("approximates"):
+            print(f"{'':<10} {'':<14} approximates: {result.system['approximates']}")
+    return 6 if failed else 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from lab.eval.report import compare
 
@@ -117,6 +185,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     p.add_argument("--split", default="train", help="BEIR qrels split")
     p.add_argument("--preset", nargs="+", help="one or more preset names")
+    p.add_argument("--system", nargs="+", metavar="SYSTEM",
+                   help="memory systems through the same harness: lab, txtai, chroma, mem0, mempalace, an adapter "
+                        "file (.yaml: http, mcp or python) or module:Class")
+    p.add_argument("--system-settings", dest="system_settings", metavar="JSON",
+                   help="a built-in system's knobs, e.g. '{\"weights\": 0.7}' for txtai's hybrid weight")
     p.add_argument("--config", help="a .yaml/.json SearchConfig instead of a preset")
     p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cutoffs")
     p.add_argument("--respect-top-k", action="store_true", help="cut at each preset's own top_k, as served")

@@ -82,7 +82,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("runs", help="list recent MLflow runs (eval, sweep, gate)")
     p.add_argument("-n", type=int, default=20)
-    p.add_argument("--kind", choices=["eval", "sweep", "sweep-trial", "gate"])
+    p.add_argument("--kind", choices=["eval", "system", "sweep", "sweep-trial", "gate"])
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)

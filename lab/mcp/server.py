@@ -18,7 +18,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from lab.errors import LabError
 from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
@@ -44,6 +44,20 @@ INSTRUCTIONS = """Long-term memory. Before answering from memory, call memory_se
 memory_context (an assembled, cited context within a token budget). Before saving a fact, call memory_check: it
 shows what is stored already and what may contradict the new text, so you can memory_update instead of saving a
 duplicate. Link related memories with memory_link; forget wrong ones with memory_forget."""
+
+
+class MemoryItem(BaseModel):
+    """One memory of a batch (memory_save_many)."""
+    model_config = ConfigDict(extra="forbid")
+    content: str = Field(min_length=1, max_length=1_000_000)
+    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN)
+    title: Optional[str] = Field(None, max_length=10_000)
+    tags: Optional[list[str]] = Field(None, max_length=100)
+    type: Optional[MemoryType] = None
+    created_at: Optional[str] = Field(None, description="ISO 8601 (default: now)")
+    importance: Optional[float] = Field(None, ge=0, le=1)
+    pinned: Optional[bool] = None
+    metadata: Optional[dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -117,14 +131,33 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
         importance: Annotated[Optional[float], Field(None, ge=0, le=1)] = None,
         pinned: Annotated[Optional[bool], Field(None, description="always a candidate for context")] = None,
         metadata: Optional[dict[str, Any]] = None,
+        id: Annotated[Optional[str], Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
+                                           description="your own id for it (default: one made from the text)")] = None,
+        created_at: Annotated[Optional[str], Field(None, description="ISO 8601, when it happened (default: now)")] = None,
     ) -> dict[str, Any]:
         caller = who(ctx)
         ns = namespace_of(caller, namespace)
         record = {k: v for k, v in {"content": content, "namespace": ns, "title": title, "tags": tags, "type": type,
-                                     "importance": importance, "pinned": pinned, "metadata": metadata}.items()
+                                     "importance": importance, "pinned": pinned, "metadata": metadata, "id": id,
+                                     "created_at": created_at}.items()
                   if v is not None}
         await ops.ensure_namespace(state, caller, ns)
         return (await ops.save(state, caller, [record]))["one"]
+
+    @tool("Save many memories in one commit (importing notes or a conversation): each is reported 'created' or "
+          "'duplicate' with its id, in the order given; all are searchable when this returns. The namespace is "
+          "created if it does not exist.")
+    async def memory_save_many(
+        memories: Annotated[list[MemoryItem], Field(min_length=1, max_length=1000, description="the memories to save")],
+        ctx: Context,
+        namespace: NamespaceArg = None,
+    ) -> dict[str, Any]:
+        caller = who(ctx)
+        ns = namespace_of(caller, namespace)
+        records = [{**m.model_dump(exclude_none=True), "namespace": ns} for m in memories]
+        await ops.ensure_namespace(state, caller, ns)
+        got = await ops.save(state, caller, records)
+        return {"memories": got["memories"], "version": got["version"]}
 
     @tool("Search memories: the best matches for a query, ranked, with their scores. explain=true adds each "
           "signal's share of a result's score (vector, bm25, recency, graph, ...).", readOnlyHint=True)

@@ -171,6 +171,31 @@ def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri
     return run_id
 
 
+def log_system(result: Any, folder: Path, *, dataset: Any, uri: str | None = None) -> str:
+    """A memory system's evaluation (lab.adapters.harness) as a run: its settings, metrics with CI
+    bounds, ingest and search speed, the round trip, tags naming the system, the run folder."""
+    m = result.metrics
+    metrics = dict(m["metrics"])
+    for name, (lo, hi) in m.get("ci95", {}).items():
+        metrics[f"{name}.ci95_low"], metrics[f"{name}.ci95_high"] = lo, hi
+    speed = m.get("speed") or {}
+    for key, value in {"ingest_memories_per_s": (speed.get("ingest") or {}).get("memories_per_s"),
+                       "search_p50_ms": (speed.get("search") or {}).get("p50_ms"),
+                       "search_p99_ms": (speed.get("search") or {}).get("p99_ms"),
+                       "round_trip_delay_ms": (m.get("round_trip") or {}).get("delay_ms")}.items():
+        if value is not None:
+            metrics[key] = value
+    system = result.system
+    tags = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(), "system": system["system"],
+            "adapter": system.get("adapter", ""), "approximates": system.get("approximates") or "",
+            "run_folder": str(Path(folder).resolve())}
+    with run(f"system {dataset.name} {system['system']}", "system", params=flatten(system.get("settings") or {}),
+             tags=tags, uri=uri) as (_, c, run_id):
+        log_metrics(c, run_id, metrics)
+        c.log_artifacts(run_id, str(folder), "run")
+    return run_id
+
+
 def recent_runs(n: int = 20, uri: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
     """The latest runs, newest first: id, name, kind, status, start, headline metrics, verdict."""
     _, c, exp_id = client(uri)

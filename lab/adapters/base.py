@@ -1,0 +1,63 @@
+"""One interface for a memory system, so one harness evaluates every system, lab included.
+
+A system stores memories under namespaces and answers searches with its own ids; the harness
+keeps the map from the dataset's ids to the system's, so gold labels apply whatever ids a system
+makes. An adapter says what it approximates (``approximates``): a system run without the feature it
+is known for (mem0 without its LLM extraction) is reported as such, beside its figures.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+from lab.errors import LabError
+
+Memory = dict[str, Any]  # id, content, created_at (ISO 8601 or None), metadata
+
+
+class AdapterError(LabError):
+    """A system's call failed or answered something unusable; the message names the system and the call."""
+    exit_code = 6
+    http_status = 502
+
+    def __init__(self, system: str, call: str, problem: str) -> None:
+        super().__init__(f"system {system!r}, {call}: {problem}")
+        self.system, self.call = system, call
+
+
+class MemorySystem(ABC):
+    """What the harness needs of a memory system. ``name`` names it in results; ``approximates``
+    says how this adapter's setup differs from the system as its authors run it (empty: not at all)."""
+
+    name: str = "system"
+    approximates: str = ""
+    # what the system is measured as: its defaults, or a knob set (``settings`` names it)
+    settings: dict[str, Any] = {}
+
+    def reset(self, namespace: str) -> None:
+        """Forget everything stored under ``namespace`` (the harness starts each namespace clean)."""
+
+    @abstractmethod
+    def save(self, namespace: str, memories: Sequence[Memory]) -> dict[str, str]:
+        """Store ``memories``; returns each one's source id -> the id the system gave it."""
+
+    @abstractmethod
+    def search(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]:
+        """The system's best ``k`` for ``query``: (system id, score), best first."""
+
+    def context(self, namespace: str, query: str, budget: int) -> str | None:
+        """An assembled context within ``budget`` tokens, for systems that make one (None: not offered)."""
+        return None
+
+    def close(self) -> None:
+        """Release files, processes and connections."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"system": self.name, "adapter": type(self).__name__, "approximates": self.approximates,
+                "settings": dict(self.settings)}
+
+    def __enter__(self) -> "MemorySystem":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

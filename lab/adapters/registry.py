@@ -1,0 +1,114 @@
+"""Systems by name, adapter file or ``module:Class``: what `lab eval --system` accepts.
+
+- a built-in name: ``lab`` (this pipeline, in process) and the third-party systems that install and
+  run offline here, each an optional extra (``pip install -e '.[txtai]'``): ``txtai``, ``chroma``,
+  ``mem0``, ``mempalace``;
+- an adapter file (``.yaml``): ``kind: http`` (lab.adapters.http), ``kind: mcp`` (lab.adapters.mcp)
+  or ``kind: python`` (``class: module:Class`` and ``options:`` for its constructor);
+- ``module:Class``: a class implementing ``lab.adapters.base.MemorySystem``, built with ``folder``
+  (a scratch folder of its own) as its one argument.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from lab.adapters.base import MemorySystem
+from lab.adapters.http import HttpSystem, known_fields
+from lab.adapters.mcp import McpSystem
+from lab.config import read_yaml
+from lab.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class Builtin:
+    module: str
+    cls: str
+    extra: str | None  # the optional extra that installs it (None: always here)
+    needs: tuple[str, ...]  # the packages it imports
+    what: str
+
+
+BUILTIN: dict[str, Builtin] = {
+    "lab": Builtin("lab.adapters.lab_system", "LabSystem", None, (), "this pipeline, in process (a preset)"),
+    "txtai": Builtin("lab.adapters.thirdparty.txtai_system", "TxtaiSystem", "txtai", ("txtai",),
+                     "txtai Embeddings, hybrid dense + BM25 (its default weights)"),
+    "chroma": Builtin("lab.adapters.thirdparty.chroma_system", "ChromaSystem", "chroma", ("chromadb",),
+                      "ChromaDB, dense (cosine HNSW)"),
+    "mem0": Builtin("lab.adapters.thirdparty.mem0_system", "Mem0System", "mem0", ("mem0",),
+                    "mem0 with infer=False (raw text, dense only: no LLM extraction)"),
+    "mempalace": Builtin("lab.adapters.thirdparty.mempalace_system", "MempalaceSystem", "mempalace", ("mempalace",),
+                         "MemPalace drawers (ChromaDB + BM25 mix)"),
+}
+
+
+def require_packages(name: str) -> None:
+    """A built-in whose packages are missing names the extra that installs them."""
+    spec = BUILTIN[name]
+    for package in spec.needs:
+        if importlib.util.find_spec(package) is None:
+            raise ValidationError(f"system {name!r} needs the package {package!r}, which is not installed: "
+                                  f"pip install -e '.[{spec.extra}]'")
+
+
+def load_class(target: str, where: str) -> type:
+    module_name, _, cls_name = target.partition(":")
+    if not module_name or not cls_name:
+        raise ValidationError(f"{where}: {target!r} is not module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValidationError(f"{where}: cannot import {module_name!r} ({exc})") from None
+    cls = getattr(module, cls_name, None)
+    if not isinstance(cls, type) or not all(callable(getattr(cls, m, None)) for m in ("save", "search")):
+        raise ValidationError(f"{where}: {target!r} is not a class with save() and search() "
+                              "(see lab.adapters.base.MemorySystem)")
+    return cls
+
+
+def open_system(target: str, folder: Path, *, lab_factory: Callable[[Path], MemorySystem] | None = None,
+                settings: dict[str, Any] | None = None, env: Mapping[str, str] | None = None) -> MemorySystem:
+    """The system ``target`` names, with ``folder`` as its scratch space (created). ``lab_factory``
+    builds lab itself (the caller knows the preset and models); ``settings`` set a built-in's knobs;
+    ``env`` is the environment adapter files read (``${VAR}``, auth secrets), read at the edge."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = Path(target)
+    if path.suffix in (".yaml", ".yml"):
+        return _from_file(path, env or {})
+    if ":" in target and target.split(":")[0] not in BUILTIN:
+        system = load_class(target, "--system")(folder)
+        if not isinstance(system, MemorySystem):
+            system.name = getattr(system, "name", target)
+        return system
+    if target not in BUILTIN:
+        raise ValidationError(f"unknown system {target!r}; known: {sorted(BUILTIN)}, an adapter file (.yaml) "
+                              "or module:Class")
+    if target == "lab":
+        if lab_factory is None:
+            raise ValidationError("system 'lab' needs a preset to evaluate")
+        return lab_factory(folder)
+    require_packages(target)
+    spec = BUILTIN[target]
+    cls = getattr(importlib.import_module(spec.module), spec.cls)
+    return cls(folder, **(settings or {}))
+
+
+def _from_file(path: Path, env: Mapping[str, str]) -> MemorySystem:
+    data = read_yaml(path, "system adapter file")
+    if not isinstance(data, dict):
+        raise ValidationError(f"{path}: an adapter file is a mapping with 'kind' (http, mcp or python)")
+    kind = data.get("kind")
+    where = str(path)
+    if kind == "http":
+        return HttpSystem(data, where, env)
+    if kind == "mcp":
+        return McpSystem(data, where, env)
+    if kind == "python":
+        known_fields(data, ("kind", "name", "class", "options"), where, ("class",))
+        system = load_class(str(data["class"]), where)(**(data.get("options") or {}))
+        if data.get("name"):
+            system.name = str(data["name"])
+        return system
+    raise ValidationError(f"{where}: kind {kind!r} is not one of ['http', 'mcp', 'python']")
