@@ -46,11 +46,12 @@ def _tool(raw: Any, where: str, paths: Sequence[str], extra: Sequence[str] = ())
 
 
 class McpSystem(MemorySystem):
-    FIELDS = ("kind", "name", "approximates", "settings", "command", "url", "headers", "cwd", "timeout_s", "reset",
-              "save", "search")
+    FIELDS = ("kind", "name", "approximates", "settings", "command", "url", "headers", "cwd", "env", "timeout_s",
+              "reset", "save", "search")
 
     def __init__(self, spec: Mapping[str, Any], where: str, env: Mapping[str, str] | None = None) -> None:
         known_fields(spec, self.FIELDS, where, ("name", "save", "search"))
+        self.server_env: dict[str, str] = {}
         if ("command" in spec) == ("url" in spec):
             raise ValidationError(f"{where}: give exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
         self.name = str(spec["name"])
@@ -73,6 +74,11 @@ class McpSystem(MemorySystem):
                 raise ValidationError(f"{where}: command must be a non-empty list of strings")
             command = [expand_env(c, f"{where}: command", env) for c in command]
             cwd = expand_env(str(spec["cwd"]), f"{where}: cwd", env) if spec.get("cwd") else None
+            extra = spec.get("env") or {}
+            if not isinstance(extra, Mapping):
+                raise ValidationError(f"{where}: env must be a mapping of variable names to values")
+            # the server's environment: the SDK's safe default (PATH, HOME, ...) with these on top
+            self.server_env = {str(k): expand_env(str(v), f"{where}: env.{k}", env) for k, v in extra.items()}
             self.target = ("stdio", command, cwd)
         else:
             headers = {k: expand_env(str(v), f"{where}: headers", env) for k, v in (spec.get("headers") or {}).items()}
@@ -102,8 +108,11 @@ class McpSystem(MemorySystem):
         from mcp.client.stdio import StdioServerParameters
 
         if self.target[0] == "stdio":
+            from mcp.client.stdio import get_default_environment
+
             _, command, cwd = self.target
-            return StdioServerParameters(command=command[0], args=command[1:], cwd=cwd)
+            server_env = {**get_default_environment(), **self.server_env} if self.server_env else None
+            return StdioServerParameters(command=command[0], args=command[1:], cwd=cwd, env=server_env)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
