@@ -67,6 +67,8 @@ def benchmark(path: Path) -> list[str]:
     lines = [f"## {title}", "", where, ""]
     if path.stem == "models" and isinstance(data, dict):
         return lines + models_tables(data)
+    if path.stem == "systems" and isinstance(data, dict):
+        return lines + systems_tables(data)
     rows = [(k, v) for k, v in _leaves(data) if k not in ("benchmark", "machine")]
     lines += ["| measure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows[:MAX_ROWS]]
@@ -122,6 +124,54 @@ def models_tables(data: dict[str, Any]) -> list[str]:
         lines += ["| LoCoMo dev, `lab` preset | recall@10 gains in every conversation |", "|---|---|"]
         lines += [f"| {name} | {'yes' if w['every'] else 'no'} "
                   f"({sum(d > 0 for d in w['deltas'].values())} of {len(w['deltas'])}) |" for name, w in wins.items()]
+        lines.append("")
+    return lines
+
+
+def systems_tables(data: dict[str, Any]) -> list[str]:
+    """benchmarks/systems.py's figures: systems x datasets with CIs, the paired change against lab,
+    speed and the round trip; then recall by category, txtai's knob and published claims."""
+    lines = [data.get("note", ""), ""]
+    for dataset, rows in data.get("results", {}).items():
+        lines += [f"**{dataset}**", "",
+                  "| system | as | recall@10 [95% CI] | nDCG@10 [95% CI] | vs lab recall@10 (p) | ingest memories/s | "
+                  "search p50 / p99 ms | new memory found by the next search |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, e in rows.items():
+            r_ci, n_ci = e["ci95"]["recall@10"], e["ci95"]["ndcg@10"]
+            versus = (e.get("vs_lab") or {}).get("recall@10")
+            versus_text = f"{versus['delta']:+.4f} ({versus['p']:.3g})" if versus else ""
+            trip = e.get("round_trip") or {}
+            found = ("yes" if trip.get("next_search") else f"after {trip['delay_ms']} ms" if trip.get("found") else "no")
+            speed = e["speed"]
+            lines.append(f"| {name} | {e.get('as', '')} | {e['recall@10']:.4f} [{r_ci[0]:.4f}, {r_ci[1]:.4f}] | "
+                         f"{e['ndcg@10']:.4f} [{n_ci[0]:.4f}, {n_ci[1]:.4f}] | "
+                         f"{versus_text} | "
+                         f"{speed['ingest']['memories_per_s']} | {speed['search']['p50_ms']} / {speed['search']['p99_ms']} | "
+                         f"{found} |")
+        lines.append("")
+        cats = sorted({c for e in rows.values() for c in e.get("recall@10_by_category", {})})
+        if len(cats) > 1:
+            lines += ["| system | " + " | ".join(f"recall@10 {c}" for c in cats) + " |",
+                      "|---" * (len(cats) + 1) + "|"]
+            for name, e in rows.items():
+                by = e.get("recall@10_by_category", {})
+                lines.append(f"| {name} | " + " | ".join(f"{by[c]:.4f}" if c in by else "" for c in cats) + " |")
+            lines.append("")
+        for name, e in rows.items():
+            approx = (e.get("system") or {}).get("approximates")
+            if approx:
+                lines.append(f"- {name} approximates: {approx}")
+            knob = e.get("knob")
+            if knob:
+                lines.append(f"- {name} at its knob's best (hybrid weight {knob['best_weight']}, chosen on "
+                             f"{knob['chosen_on']}): validation recall@10 {knob['validation_recall@10_best']:.4f}, "
+                             f"against {knob['validation_recall@10_default']:.4f} at its default, on the same "
+                             f"{knob['validation_questions']} validation questions")
+            claim = e.get("published")
+            if claim:
+                lines.append(f"- {name}, published: nDCG@10 {claim['ndcg@10']} ({claim['claim']}); measured here "
+                             f"{e['ndcg@10']:.4f}")
         lines.append("")
     return lines
 
