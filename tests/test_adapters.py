@@ -143,3 +143,20 @@ def test_lab_in_process_over_http_and_over_mcp_rank_alike(tmp_path):
         mcp = evaluate_system(system, dataset, progress=False)
     assert here.run.select(keys).equals(mcp.run.select(keys))
     assert mcp.metrics["round_trip"]["next_search"]
+
+
+def test_a_system_evaluation_is_an_mlflow_run_with_its_speed_and_what_it_approximates(tmp_path):
+    from lab import track
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "LAB_EVAL_ROOT": str(tmp_path / "eval")}
+    got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--system", "toy_systems:WordOverlap",
+                          "--tracking-uri", uri, "--quiet", "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert got.returncode == 0, got.stderr
+    runs = track.recent_runs(5, uri, kind="system")
+    assert len(runs) == 1 and runs[0]["name"] == "system demo word-overlap"
+    m = runs[0]["metrics"]
+    assert {"recall_at_10", "recall_at_10.ci95_low", "ingest_memories_per_s", "search_p99_ms"} <= set(m)
+    _, client, _ = track.client(uri)
+    assert client.get_run(runs[0]["run_id"]).data.tags["lab.approximates"] == "a toy: shared words, no model"
