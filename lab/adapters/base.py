@@ -25,6 +25,14 @@ class AdapterError(LabError):
         self.system, self.call = system, call
 
 
+def hits_or_error(system: str, found: list, id_path: str) -> list[tuple[str, float]]:
+    """The ranked (id, score) pairs of ``templates.ranked``, or an error naming the first hit without an id."""
+    missing = [n for n in found if isinstance(n, int)]
+    if missing:
+        raise AdapterError(system, "search", f"result {missing[0]} has no id at '{id_path}'")
+    return found
+
+
 class MemorySystem(ABC):
     """What the harness needs of a memory system. ``name`` names it in results; ``approximates``
     says how this adapter's setup differs from the system as its authors run it (empty: not at all)."""

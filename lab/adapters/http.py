@@ -32,8 +32,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from lab.adapters.base import AdapterError, Memory, MemorySystem
-from lab.adapters.templates import check_path, pick, render
+from lab.adapters.base import AdapterError, Memory, MemorySystem, hits_or_error
+from lab.adapters.templates import check_path, pick, ranked, render
 from lab.errors import ValidationError
 
 _ENV = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
@@ -155,15 +155,8 @@ class HttpSystem(MemorySystem):
 
     def search(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]:
         got = self._call("search", self.search_req, {"namespace": namespace, "query": query, "k": k})
-        hits = pick(got, self.search_req["hits"])
-        out = []
-        for n, hit in enumerate(hits):
-            ids = pick(hit, self.search_req["id"])
-            if not ids:
-                raise AdapterError(self.name, "search", f"result {n} has no id at '{self.search_req['id']}'")
-            scores = pick(hit, self.search_req["score"]) if "score" in self.search_req else []
-            out.append((str(ids[0]), float(scores[0]) if scores else float(-n)))
-        return out
+        req = self.search_req
+        return hits_or_error(self.name, ranked(got, req["hits"], req["id"], req.get("score")), req["id"])
 
     def close(self) -> None:
         self.client.close()

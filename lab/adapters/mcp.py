@@ -29,9 +29,9 @@ import json
 import threading
 from typing import Any, Mapping, Sequence
 
-from lab.adapters.base import AdapterError, Memory, MemorySystem
+from lab.adapters.base import AdapterError, Memory, MemorySystem, hits_or_error
 from lab.adapters.http import expand_env, known_fields
-from lab.adapters.templates import check_path, pick, render
+from lab.adapters.templates import check_path, pick, ranked, render
 from lab.errors import ValidationError
 
 
@@ -197,14 +197,8 @@ class McpSystem(MemorySystem):
     def search(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]:
         got = self._run(lambda: self._tool_call("search", self.search_call,
                                                 {"namespace": namespace, "query": query, "k": k}), "search")
-        out = []
-        for n, hit in enumerate(pick(got, self.search_call["hits"])):
-            ids = pick(hit, self.search_call["id"])
-            if not ids:
-                raise AdapterError(self.name, "search", f"result {n} has no id at '{self.search_call['id']}'")
-            scores = pick(hit, self.search_call["score"]) if "score" in self.search_call else []
-            out.append((str(ids[0]), float(scores[0]) if scores else float(-n)))
-        return out
+        call = self.search_call
+        return hits_or_error(self.name, ranked(got, call["hits"], call["id"], call.get("score")), call["id"])
 
     def close(self) -> None:
         if self.loop.is_running():

@@ -67,6 +67,20 @@ def check_path(path: str, where: str) -> str:
     return path
 
 
+def ranked(answer: Any, hits: str, id_path: str, score_path: str | None) -> list[tuple[str, float] | int]:
+    """(id, score) of each hit ``hits`` reaches in a search answer, best first (a hit without a
+    score scores by its place); a hit without an id is its index instead, for the caller to name."""
+    out: list[tuple[str, float] | int] = []
+    for n, hit in enumerate(pick(answer, hits)):
+        ids = pick(hit, id_path)
+        if not ids:
+            out.append(n)
+            continue
+        scores = pick(hit, score_path) if score_path else []
+        out.append((str(ids[0]), float(scores[0]) if scores else float(-n)))
+    return out
+
+
 def pick(data: Any, path: str) -> list[Any]:
     """Every value ``path`` reaches in ``data`` (a path without ``[*]`` reaches at most one)."""
     current = [data]

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from lab.cli.serve import add_setting_flags, open_served
+from lab.cli.serve import add_network_flags, add_setting_flags, open_served
 
 
 def protocol_stdout() -> None:
@@ -33,14 +33,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from lab.errors import ValidationError
     from lab.store.records import validate_namespace
 
-    allow = tuple(args.allow or ["*"])
-    for pattern in allow:
-        if pattern != "*":
-            try:
-                validate_namespace(pattern[:-2] if pattern.endswith("/*") else pattern)
-            except ValidationError:
-                raise ValidationError(f"--allow {pattern!r} is neither '*', a namespace, nor a namespace "
-                                      "followed by '/*'") from None
+    from lab.serve.auth import check_pattern
+
+    allow = tuple(check_pattern(p, "--allow") for p in args.allow or ["*"])
     if args.namespace:
         validate_namespace(args.namespace)
     settings, served, keys = open_served(args)
@@ -83,12 +78,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow", nargs="+", metavar="PATTERN",
                    help="namespaces this session may touch: '*' (default), 'team-a/*', 'project-x'")
     p.add_argument("--read-only", dest="read_only", action="store_true", help="refuse every write tool")
-    # with --transport http, the network settings of lab serve
-    p.add_argument("--host", help="(http) address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="(http) port (default 8080)")
-    p.add_argument("--auth", choices=["on", "off", "auto"], help="(http) API keys required (auto: unless loopback)")
-    p.add_argument("--keys-file", dest="keys_file", help="(http) API keys file")
-    p.add_argument("--rate", type=float, help="(http) requests per second per key (default 50)")
-    p.add_argument("--burst", type=int, help="(http) requests allowed at once per key (default 100)")
-    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help="(http) request body limit")
+    add_network_flags(p, "(http) ")  # with --transport http, the network settings of lab serve
     p.set_defaults(func=cmd_mcp)

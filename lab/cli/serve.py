@@ -76,6 +76,17 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="settings file (YAML; env LAB_SERVE_CONFIG)")
 
 
+def add_network_flags(p: argparse.ArgumentParser, tag: str = "") -> None:
+    """Where the server listens and how it guards the door (`lab serve`, `lab mcp --transport http`)."""
+    p.add_argument("--host", help=f"{tag}address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help=f"{tag}port (default 8080)")
+    p.add_argument("--auth", choices=["on", "off", "auto"], help=f"{tag}API keys required (auto: unless bound to loopback)")
+    p.add_argument("--keys-file", dest="keys_file", help=f"{tag}API keys file (hashed; `lab keys create` writes it)")
+    p.add_argument("--rate", type=float, help=f"{tag}requests per second per key (default 50)")
+    p.add_argument("--burst", type=int, help=f"{tag}requests allowed at once per key (default 100)")
+    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help=f"{tag}request body limit (default 1 MiB)")
+
+
 def cmd_keys_create(args: argparse.Namespace) -> int:
     from lab.serve.auth import add_key
 
@@ -98,13 +109,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        description="Serve the registered champion (or a bundle) over REST. Settings come from "
                                    "flags, then $LAB_SERVE_<NAME> variables, then --config FILE (YAML).")
     add_setting_flags(p)
-    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 8080)")
-    p.add_argument("--auth", choices=["on", "off", "auto"], help="API keys required (auto: unless bound to loopback)")
-    p.add_argument("--keys-file", dest="keys_file", help="API keys file (hashed; `lab keys create` writes it)")
-    p.add_argument("--rate", type=float, help="requests per second per key (default 50)")
-    p.add_argument("--burst", type=int, help="requests allowed at once per key (default 100)")
-    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help="request body limit (default 1 MiB)")
+    add_network_flags(p)
     p.add_argument("--mcp", action="store_true",
                    help="also serve the MCP tools over streamable HTTP at /mcp (same keys, scopes and rate limits)")
     p.add_argument("--proxy-upstream", dest="proxy_upstream", metavar="URL",

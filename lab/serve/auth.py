@@ -87,13 +87,19 @@ def _entry(raw: Any, where: str, allow_secret: bool) -> ApiKey:
         raise ValidationError(f"{where} ({name}): field 'namespaces' must be a non-empty list of patterns "
                               "('*', 'team-a/*', 'project-x')")
     for p in patterns:
-        if p != "*":
-            try:
-                validate_namespace(p[:-2] if p.endswith("/*") else p)
-            except ValidationError:
-                raise ValidationError(f"{where} ({name}): namespace pattern {p!r} is neither '*', a namespace, "
-                                      "nor a namespace followed by '/*'") from None
+        check_pattern(p, f"{where} ({name}): namespace pattern")
     return ApiKey(name, digest, scope, tuple(patterns))
+
+
+def check_pattern(pattern: str, where: str) -> str:
+    """A namespace pattern: '*', a namespace, or a namespace followed by '/*'."""
+    if pattern != "*":
+        try:
+            validate_namespace(pattern[:-2] if pattern.endswith("/*") else pattern)
+        except ValidationError:
+            raise ValidationError(f"{where} {pattern!r} is neither '*', a namespace, nor a namespace "
+                                  "followed by '/*'") from None
+    return pattern
 
 
 def _parse_list(data: Any, where: str, allow_secret: bool) -> list[ApiKey]:
