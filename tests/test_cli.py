@@ -86,7 +86,7 @@ def test_context_command_renders_zones_within_the_budget(tmp_path: Path):
     text = run(*args, "--counter", "exact", "--ratios", "20/60/20").stdout
     assert text.startswith("=== ")
     proc = run(*args, "--ratios", "10/10/10", check=False)
-    assert proc.returncode == 2 and "critical_ratio must be a finite number >= 0 and <= 1, got 10.0" in proc.stderr
+    assert proc.returncode == 2 and "--ratios '10/10/10': the three shares must sum to 100 (or to 1), got 30" in proc.stderr
     empty = run("context", "x", "--store", store, "--namespace", "atlas", "--budget", "0", "--format", "json").stdout
     assert json.loads(empty)["items"] == []
 
@@ -141,3 +141,14 @@ def test_search_output_shows_control_and_bidi_characters_as_escapes(tmp_path: Pa
         out = run(*cmd, "--store", store).stdout
         assert "\x1b" not in out and "\x00" not in out and "\u202e" not in out, cmd
         assert "\\u001b[31mred" in out and "\\u202eoverride" in out, out
+
+
+def test_a_refused_ingest_leaves_no_store_and_a_missing_input_is_not_found(tmp_path: Path):
+    missing = run("ingest", str(tmp_path / "absent.jsonl"), "--store", str(tmp_path / "a"), "--create", check=False)
+    assert missing.returncode == 3 and "input not found" in missing.stderr  # 3: not found, as the README says
+    assert not (tmp_path / "a").exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"content": "fine", "namespace": "n"}\n{"content": ""}\n')
+    refused = run("ingest", str(bad), "--store", str(tmp_path / "b"), "--create", "--namespace", "n", check=False)
+    assert refused.returncode == 2 and "line 2" in refused.stderr
+    assert not (tmp_path / "b").exists()  # the store this command created for it is gone again

@@ -38,7 +38,14 @@ def _ratios(text: str) -> dict[str, float]:
     except ValueError:
         raise ValidationError(f"--ratios must be CRITICAL/MIDDLE/RECENCY, e.g. 15/65/20, got {text!r}") from None
     total = critical + middle + recency
-    scale = 100.0 if abs(total - 100.0) < 1e-6 else 1.0  # 15/65/20 or 0.15/0.65/0.2
+    if min(critical, middle, recency) < 0:
+        raise ValidationError(f"--ratios {text!r}: each share must be >= 0")
+    if abs(total - 100.0) < 1e-6:
+        scale = 100.0  # 15/65/20
+    elif abs(total - 1.0) < 1e-6:
+        scale = 1.0  # 0.15/0.65/0.2
+    else:
+        raise ValidationError(f"--ratios {text!r}: the three shares must sum to 100 (or to 1), got {total:g}")
     return {"critical_ratio": critical / scale, "middle_ratio": middle / scale, "recency_ratio": recency / scale}
 
 

@@ -34,10 +34,22 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    import shutil
+    from pathlib import Path
+
+    from lab.errors import NotFoundError
     from lab.pipeline import Pipeline
 
-    with Pipeline.open(args.store, create=args.create) as pipe:
-        report = pipe.ingest(args.path, args.namespace, progress=not args.quiet)
+    if not Path(args.path).exists():  # before a store is opened or created
+        raise NotFoundError(f"input not found: {args.path}")
+    new_store = args.create and not (Path(args.store) / "lab-store.json").is_file()
+    try:
+        with Pipeline.open(args.store, create=args.create) as pipe:
+            report = pipe.ingest(args.path, args.namespace, progress=not args.quiet)
+    except BaseException:
+        if new_store:  # a refused ingest into a store this command created leaves no empty store behind
+            shutil.rmtree(args.store, ignore_errors=True)
+        raise
     data = report.to_dict()
     if args.json:
         print_json(data)

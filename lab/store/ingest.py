@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from lab.errors import ValidationError
+from lab.errors import NotFoundError, ValidationError
 
 Located = tuple[str, dict[str, Any]]  # ("path line 12: ", record)
 
@@ -14,7 +14,7 @@ def read_records(path: str | Path) -> list[Located]:
     """Every record of a .jsonl or .parquet file, each with where it came from for error messages."""
     path = Path(path)
     if not path.is_file():
-        raise ValidationError(f"file not found: {path}")
+        raise NotFoundError(f"file not found: {path}")
     if path.suffix == ".parquet":
         return list(_parquet(path))
     if path.suffix in (".jsonl", ".ndjson"):
