@@ -116,6 +116,18 @@ def test_a_truncated_item_keeps_at_least_the_minimum_or_is_skipped():
     assert ctx.items == [] and ctx.skipped[0].reason == "oversize"
 
 
+def test_a_long_id_does_not_leave_a_stub_the_minimum_counts_the_text_kept():
+    # 20 tokens of room: a long id takes most of them, so what is left of the text would be a stub
+    long_id = "team-a/notes:" + "x" * 60
+    ctx = assemble([Item(long_id, "Billing incident: " + words(2000, "h"), 1.0, OLD)],
+                   cfg(budget=24, critical_ratio=1.0, middle_ratio=0.0, recency_ratio=0.0, min_truncated_tokens=8))
+    assert ctx.items == [] and ctx.skipped[0].reason == "oversize"
+    roomy = assemble([Item(long_id, "Billing incident: " + words(2000, "h"), 1.0, OLD)],
+                     cfg(budget=120, critical_ratio=1.0, middle_ratio=0.0, recency_ratio=0.0, min_truncated_tokens=8))
+    (item,) = roomy.items
+    assert item.truncated and len(item.text.split()) > 8
+
+
 def test_budget_zero_and_empty_results_give_an_empty_context():
     assert assemble([], cfg()).items == []
     assert assemble([], cfg()).render() == ""

@@ -205,7 +205,9 @@ class _ZoneFill:
                 c = _Candidate(it, ln, t, norm_list[k], zone, _reason(zone_list[k], working_list[k], pinned_list[k]))
                 if t > space:
                     c = _truncate(c, counter, space)
-                    if c.tokens > space:
+                    # the minimum is of the memory's own text: an id and a title with "…" after them
+                    # spend tokens and say nothing
+                    if c.tokens > space or counter.count(c.item.text.removesuffix(" …")) < min_trunc:
                         continue
                 taken_list[k] = True
                 if inline is not None:
