@@ -67,8 +67,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mcp", help="the memory tools for an MCP host (stdio; --transport http = lab serve --mcp)",
-                       description="Serve the champion's memory tools (memory_save, memory_search, memory_context, "
-                                   "memory_get, memory_update, memory_forget, memory_list, memory_link, memory_check) "
+                       description="Serve the champion's memory tools (memory_save, memory_save_many, memory_search, "
+                                   "memory_context, memory_get, memory_update, memory_forget, memory_list, memory_link, "
+                                   "memory_check) "
                                    "to an MCP host over stdio, as the local user. Refuses a configuration that is "
                                    "not GO, as `lab serve` does.")
     add_setting_flags(p)
