@@ -35,7 +35,7 @@ def _(folder, mo, sweep_name, views):
     mo.md(f"**{_s['sweep']}** on {_s['dataset']} ({_s['strategy']}, {_s.get('configs')} configurations, "
           f"objective {_s['objective']}, constraints {', '.join(_s['constraints']) or 'none'}). "
           f"Best: {_s['objective']} **{_s['tune']:.4f}** on tune, **{_s['validation']:.4f}** on validation "
-          f"(gap {_s['gap']:+.4f}). Source: `{sweep['source']}`")
+          f"(gap {_s['gap']:+.4f}). From {sweep['source']}.")
     return (sweep,)
 
 

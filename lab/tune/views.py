@@ -97,12 +97,12 @@ def load_sweep(name_or_run: str | None = None, *, uri: str | None = None, folder
                                   f"known sweeps: {known or 'none (run `lab sweep FILE` first)'}")
         run = runs[0]
         folder = Path(c.download_artifacts(run["run_id"], "sweep"))
-        source = {"run_id": run["run_id"], "name": run["name"]}
+        source = f"MLflow run {run['run_id']} ({run['name']})"
     else:
         folder = Path(folder)
         if not (folder / "results.parquet").is_file():
             raise ValidationError(f"{folder} is not a sweep folder (no results.parquet)")
-        source = {"folder": str(folder)}
+        source = f"sweep folder {folder}"
     read = lambda n: pl.read_parquet(folder / n) if (folder / n).is_file() else pl.DataFrame()  # noqa: E731
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     return {"source": source, "summary": summary, "results": read("results.parquet"),
@@ -128,13 +128,18 @@ def sweep_heatmap(sweep: dict[str, Any], weight: str | None = None, part: str = 
     weight = weight or (sweep_weights(sweep) or [None])[0]
     if weight is None or "fusion.k" not in t.columns:
         return alt.Chart(pl.DataFrame({"note": ["this sweep varies no (RRF k, weight) pair"]})).mark_text().encode(text="note")
-    grid = t.group_by("fusion.k", weight).agg(pl.col(f"{part}/{obj}").max().alias(obj))
+    # plain field names: Vega-Lite reads a dot in a field name as a nested field ("fusion.k" would
+    # be k inside fusion), and the chart came out blank with undefined axes
+    grid = (t.group_by("fusion.k", weight).agg(pl.col(f"{part}/{obj}").max().alias("score"))
+            .rename({"fusion.k": "rrf_k", weight: "weight"}))
+    label = weight.replace("fusion.weights.", "weight: ")
     return (alt.Chart(grid).mark_rect()
-            .encode(x=alt.X(f"{weight}:O", title=weight.replace("fusion.weights.", "weight: ")),
-                    y=alt.Y("fusion.k:O", title="RRF k", sort="descending"),
-                    color=alt.Color(f"{obj}:Q", scale=alt.Scale(scheme="viridis")),
-                    tooltip=["fusion.k", weight, alt.Tooltip(f"{obj}:Q", format=".4f")])
-            .properties(title=f"{obj} on {part} over RRF k by {weight}", width=320, height=240))
+            .encode(x=alt.X("weight:O", title=label),
+                    y=alt.Y("rrf_k:O", title="RRF k", sort="descending"),
+                    color=alt.Color("score:Q", title=obj, scale=alt.Scale(scheme="viridis")),
+                    tooltip=[alt.Tooltip("rrf_k:O", title="RRF k"), alt.Tooltip("weight:O", title=label),
+                             alt.Tooltip("score:Q", title=obj, format=".4f")])
+            .properties(title=f"{obj} on {part} over RRF k by {label}", width=320, height=240))
 
 
 def _plain(frame: pl.DataFrame) -> pl.DataFrame:
@@ -165,9 +170,11 @@ def top_configurations(sweep: dict[str, Any], n: int = 10) -> pl.DataFrame:
     obj = sweep_objective(sweep)
     t = sweep["results"].filter(pl.col("feasible") & pl.col("error").is_null())
     dims = [c for c in t.columns if "/" not in c and c not in ("trial", "feasible", "error")]
-    return (t.sort([f"tune/{obj}", "trial"], descending=[True, False]).head(n)
-            .select("trial", *dims, f"tune/{obj}", f"validation/{obj}")
-            .with_columns((pl.col(f"tune/{obj}") - pl.col(f"validation/{obj}")).alias("gap")))
+    top = (t.sort([f"tune/{obj}", "trial"], descending=[True, False]).head(n)
+           .select("trial", *dims, f"tune/{obj}", f"validation/{obj}")
+           .with_columns((pl.col(f"tune/{obj}") - pl.col(f"validation/{obj}")).alias("gap")))
+    # four decimals, as every other table of lab's prints them (16 say nothing more)
+    return top.with_columns([pl.col(c).round(4) for c, kind in top.schema.items() if kind.is_float()])
 
 
 def gap_chart(sweep: dict[str, Any]):
