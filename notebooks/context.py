@@ -23,7 +23,7 @@ def _(TuneSession, mo):
     _args = mo.cli_args()
     with mo.status.spinner("opening the dataset and its cached candidates"):
         session = TuneSession.from_args(_args)
-    first = str(_args.get("question") or session.qids[0])
+    first = session.question_id(_args.get("question"))
     return first, session
 
 
@@ -65,4 +65,8 @@ def _(budget, critical, mo, question, recency, session, views):
 
 
 if __name__ == "__main__":
-    app.run()
+    import sys
+
+    from lab.cli.common import run_notebook
+
+    sys.exit(run_notebook(app, ('dataset', 'preset', 'config', 'question')))

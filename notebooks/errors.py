@@ -82,4 +82,8 @@ def _(mo, pl, rescues):
 
 
 if __name__ == "__main__":
-    app.run()
+    import sys
+
+    from lab.cli.common import run_notebook
+
+    sys.exit(run_notebook(app, ('dataset', 'preset', 'config')))

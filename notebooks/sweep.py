@@ -64,4 +64,8 @@ def _(mo, sweep, views):
 
 
 if __name__ == "__main__":
-    app.run()
+    import sys
+
+    from lab.cli.common import run_notebook
+
+    sys.exit(run_notebook(app, ('sweep', 'folder')))

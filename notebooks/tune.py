@@ -19,12 +19,14 @@ def _():
 
 
 @app.cell
-def _(PRESETS, mo):
+def _(PRESETS, TuneSession, mo):
     # `python notebooks/tune.py --dataset locomo` or `marimo run notebooks/tune.py -- --dataset locomo`
     _args = mo.cli_args()
-    dataset_pick = mo.ui.dropdown(["demo", "locomo", "scifact"], value=str(_args.get("dataset") or "demo"),
-                                  label="dataset")
-    preset_pick = mo.ui.dropdown(sorted(PRESETS), value=str(_args.get("preset") or "lab"), label="preset")
+    _datasets = ["demo", "locomo", "scifact"]
+    dataset_pick = mo.ui.dropdown(_datasets, value=TuneSession.choice("--dataset", _args.get("dataset") or "demo",
+                                                                       _datasets), label="dataset")
+    preset_pick = mo.ui.dropdown(sorted(PRESETS), value=TuneSession.choice("--preset", _args.get("preset") or "lab",
+                                                                           sorted(PRESETS)), label="preset")
     out = str(_args.get("out") or "runs/notebook")  # where logged runs and gate reports go
     mo.vstack([mo.md("# Tune retrieval and assembly\n"
                      "Every change re-fuses the cached candidates and re-assembles every question; "
@@ -119,4 +121,8 @@ def _(assemble, gate_button, mo, out, search, session, views):
 
 
 if __name__ == "__main__":
-    app.run()
+    import sys
+
+    from lab.cli.common import run_notebook
+
+    sys.exit(run_notebook(app, ('dataset', 'preset', 'config', 'out')))

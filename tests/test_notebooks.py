@@ -128,3 +128,18 @@ def test_tune_notebook_in_a_real_browser(workspace):
         raise AssertionError(f"run {run_id} is not in {uri} ({exc}); other stores under the notebook's folder: "
                              f"{stray}") from None
     assert "notebook" in tags.values() and str(root / "browser") in " ".join(tags.values()), tags
+
+
+@pytest.mark.parametrize("name, args, message", [
+    ("context", ["--question", "demo-q001"], "--question 'demo-q001' is not a question of demo; its questions are demo-001"),
+    ("tune", ["--dataset", "nope"], "--dataset 'nope' is not one of ['demo', 'locomo', 'scifact']"),
+    ("sweep", ["--sweep", "nope"], "no sweep run 'nope' in MLflow"),
+    ("errors", ["--datset", "demo"], "unknown argument(s) --datset; this notebook takes --dataset, --preset, --config"),
+])
+def test_a_bad_notebook_argument_is_one_line_naming_it(workspace, name, args, message):
+    root, env = workspace
+    got = subprocess.run([sys.executable, str(ROOT / "notebooks" / f"{name}.py"), *args], env=env, cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    assert got.returncode == 2, got.stderr[-2000:]
+    assert message in got.stderr and "Traceback" not in got.stderr
+    assert len([line for line in got.stderr.splitlines() if line.startswith("error:")]) == 1

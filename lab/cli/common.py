@@ -75,3 +75,25 @@ def print_hits(hits: list, width: int = 80, explain: bool = False) -> None:
                     alt = hit.counterfactual.get(signal)
                     without = f"  without it: rank {alt if alt is not None else '-'}"
                 print(f"{'':>12}{signal:<10} rank {d.rank:>3}  score {d.score:9.4f}  adds {d.contribution:.4f}{without}")
+
+
+def run_notebook(app: Any, allowed: tuple[str, ...]) -> int:
+    """A marimo notebook run as a script (`python notebooks/x.py --dataset demo`): its arguments
+    checked first, and a bad value a one-line error naming it and what is allowed (exit 2, as a
+    `lab` command), never a traceback."""
+    import sys
+
+    from lab.errors import LabError
+
+    given = [a[2:].split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--")]
+    unknown = [g for g in given if g not in allowed]
+    if unknown:
+        print(f"error: unknown argument(s) {', '.join('--' + u for u in unknown)}; this notebook takes "
+              f"{', '.join('--' + a for a in allowed)}", file=sys.stderr)
+        return 2
+    try:
+        app.run()
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0

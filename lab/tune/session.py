@@ -290,5 +290,21 @@ class TuneSession:
         return assemble(items, numbers.assemble, counter=self.retriever.counter(numbers.assemble.counter),
                         reference_time=context_reference(self.dataset, numbers.assemble, ref))
 
+    @staticmethod
+    def choice(flag: str, value: Any, allowed: Sequence[str]) -> str:
+        """A notebook argument that must be one of ``allowed``; else one line naming both."""
+        if str(value) not in allowed:
+            raise ValidationError(f"{flag} {value!r} is not one of {list(allowed)}")
+        return str(value)
+
+    def question_id(self, qid: Any) -> str:
+        """The question ``qid`` names (default: the first); an unknown one names a few that exist."""
+        if qid is None or qid == "":
+            return self.qids[0]
+        if str(qid) not in set(self.qids):
+            raise ValidationError(f"--question {qid!r} is not a question of {self.dataset.name}; its questions are "
+                                  f"{', '.join(self.qids[:5])}, ... ({len(self.qids)} in all)")
+        return str(qid)
+
     def gold_of(self, qid: str) -> set[str]:
         return self.pool.gold[self.qids.index(qid)]
