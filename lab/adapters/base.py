@@ -25,6 +25,14 @@ class AdapterError(LabError):
         self.system, self.call = system, call
 
 
+def batch_ids(system: str, batch: Sequence[Memory], ids: list[Any], where: str) -> dict[str, str]:
+    """source id -> system id for a batch saved in one call, whose answer lists one id per memory
+    in order (``where``: the answer's path to them, for the error)."""
+    if len(ids) != len(batch):
+        raise AdapterError(system, "save", f"{len(batch)} memories sent, {len(ids)} ids at '{where}' in the answer")
+    return {str(m["id"]): str(i) for m, i in zip(batch, ids)}
+
+
 def hits_or_error(system: str, found: list, id_path: str) -> list[tuple[str, float]]:
     """The ranked (id, score) pairs of ``templates.ranked``, or an error naming the first hit without an id."""
     missing = [n for n in found if isinstance(n, int)]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from lab.adapters.base import AdapterError, Memory, MemorySystem, hits_or_error
+from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
 from lab.adapters.templates import check_path, pick, ranked, render
 from lab.errors import ValidationError
 
@@ -146,11 +146,7 @@ class HttpSystem(MemorySystem):
         for start in range(0, len(memories), size):
             batch = [{**m, "namespace": namespace} for m in memories[start:start + size]]
             got = self._call("save", self.save_req, {"namespace": namespace, **(batch[0] if size == 1 else {})}, batch)
-            ids = pick(got, self.save_req["ids"])
-            if len(ids) != len(batch):
-                raise AdapterError(self.name, "save", f"{len(batch)} memories sent, {len(ids)} ids at "
-                                                      f"'{self.save_req['ids']}' in the answer")
-            out.update({str(m["id"]): str(i) for m, i in zip(batch, ids)})
+            out.update(batch_ids(self.name, batch, pick(got, self.save_req["ids"]), self.save_req["ids"]))
         return out
 
     def search(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]:

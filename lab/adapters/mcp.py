@@ -29,7 +29,7 @@ import json
 import threading
 from typing import Any, Mapping, Sequence
 
-from lab.adapters.base import AdapterError, Memory, MemorySystem, hits_or_error
+from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
 from lab.adapters.http import expand_env, known_fields
 from lab.adapters.templates import check_path, pick, ranked, render
 from lab.errors import ValidationError
@@ -178,11 +178,7 @@ class McpSystem(MemorySystem):
                     batch = [{**m, "namespace": namespace} for m in memories[start:start + self.batch]]
                     args = render(self.save_call.get("arguments") or {}, {"namespace": namespace}, batch)
                     got = await self._call_tool("save", self.save_call["tool"], args)
-                    ids = pick(got, self.save_call["ids"])
-                    if len(ids) != len(batch):
-                        raise AdapterError(self.name, "save", f"{len(batch)} memories sent, {len(ids)} ids at "
-                                                              f"'{self.save_call['ids']}' in the answer")
-                    out.update({str(m["id"]): str(i) for m, i in zip(batch, ids)})
+                    out.update(batch_ids(self.name, batch, pick(got, self.save_call["ids"]), self.save_call["ids"]))
                 return out
             for m in memories:
                 got = await self._tool_call("save", self.save_call, {**m, "namespace": namespace})

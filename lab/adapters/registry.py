@@ -78,10 +78,7 @@ def open_system(target: str, folder: Path, *, lab_factory: Callable[[Path], Memo
     if path.suffix in (".yaml", ".yml"):
         return _from_file(path, env or {})
     if ":" in target and target.split(":")[0] not in BUILTIN:
-        system = load_class(target, "--system")(folder)
-        if not isinstance(system, MemorySystem):
-            system.name = getattr(system, "name", target)
-        return system
+        return load_class(target, "--system")(folder)
     if target not in BUILTIN:
         raise ValidationError(f"unknown system {target!r}; known: {sorted(BUILTIN)}, an adapter file (.yaml) "
                               "or module:Class")

@@ -79,7 +79,6 @@ class MempalaceSystem(McpSystem):
         }
         super().__init__(spec, "mempalace (built in)")
         self.settings = {"embedding": "minilm (bundled MiniLM exported to ONNX)", "room": "facts"}
-        self.wings_seen: set[str] = set()
 
     def save(self, namespace: str, memories: Sequence[Memory]) -> dict[str, str]:
         wing = wing_of(namespace)
