@@ -31,6 +31,7 @@ def _(mo):
 def _(folder, mo, sweep_name, views):
     with mo.status.spinner("reading the sweep's artifacts"):
         sweep = views.load_sweep(sweep_name.value or None, folder=folder)
+    mo.stop(sweep is None, mo.md(views.NO_SWEEP))
     _s = sweep["summary"]
     mo.md(f"**{_s['sweep']}** on {_s['dataset']} ({_s['strategy']}, {_s.get('configs')} configurations, "
           f"objective {_s['objective']}, constraints {', '.join(_s['constraints']) or 'none'}). "

@@ -81,13 +81,17 @@ def checks_frame(report) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------------------- sweep
-def load_sweep(name_or_run: str | None = None, *, uri: str | None = None, folder: str | Path | None = None) -> dict[str, Any]:
+def load_sweep(name_or_run: str | None = None, *, uri: str | None = None,
+               folder: str | Path | None = None) -> dict[str, Any] | None:
     """A sweep's results from MLflow: the parent run named ``sweep NAME`` (or run id; default the
     newest sweep), its results table, assembly table, Pareto front and summary from its artifacts.
-    ``folder``: read a sweep folder instead (what `lab sweep` writes), without MLflow."""
+    ``folder``: read a sweep folder instead (what `lab sweep` writes), without MLflow. None when no
+    sweep is named and none is tracked yet (a fresh checkout): the notebook then says how to make one."""
     if folder is None:
         _, c, _ = track.client(uri)
         every = track.recent_runs(200, uri, kind="sweep")
+        if not every and not name_or_run:
+            return None
         runs = every
         if name_or_run:
             runs = [r for r in runs if r["run_id"] == name_or_run or r["name"] == f"sweep {name_or_run}"]
@@ -107,6 +111,11 @@ def load_sweep(name_or_run: str | None = None, *, uri: str | None = None, folder
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     return {"source": source, "summary": summary, "results": read("results.parquet"),
             "assembly": read("assembly.parquet"), "pareto": read("pareto.parquet")}
+
+
+NO_SWEEP = ("**No sweep is tracked yet** (a fresh checkout). Run one, then reload this page:\n\n"
+            "```bash\n.venv/bin/lab sweep goldens/sweeps/demo.yaml   # the demo grid, about a minute\n```\n\n"
+            "or `.venv/bin/lab demo`, which runs that sweep among its steps.")
 
 
 def sweep_objective(sweep: dict[str, Any]) -> str:
