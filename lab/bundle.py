@@ -3,13 +3,19 @@ the MLflow pyfunc model and the tests read.
 
 A bundle folder holds ``config.json`` (the search configuration), ``assemble.json`` (context
 assembly), ``save.json`` when the candidate had its own index-time settings, and
-``manifest.json``: the gate verdict, the candidate, the store judged (path and pinned version),
+``manifest.json``: the gate verdict, the candidate, the store judged (its URI and pinned version),
 the metrics and checks, and ``format`` (this module's ``BUNDLE_FORMAT``). Only a GO bundle is
 served (``require_go``).
+
+A store up to ``PACK_LIMIT_BYTES`` is packed into the bundle (``store/``, a copy of the judged
+store), so the bundle, and the MLflow model that carries it, work on another machine or from another
+folder; a larger one is referenced by its URI and refused by name where it is not reachable.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +25,9 @@ from lab.errors import ConflictError, NotFoundError, ValidationError
 
 BUNDLE_FORMAT = 1  # manifest.json's "format"; a bundle without one was written before it existed (1)
 CONFIG, ASSEMBLE, SAVE, MANIFEST = "config.json", "assemble.json", "save.json", "manifest.json"
+PACKED_STORE = "store"  # the packed copy of the judged store, inside the bundle folder
+PACK_LIMIT_BYTES = 512 * 2**20  # stores up to this size travel inside the bundle
+_NOT_PACKED = (".lab-write.lock", "__pycache__")  # process state, not data
 
 
 @dataclass(frozen=True)
@@ -37,8 +46,25 @@ class Bundle:
 
     @property
     def store(self) -> dict[str, Any]:
-        """The store the gate judged: ``{"path", "version"}`` (empty for a hand-made bundle)."""
+        """The store the gate judged: ``{"path", "uri", "version", "packed"}`` (empty for a hand-made bundle)."""
         return self.manifest.get("store") or {}
+
+    def store_path(self) -> Path:
+        """Where the judged store is read: the packed copy inside the bundle, else the recorded path
+        (NotFoundError naming the URI and version where it is not there)."""
+        rec = self.store
+        if rec.get("packed") and (self.folder / rec["packed"] / "lab-store.json").is_file():
+            return self.folder / rec["packed"]
+        if not rec.get("path"):
+            raise NotFoundError(f"bundle {self.folder} records no store")
+        path = Path(rec["path"])
+        if not (path / "lab-store.json").is_file():
+            raise NotFoundError(
+                f"the store this bundle was exported with is not reachable: {rec.get('uri') or path.as_uri()} "
+                f"(pinned version {rec.get('version')}); it was larger than the "
+                f"{PACK_LIMIT_BYTES // 2**20} MB packed into a bundle, so copy it to that path, or export "
+                "again on this machine")
+        return path
 
 
 def write_bundle(folder: str | Path, search: SearchConfig, assemble: AssembleConfig, save: SaveConfig | None,
@@ -55,6 +81,37 @@ def write_bundle(folder: str | Path, search: SearchConfig, assemble: AssembleCon
     stamped = {"format": BUNDLE_FORMAT, **manifest}
     (folder / MANIFEST).write_text(json.dumps(stamped, indent=2, default=str) + "\n", encoding="utf-8")
     return folder
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def pack_store(folder: str | Path, store: str | Path, version: str, *,
+               limit: int = PACK_LIMIT_BYTES) -> dict[str, Any]:
+    """The manifest's ``store`` record for ``store`` at its pinned ``version``, with a copy of it
+    packed into the bundle ``folder`` when it is at most ``limit`` bytes (its whole history comes
+    along, so the pin still resolves)."""
+    store = Path(store).resolve()
+    record: dict[str, Any] = {"path": str(store), "uri": store.as_uri(), "version": version,
+                              "bytes": folder_bytes(store)}
+    target = Path(folder) / PACKED_STORE
+    if target.exists():
+        shutil.rmtree(target)  # a bundle rewritten in place packs its store anew
+    if record["bytes"] <= limit:
+        shutil.copytree(store, target, ignore=shutil.ignore_patterns(*_NOT_PACKED))
+        record["packed"] = PACKED_STORE
+    return record
+
+
+def bundle_digest(search: SearchConfig, assemble: AssembleConfig, save: SaveConfig | None,
+                  store: dict[str, Any], models: list[dict[str, Any]]) -> str:
+    """What makes two exports the same model: the configurations, the store judged (where and at
+    which version) and the embedding models' files. Run ids and timestamps are not in it, so
+    exporting the same thing twice registers it once."""
+    parts = {"search": to_json(search), "assemble": to_json(assemble), "save": None if save is None else to_json(save),
+             "store": [store.get("uri"), store.get("version")], "models": models}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _read_json(path: Path) -> Any:

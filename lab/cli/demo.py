@@ -30,7 +30,8 @@ def _print_done(step) -> None:
     elif step.name == "export":
         report = r["report"]
         if report.export:
-            print(f"    GO: registered {report.export['uri']} (version {report.export['version']})")
+            again = ": the same bundle as before, not registered again" if report.export.get("reused") else ""
+            print(f"    GO: registered {report.export['uri']} (version {report.export['version']}{again})")
             print(f"    bundle: {report.export['bundle']}")
         else:
             print("    NO-GO: export refused; failed checks:")
@@ -55,6 +56,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"look at: {done['evaluate']['folder']} (evaluation), {sweep.folder} (sweep: results, best.yaml, plots), "
           f"{report.folder} (gate report)")
     print(f"runs:    {done['export']['ui']}   (eval run {done['evaluate']['run_id']})")
+    if report.export:
+        from lab.track import env_line, load_line
+
+        print(f"serve:   .venv/bin/lab serve --demo   (the demo champion over a store seeded with the demo data)\n"
+              f"load:    {env_line(args.tracking_uri)}   # then, from any folder:\n"
+              f"         {load_line(report.export['uri'])}")
     return 0
 
 

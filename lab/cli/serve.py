@@ -19,15 +19,22 @@ def open_served(args: argparse.Namespace, log_stream=None):
 
     from lab.errors import ValidationError
     from lab.serve.auth import KeyRing
-    from lab.serve.bundle import load_bundle, load_model
-    from lab.serve.settings import load_settings
+    from lab.serve.bundle import load_bundle, load_model, seed_store
+    from lab.serve.settings import DEMO_MODEL, DEMO_STORE, load_settings
 
     flags = {k: getattr(args, k, None) for k in SETTING_FLAGS}
+    if getattr(args, "demo", False):
+        if flags["model"] or flags["bundle"]:
+            raise ValidationError(f"--demo serves {DEMO_MODEL}: drop --model/--bundle, or drop --demo")
+        flags = {**flags, "model": DEMO_MODEL, "store": flags["store"] or DEMO_STORE}
     settings = load_settings(flags, config_file=args.config)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=log_stream or sys.stderr)
     logging.getLogger("bm25s").setLevel(max(logging.WARNING, logging.getLogger().level))  # it logs every build
     served = load_bundle(settings.bundle) if settings.bundle else load_model(settings.model, settings.tracking_uri)
+    seeded = seed_store(served, settings.store) if getattr(args, "demo", False) else None
+    if seeded:
+        print(f"store {settings.store}: {seeded}", file=log_stream or sys.stderr, flush=True)
     keys = KeyRing.load(settings.keys_file)
     if settings.auth_on and not keys.keys:
         why = "asked for" if settings.auth == "on" else f"on by default when binding to {settings.host}"
@@ -49,10 +56,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         faces.append(mcp_face)
     app = create_app(settings, served, keys=keys, faces=faces)
-    models = app.state.lab.service.embedding_models()
+    service = app.state.lab.service
+    models = service.embedding_models()
     base = f"http://{settings.host}:{settings.port}"
+    spaces = service.store.namespaces()
     print(f"serving {served.source} (candidate {served.manifest.get('candidate')}, verdict GO) "
-          f"from store {settings.store} on {base}  "
+          f"from store {settings.store} (version {service.store.version()}, {len(spaces)} namespace(s)"
+          f"{': ' + ', '.join(spaces[:5]) + (' ...' if len(spaces) > 5 else '') if spaces else ''}) on {base}  "
           f"auth {'on' if settings.auth_on else 'off'}, {len(keys.keys)} key(s); API docs at /docs"
           + (f"; MCP (streamable HTTP) at {base}/mcp" if args.mcp else "")
           + (f"; chat proxy at {base}/v1/chat/completions -> {settings.proxy_upstream}" if settings.proxy_upstream else "")
@@ -67,6 +77,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
     """The flags `lab serve` and `lab mcp` share: what is served and how it is guarded."""
     p.add_argument("--model", help="registered model version (default models:/lab-memory@champion)")
+    p.add_argument("--demo", action="store_true",
+                   help="serve `lab demo`'s champion (models:/lab-memory-demo@champion) over .lab/serve/demo, a store "
+                        "seeded on first start with the demo data it was judged on")
     p.add_argument("--bundle", help="an exported bundle folder instead of the registry")
     p.add_argument("--store", help="the store to serve (default .lab/serve/store, created with the gated settings)")
     p.add_argument("--query-model", dest="query_model",

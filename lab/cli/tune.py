@@ -66,7 +66,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"{when:<17} {r['kind'] or '':<12} {r['status']:<9} {r['verdict'] or '':<7} {r['name'][:40]:<40} "
               f"{r['run_id']}  {head}")
     print(f"view them: {ui_command(args.tracking_uri)}")
+    _print_champions(args.tracking_uri)
     return 0
+
+
+def _print_champions(uri: str | None) -> None:
+    """The registered champions, and the line that lets MLflow find them from any folder."""
+    from lab.track import champions, env_line, load_line
+
+    found = champions(uri)
+    for c in found:
+        print(f"champion: {c['uri']} (version {c['version']}, verdict {c['verdict']})")
+    print(f"from another folder: {env_line(uri)}")
+    if found:
+        print(f"  then: {load_line(found[0]['uri'])}")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -175,7 +188,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print(report_table(report))
         print(f"report: {report.folder / 'gate.json'}" + (f"   MLflow run {report.run_id}" if report.run_id else ""))
         if report.export:
-            print(f"exported: {report.export['uri']} (version {report.export['version']}), bundle {report.export['bundle']}")
+            again = "; the same bundle as before, not registered again" if report.export.get("reused") else ""
+            print(f"exported: {report.export['uri']} (version {report.export['version']}{again}), "
+                  f"bundle {report.export['bundle']}")
+            from lab.track import env_line
+
+            print(f"from another folder: {env_line(args.tracking_uri)}")
         elif report.refused:
             print("export refused: NO-GO; failed checks:")
             for line in report.refused:

@@ -190,17 +190,29 @@ def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> s
 
 def gate_candidate(gate_file: str | Path, candidate: str | Path, *, out_root: str | Path, track: bool = True,
                    export: bool = False, datasets: str | Path | None = None, root: Path | None = None,
-                   uri: str | None = None, progress: bool = False, embedder=None) -> GateReport:
+                   uri: str | None = None, progress: bool = False, embedder=None,
+                   model: str | None = None) -> GateReport:
     """Judge ``candidate`` (a preset name or a candidate file) against the gate file; on ``export``
-    and GO, export it as the champion. The one way every face runs the gate."""
-    return run_gate(load_gate(gate_file), str(candidate), datasets=datasets, out_root=out_root, track=track,
+    and GO, export it as the champion (of ``model`` when given, else of the gate file's model).
+    The one way every face runs the gate."""
+    gate = load_gate(gate_file)
+    if model and model != gate.model:
+        gate = replace(gate, model=model)
+    return run_gate(gate, str(candidate), datasets=datasets, out_root=out_root, track=track,
                     root=root, progress=progress, export=export, uri=uri, embedder=embedder)
+
+
+def pipeline_model(params: dict[str, Any]) -> str:
+    """The registered model of the DVC pipeline on this dataset: one champion per dataset, apart
+    from `lab demo`'s and the user's own."""
+    return f"{params['model']}-{params['dataset']}"
 
 
 def stage_gate(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
     out = _fresh(layout.out / "gate")
     report = gate_candidate(params["profile"]["gate"], layout.out / "sweep" / "best.yaml", out_root=out,
-                            track=opts.track, datasets=opts.datasets, root=layout.gate_root, progress=opts.progress)
+                            track=opts.track, datasets=opts.datasets, root=layout.gate_root, progress=opts.progress,
+                            model=pipeline_model(params))
     shutil.copy(report.folder / "gate.json", out / "gate.json")
     _write_json(layout.metrics / "gate.json", {"verdict": report.verdict, "go": int(report.verdict == "GO"),
                                                "checks_failed": sum(not c.passed for c in report.checks),
@@ -214,15 +226,14 @@ def stage_export(params: dict[str, Any], layout: Layout, opts: StageOptions) -> 
     if not reports:
         raise ValidationError(f"no gate report under {layout.out / 'gate'}: run `lab stage gate` first")
     report = load_report(reports[0].parent)
-    gate = load_gate(params["profile"]["gate"])
-    if gate.model != params["model"]:
-        gate = replace(gate, model=params["model"])
+    gate = replace(load_gate(params["profile"]["gate"]), model=pipeline_model(params))
     store = json.loads((layout.metrics / "index.json").read_text(encoding="utf-8"))["store"]
     bundle = _fresh(layout.out / "bundle")
     got = export_gated(report, str(layout.out / "sweep" / "best.yaml"), gate, layout.eval_root / "stores" / store,
                        bundle=bundle)
     _write_json(layout.out / "export.json", {k: v for k, v in got.items() if k != "bundle"} | {"bundle": str(bundle)})
-    return f"exported {params['model']} version {got.get('version')} -> {bundle}"
+    again = " (the same bundle as before: not registered again)" if got.get("reused") else ""
+    return f"exported {gate.model} version {got.get('version')}{again} -> {bundle}"
 
 
 RUN: dict[str, Callable[[dict[str, Any], Layout, StageOptions], str]] = {

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import track as tracking
-from lab.bundle import write_bundle
+from lab.bundle import bundle_digest, pack_store, write_bundle
 from lab.config import AssembleConfig, Candidate, SaveConfig, SearchConfig, from_dict, to_dict, to_json
 from lab.embed.registry import lookup, model_record
 from lab.errors import ConflictError, ValidationError
@@ -101,6 +101,8 @@ def run_gate(gate: GateConfig, candidate: str | None, *, datasets: str | Path | 
                               "questions": result.metrics["questions"], "store": str(retriever.store.root),
                               "store_version": str(retriever.version),
                               "metrics": {k: m[k] for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m},
+                              # the exported model's input example: the suite's first question
+                              "example": _first_question(dataset),
                               "ci95": {k: result.metrics["ci95"][k] for k in ("recall@10", "ndcg@10")
                                        if k in result.metrics["ci95"]}}
     report = GateReport(verdict(checks), name, checks, suites, champ, folder, selection=sweep_selection(candidate))
@@ -197,6 +199,14 @@ def load_report(folder: str | Path) -> GateReport:
                       selection=d.get("selection"))
 
 
+def _first_question(dataset: Any) -> dict[str, str] | None:
+    """The suite's first question as model input (the exported model's input example)."""
+    if not dataset.questions.height:
+        return None
+    row = dataset.questions.sort("qid").row(0, named=True)
+    return {"query": row["question"], "namespace": row["namespace"]}
+
+
 def export_gated(report: GateReport, candidate: str, gate: GateConfig, store: str | Path, *, bundle: str | Path,
                  uri: str | None = None) -> dict[str, Any]:
     """Export a judged candidate: only on GO (else `ValidationError` naming each failed check),
@@ -223,10 +233,13 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
     models = [embed_model, *(lookup(alias).id for alias in encoders)]  # type: ignore[union-attr]
     bundle = bundle or report.folder / "bundle"
     config, assemble = chosen.search, chosen.assemble or AssembleConfig()
+    records = [model_record(m) for m in models]
+    packed = pack_store(bundle, store, version)  # a small store travels with the model
+    digest = bundle_digest(config, assemble, chosen.save, packed, records)
     manifest = {
         "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
-        "store": {"path": str(Path(store).resolve()), "version": version},
-        "embedding_models": [model_record(m) for m in models],
+        "store": packed, "digest": digest,
+        "embedding_models": records,
         "metrics": report.suites, "gate": [c.as_dict() for c in report.checks], "gate_config": gate.path,
         "dataset_fingerprints": {k: v["dataset_fingerprint"] for k, v in report.suites.items()},
         "lab_version": __version__, "git_commit": tracking.git_commit(), "run_id": report.run_id,
@@ -238,5 +251,7 @@ def _export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str 
                                 save_json=None if chosen.save is None else to_json(chosen.save),
                                 data_json=json.dumps({k: {"dataset": v["dataset"], "corpus": v["dataset_fingerprint"],
                                                           "gold": v.get("gold_fingerprint")}
-                                                      for k, v in report.suites.items()}, sort_keys=True))
+                                                      for k, v in report.suites.items()}, sort_keys=True),
+                                digest=digest, example=next((v["example"] for v in report.suites.values()
+                                                             if v.get("example")), None))
     return {**got, "bundle": str(bundle.resolve())}

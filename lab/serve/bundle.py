@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import track
-from lab.bundle import read_bundle, require_go
+from lab.bundle import Bundle, read_bundle, require_go
 from lab.config import AssembleConfig, SaveConfig, SearchConfig
 from lab.embed.registry import require_recorded
 from lab.errors import ConflictError, NotFoundError, ValidationError
@@ -29,6 +29,7 @@ class Served:
     save: SaveConfig | None
     manifest: dict[str, Any]
     source: str  # where it came from: "models:/NAME@ALIAS (version N)" or the bundle folder
+    folder: Path | None = None  # the bundle folder read (the packed store sits inside it)
 
     def describe(self) -> dict[str, Any]:
         m = self.manifest
@@ -44,7 +45,7 @@ def load_bundle(folder: str | Path, source: str | None = None) -> Served:
     require_recorded(bundle.manifest.get("embedding_models") or [], f"bundle {Path(folder).resolve().name}")
     # named by its folder's name, not its path: /ready shows the source and must not reveal paths
     return Served(bundle.search, bundle.assemble, bundle.save, bundle.manifest,
-                  source or f"bundle {Path(folder).resolve().name}")
+                  source or f"bundle {Path(folder).resolve().name}", Path(folder))
 
 
 def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
@@ -59,9 +60,32 @@ def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
     if found.get("verdict") != "GO":
         raise ConflictError(f"refusing to serve {model_uri} (version {found['version']}): its gate verdict is "
                             f"{found.get('verdict')!r}, not GO")
-    if not found.get("bundle"):
-        raise NotFoundError(f"{model_uri} (version {found['version']}) names no bundle folder")
-    return load_bundle(found["bundle"], source=f"{model_uri} (version {found['version']})")
+    # the bundle the model version carries (its artifact): what the pyfunc model serves too, even
+    # when the folder it was exported from has been rewritten by a later export
+    folder = track.model_bundle(found, tracking_uri)
+    if folder is None:
+        raise NotFoundError(f"{model_uri} (version {found['version']}) carries no bundle artifact")
+    return load_bundle(folder, source=f"{model_uri} (version {found['version']})")
+
+
+def seed_store(served: Served, store: str | Path) -> str | None:
+    """Make ``store`` a copy of the store the served configuration was judged on (its packed copy
+    or recorded path) when ``store`` does not exist yet; returns what was copied, None when the store
+    was already there."""
+    import shutil
+
+    store = Path(store)
+    if (store / "lab-store.json").is_file():
+        return None
+    if served.folder is None:
+        raise NotFoundError("the served configuration names no bundle folder to seed a store from")
+    bundle = Bundle(served.search, served.assemble, served.save, served.manifest, served.folder)
+    source = bundle.store_path()
+    if store.exists() and any(store.iterdir()):
+        raise ConflictError(f"{store} exists and is not a lab store: cannot seed it with the demo data")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source, store, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".lab-write.lock"))
+    return f"seeded from the store the champion was judged on (version {bundle.store.get('version')})"
 
 
 def served_save_config(served: Served) -> SaveConfig | None:

@@ -17,7 +17,9 @@ from lab.config import read_yaml
 from lab.errors import ValidationError
 
 ENV_PREFIX = "LAB_SERVE_"
-DEFAULT_MODEL = "models:/lab-memory@champion"
+DEFAULT_MODEL = "models:/lab-memory@champion"  # the champion `lab gate --export` makes with goldens/gate.yaml
+DEMO_MODEL = "models:/lab-memory-demo@champion"  # `lab demo`'s champion (goldens/gate-demo.yaml)
+DEMO_STORE = ".lab/serve/demo"  # `lab serve --demo`: seeded with the demo data that champion was judged on
 DEFAULT_STORE = ".lab/serve/store"
 
 

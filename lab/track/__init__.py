@@ -37,6 +37,18 @@ def ui_command(uri: str | None = None) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri(uri)}"
 
 
+def env_line(uri: str | None = None) -> str:
+    """The shell line that points MLflow (and `mlflow.pyfunc.load_model("models:/...")`) at this
+    tracking store from any folder: MLflow's own default is an ``mlflow.db`` in the working folder."""
+    return f"export MLFLOW_TRACKING_URI={tracking_uri(uri)}"
+
+
+def load_line(model_uri: str) -> str:
+    """The Python that loads and queries a registered champion (after ``env_line``)."""
+    return (f'python -c \'import mlflow, pandas as pd; m = mlflow.pyfunc.load_model("{model_uri}"); '
+            f'print(m.predict(pd.DataFrame({{"query": ["why did billing fail?"], "namespace": ["atlas"]}})))\'')
+
+
 def _quiet() -> None:
     set_library_env({"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
                      "MLFLOW_LOGGING_LEVEL": "WARNING", "GIT_PYTHON_REFRESH": "quiet"})
@@ -214,6 +226,22 @@ def recent_runs(n: int = 20, uri: str | None = None, kind: str | None = None) ->
 CHAMPION = "champion"
 
 
+def champions(uri: str | None = None) -> list[dict[str, Any]]:
+    """Every registered model with a champion: name, version, the gate verdict, the store it serves."""
+    from mlflow.exceptions import MlflowException
+
+    _, c, _ = client(uri)
+    out = []
+    for rm in c.search_registered_models(max_results=100):
+        try:
+            mv = c.get_model_version_by_alias(rm.name, CHAMPION)
+        except MlflowException:
+            continue
+        out.append({"model": rm.name, "version": mv.version, "uri": f"models:/{rm.name}@{CHAMPION}",
+                    "verdict": mv.tags.get("lab.verdict"), "digest": mv.tags.get("lab.digest")})
+    return sorted(out, key=lambda r: r["model"])
+
+
 def champion(model: str, uri: str | None = None) -> dict[str, Any] | None:
     """The registered champion of ``model``: version, config, assemble and save (dicts; save None when
     it used the default index settings), run id, bundle, verdict; None when there is none."""
@@ -238,29 +266,105 @@ def model_version(model: str, *, alias: str | None = None, version: str | None =
             "data": json.loads(mv.tags["lab.data"]) if "lab.data" in mv.tags else None}
 
 
-def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, assemble_json: str,
-                 verdict: str, uri: str | None = None, save_json: str | None = None,
-                 data_json: str | None = None) -> dict[str, Any]:
-    """Log the bundle as a pyfunc model in ``run_id``, register a new version, and move @champion to it."""
+def lab_requirement() -> str:
+    """How pip installs this lab elsewhere: the folder or URL it was installed from (pip's
+    direct_url.json: an editable checkout, a local wheel), else the released version."""
+    from importlib import metadata
+
+    try:
+        direct = metadata.distribution("lab").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        direct = None
+    url = json.loads(direct).get("url") if direct else None
+    return f"lab @ {url}" if url else f"lab=={__version__}"
+
+
+def model_signature():
+    """The pyfunc model's input and output columns (``lab.track.model.LabModel``)."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Array, ColSpec, Schema
+
+    inputs = Schema([ColSpec("string", "query"), ColSpec("string", "namespace"),
+                     ColSpec("long", "k", required=False), ColSpec("long", "budget", required=False)])
+    outputs = Schema([ColSpec("string", "query"), ColSpec("string", "namespace"),
+                      ColSpec(Array("string"), "memory_ids"), ColSpec(Array("double"), "scores"),
+                      ColSpec("string", "context"), ColSpec("long", "tokens")])
+    return ModelSignature(inputs=inputs, outputs=outputs)
+
+
+def find_version(model: str, digest: str, uri: str | None = None) -> str | None:
+    """The registered version of ``model`` exported from the same bundle (``lab.digest`` tag), if any."""
     from mlflow.exceptions import MlflowException
 
-    from lab.track.model import LabModel  # heavy: fastapi, mlflow
+    _, c, _ = client(uri)
+    try:
+        found = c.search_model_versions(f"name = '{model}' and tags.`lab.digest` = '{digest}'")
+    except MlflowException:
+        return None
+    return min((mv.version for mv in found), key=int, default=None)
+
+
+def model_bundle(found: dict[str, Any], uri: str | None = None) -> Path | None:
+    """The bundle folder a registered version carries (``model_version``'s answer): read in place
+    from a local artifact store, else downloaded; None when it carries none."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
 
     mlflow, c, _ = client(uri)
-    with mlflow.start_run(run_id=run_id):
-        info = mlflow.pyfunc.log_model(name="model", python_model=LabModel(), artifacts={"bundle": str(bundle)},
-                                       pip_requirements=[f"lab=={__version__}", "mlflow", "pandas"])
+    source = found.get("source") or ""
+    if source.startswith("models:/m-"):  # a logged model (MLflow 3): its artifacts' own location
+        location = c.get_logged_model(source.removeprefix("models:/")).artifact_location
+        parsed = urlparse(location)
+        if parsed.scheme in ("", "file"):
+            local = Path(url2pathname(parsed.path)) / "artifacts" / "bundle"
+            return local if local.is_dir() else None
+    try:
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{source}/artifacts/bundle"))
+    except Exception:  # noqa: BLE001 - an old version logged before bundles were artifacts
+        old = found.get("bundle")
+        return Path(old) if old and Path(old).is_dir() else None
+
+
+def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, assemble_json: str,
+                 verdict: str, uri: str | None = None, save_json: str | None = None,
+                 data_json: str | None = None, digest: str | None = None,
+                 example: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Log the bundle as a pyfunc model in ``run_id``, register a new version, and move @champion to
+    it. A bundle already registered (same ``digest``) is not registered again: @champion moves back
+    to that version and ``reused`` says so."""
+    from mlflow.exceptions import MlflowException
+
+    mlflow, c, _ = client(uri)
     try:
         c.create_registered_model(model, tags={"lab.kind": "memory-retrieval"},
                                   description="lab's gated retrieval configuration over a pinned store")
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
+    same = find_version(model, digest, uri) if digest else None
+    if same is not None:
+        c.set_registered_model_alias(model, CHAMPION, same)
+        mv = c.get_model_version(model, same)
+        return {"model": model, "version": same, "uri": f"models:/{model}@{CHAMPION}", "model_uri": mv.source,
+                "reused": True}
+
+    import pandas as pd
+
+    from lab.track.model import LabModel  # heavy: fastapi, mlflow
+
+    input_example = pd.DataFrame([{**example, "k": 5, "budget": 400}]) if example else None
+    with mlflow.start_run(run_id=run_id):
+        info = mlflow.pyfunc.log_model(name="model", python_model=LabModel(), artifacts={"bundle": str(bundle)},
+                                       signature=model_signature(), input_example=input_example,
+                                       pip_requirements=[lab_requirement(), f"mlflow=={mlflow.__version__}",
+                                                         f"pandas=={pd.__version__}"])
     tags = {"lab.config": config_json, "lab.assemble": assemble_json, "lab.bundle": str(Path(bundle).resolve()),
             "lab.verdict": verdict, **({"lab.save": save_json} if save_json else {}),
+            **({"lab.digest": digest} if digest else {}),
             # the data each gate suite judged it on (corpus and gold fingerprints): a later gate
             # refuses to report a delta against it over different data
             **({"lab.data": data_json} if data_json else {})}
     mv = c.create_model_version(model, source=info.model_uri, run_id=run_id, model_id=info.model_id, tags=tags)
     c.set_registered_model_alias(model, CHAMPION, mv.version)
-    return {"model": model, "version": mv.version, "uri": f"models:/{model}@{CHAMPION}", "model_uri": info.model_uri}
+    return {"model": model, "version": mv.version, "uri": f"models:/{model}@{CHAMPION}", "model_uri": info.model_uri,
+            "reused": False}

@@ -1,5 +1,12 @@
 """The exported serving module as an MLflow pyfunc model: a bundle folder (config + pinned store) in,
-ranked memory ids and assembled contexts out."""
+ranked memory ids and assembled contexts out.
+
+Load it from anywhere with the tracking store named (`lab runs` prints the line)::
+
+    MLFLOW_TRACKING_URI=sqlite:////abs/.lab/mlflow/mlflow.db python -c \
+      'import mlflow; print(mlflow.pyfunc.load_model("models:/lab-memory-demo@champion").predict(
+       {"query": ["why did billing fail?"], "namespace": ["atlas"]}))'
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +25,21 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None or pd.isna(value) else int(value)
 
 
+def _records(model_input: pd.DataFrame) -> list[dict[str, Any]]:
+    """One record per query. A dict of lists given to ``predict`` reaches here as one row whose
+    cells are lists: it is spread back into one row per query."""
+    records = model_input.to_dict("records")
+    out: list[dict[str, Any]] = []
+    for rec in records:
+        if isinstance(rec.get("query"), (list, tuple)) or hasattr(rec.get("query"), "tolist"):
+            columns = {k: list(v) if isinstance(v, (list, tuple)) or hasattr(v, "tolist") else [v] * len(rec["query"])
+                       for k, v in rec.items()}
+            out += [dict(zip(columns, values)) for values in zip(*columns.values())]
+        else:
+            out.append(rec)
+    return out
+
+
 class LabModel(mlflow.pyfunc.PythonModel):
     """Answers search and context requests with the gated configuration over the pinned store.
 
@@ -30,7 +52,9 @@ class LabModel(mlflow.pyfunc.PythonModel):
         require_recorded(bundle.manifest.get("embedding_models") or [], "the registered model's bundle")
         self.manifest = bundle.manifest
         index = bundle.save.index if bundle.save is not None else None  # the candidate's own, when it had them
-        self.retriever = Retriever.open(bundle.store["path"], pin=bundle.store["version"], search=bundle.search,
+        # the store packed into the bundle (a small one travels with the model), else the path it
+        # was exported from; a store that is not there is refused by name
+        self.retriever = Retriever.open(bundle.store_path(), pin=bundle.store["version"], search=bundle.search,
                                         assemble=bundle.assemble, index=index, query_model="auto")
         self.assemble = bundle.assemble
 
@@ -39,7 +63,7 @@ class LabModel(mlflow.pyfunc.PythonModel):
         if missing:
             raise ValidationError(f"model input lacks column(s) {sorted(missing)}; needs query and namespace")
         rows = []
-        for rec in model_input.to_dict("records"):
+        for rec in _records(model_input):
             k, budget = _optional_int(rec.get("k")), _optional_int(rec.get("budget"))
             ctx, results = self.retriever.search_and_assemble(str(rec["query"]), str(rec["namespace"]), budget)
             top = results[:k] if k else results[: self.retriever.search_config.fusion.top_k]

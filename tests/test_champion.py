@@ -1,0 +1,128 @@
+"""The champion a newcomer meets after `lab demo`: one registered version however often the demo
+runs, loadable with MLflow from another folder using only the line `lab demo` prints (its store
+packed inside it, a signature and input example, requirements that name where lab came from),
+and served over REST with one flag (`lab serve --demo`) on the demo data it was judged on."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.serving import free_port
+
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo_twice(tmp_path_factory):
+    """`lab demo` run twice in a folder of its own (real model, MLflow under its .lab/)."""
+    root = tmp_path_factory.mktemp("champion")
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("LAB_") and k != "LAB_DATASETS") and k != "MLFLOW_TRACKING_URI"}
+    outs = []
+    for _ in range(2):
+        got = subprocess.run([str(BIN / "lab"), "demo"], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-3000:]
+        outs.append(got.stdout)
+    return root, env, outs
+
+
+def test_lab_demo_twice_registers_one_version(demo_twice):
+    root, env, (first, second) = demo_twice
+    assert "registered models:/lab-memory-demo@champion (version 1)" in first
+    assert "registered models:/lab-memory-demo@champion (version 1: the same bundle as before" in second
+    runs = subprocess.run([str(BIN / "lab"), "runs", "-n", "1"], cwd=root, env=env, capture_output=True, text=True)
+    assert runs.returncode == 0, runs.stderr
+    # `lab runs` names every champion; the demo's is its own, not the user's lab-memory
+    assert re.findall(r"champion: (\S+) \(version (\d+)", runs.stdout) == [("models:/lab-memory-demo@champion", "1")]
+
+
+def test_the_champion_loads_from_another_folder_with_only_what_lab_demo_prints(demo_twice, tmp_path):
+    root, env, (_, second) = demo_twice
+    line = re.search(r"export (MLFLOW_TRACKING_URI)=(\S+)", second)
+    assert line, second[-1500:]
+    # the store it was judged on moved away: the model carries its own copy
+    stores = root / ".lab" / "eval" / "stores"
+    shutil.move(stores, root / "moved-stores")
+    try:
+        code = ("import json, mlflow, pandas as pd\n"
+                "m = mlflow.pyfunc.load_model('models:/lab-memory-demo@champion')\n"
+                "sig = m.metadata.signature\n"
+                "out = m.predict(pd.DataFrame({'query': ['why did billing fail?'], 'namespace': ['atlas'], 'k': [3]}))\n"
+                "many = m.predict({'query': ['why did billing fail?', 'who owns the roadmap?'], 'namespace': ['atlas'] * 2})\n"
+                "print(json.dumps({'inputs': sig.inputs.input_names(), 'outputs': sig.outputs.input_names(),\n"
+                "                  'ids': out.iloc[0]['memory_ids'], 'rows': len(many),\n"
+                "                  'source': m.metadata.get_model_info().model_uri}))\n")
+        clean = {k: v for k, v in env.items() if k != "LAB_DATASETS"}
+        got = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**clean, line[1]: line[2]},
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.move(root / "moved-stores", stores)
+    assert got.returncode == 0, got.stderr[-3000:]
+    answer = json.loads(got.stdout.strip().splitlines()[-1])
+    assert answer["inputs"] == ["query", "namespace", "k", "budget"]
+    assert answer["outputs"][:3] == ["query", "namespace", "memory_ids"]
+    assert len(answer["ids"]) == 3 and all(i.startswith("atlas-") for i in answer["ids"])
+    assert answer["rows"] == 2
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()  # nothing stray left behind
+
+    # the logged model: an input example, and requirements pip can resolve (lab from where it was installed)
+    model_dirs = list((root / ".lab" / "mlflow" / "artifacts").rglob("MLmodel"))
+    assert len(model_dirs) == 1, model_dirs  # one version, logged once
+    folder = model_dirs[0].parent
+    example = json.loads((folder / "input_example.json").read_text())
+    assert "atlas" in json.dumps(example) or "namespace" in json.dumps(example)
+    requirement = (folder / "requirements.txt").read_text().splitlines()[0]
+    assert requirement.startswith("lab"), requirement
+    if requirement.startswith("lab @ file://"):
+        source = Path(requirement.removeprefix("lab @ file://"))
+        assert 'name = "lab"' in (source / "pyproject.toml").read_text()
+    assert (folder / "artifacts" / "bundle" / "store" / "lab-store.json").is_file()
+
+
+def test_lab_serve_demo_answers_a_search_on_the_demo_data(demo_twice):
+    root, env, _ = demo_twice
+    port = free_port()
+    server = subprocess.Popen([str(BIN / "lab"), "serve", "--demo", "--port", str(port)], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, ready = time.monotonic() + 180, False
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                pass
+            if ready:
+                break
+            time.sleep(0.5)
+        assert ready, server.stdout.read() if server.poll() is not None else "not ready in 180 s"
+        hits = httpx.post(f"http://127.0.0.1:{port}/v1/search", timeout=30,
+                          json={"query": "why did the billing service fail in February?", "namespace": "atlas", "k": 3})
+        assert hits.status_code == 200, hits.text
+        ids = [r["memory_id"] for r in hits.json()["results"]]
+        # the demo data: the February billing incident and its replayed charges
+        assert len(ids) == 3 and {"atlas-0085", "atlas-0092"} <= set(ids), ids
+    finally:
+        server.terminate()
+        out = server.communicate(timeout=30)[0]
+    # it said which model version and which store it serves
+    assert "serving models:/lab-memory-demo@champion (version 1)" in out, out[-2000:]
+    assert "from store .lab/serve/demo (version" in out and "atlas" in out
+    assert "seeded from the store the champion was judged on" in out
+    assert (root / ".lab" / "serve" / "demo" / "lab-store.json").is_file()
+
+
+def test_serve_demo_refuses_a_second_model_choice(demo_twice):
+    root, env, _ = demo_twice
+    got = subprocess.run([str(BIN / "lab"), "serve", "--demo", "--model", "models:/x@champion"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert got.returncode == 2 and "--demo serves models:/lab-memory-demo@champion" in got.stderr
