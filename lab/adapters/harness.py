@@ -48,11 +48,9 @@ def _percentiles(seconds: list[float]) -> dict[str, float | None]:
 
 
 def _bar(total: int, desc: str, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
+    from lab.progress import progress
 
-    return tqdm(total=total, desc=desc, unit="it", leave=False, mininterval=0.5)
+    return progress(total=total, desc=desc, unit="it", enabled=enabled)
 
 
 def ingest(system: MemorySystem, dataset: EvalDataset, progress: bool) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
@@ -80,10 +78,8 @@ def ingest(system: MemorySystem, dataset: EvalDataset, progress: bool) -> tuple[
                                                         f"(first: {missing[0]!r})")
             for m in batch:
                 back[ns].setdefault(ids[str(m["id"])], str(m["id"]))  # a duplicate keeps the first source id
-            if bar is not None:
-                bar.update(len(batch))
-    if bar is not None:
-        bar.close()
+            bar.update(len(batch))
+    bar.close()
     n = len(dataset.memories)
     return back, {"memories": n, "seconds": round(seconds, 3),
                   "memories_per_s": round(n / seconds, 1) if seconds else None}
@@ -113,10 +109,8 @@ def ask(system: MemorySystem, dataset: EvalDataset, back: dict[str, dict[str, st
             seen.add(source)
             rank += 1
             rows.append((qid, source, rank, float(score)))
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+    bar.close()
     run = pl.DataFrame(rows, schema={"qid": pl.String, "memory_id": pl.String, "rank": pl.Int32, "score": pl.Float64},
                        orient="row")
     return run, {"questions": len(latencies), **_percentiles(latencies)}

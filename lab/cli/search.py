@@ -16,11 +16,31 @@ def _retriever(args: argparse.Namespace):
     return Retriever.open(args.store, search=args.preset, query_model=args.query_model)
 
 
-def cmd_search(args: argparse.Namespace) -> int:
-    from lab.errors import ValidationError
+def _check_before_loading(args: argparse.Namespace) -> None:
+    """Refuse what can be refused without the model or the store loaded (a one-shot command spends
+    most of its second loading them): counts, a blank query, a store or preset file that is not there."""
+    from pathlib import Path
 
-    if args.k is not None and args.k < 1:  # before anything is loaded
-        raise ValidationError(f"--k must be >= 1, got {args.k}")
+    from lab.errors import NotFoundError, ValidationError
+
+    for flag, least in (("k", 1), ("candidates", 1), ("budget", 0), ("neighbours", 0)):
+        value = getattr(args, flag, None)
+        if value is not None and value < least:
+            raise ValidationError(f"--{flag} must be >= {least}, got {value}")
+    if not args.query.strip():
+        raise ValidationError("the query is empty: give the text to search for")
+    store = Path(args.store)
+    if not (store / "lab-store.json").is_file():
+        raise NotFoundError(f"no lab store at {store} (create one with `lab init --store {store}`, "
+                            "or name another with --store)")
+    for flag in ("preset", "assemble"):
+        value = getattr(args, flag, None)
+        if value and Path(value).suffix.lower() in (".yaml", ".yml", ".json") and not Path(value).is_file():
+            raise NotFoundError(f"--{flag} {value}: no such file")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    _check_before_loading(args)
     with _retriever(args) as retriever:
         hits = retriever.search(args.query, args.namespace, k=args.k, explain=args.explain)
     if args.json:
@@ -50,14 +70,14 @@ def _ratios(text: str) -> dict[str, float]:
 
 
 def cmd_context(args: argparse.Namespace) -> int:
+    _check_before_loading(args)
+    ratios = _ratios(args.ratios) if args.ratios else {}
     from lab.config import AssembleConfig, load_config
 
     acfg = load_config(AssembleConfig, args.assemble) if args.assemble else AssembleConfig()
     changes = {k: v for k, v in (("budget", args.budget), ("counter", args.counter),
                                   ("neighbours", args.neighbours)) if v is not None}
-    if args.ratios:
-        changes.update(_ratios(args.ratios))
-    acfg = replace(acfg, **changes)
+    acfg = replace(acfg, **changes, **ratios)
     with _retriever(args) as retriever:
         ctx = retriever.context(args.query, args.namespace, assemble_config=acfg, candidates=args.candidates)
     if args.format == "json":

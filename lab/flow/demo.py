@@ -17,7 +17,7 @@ from lab.eval.goldens import load_dataset
 from lab.search.presets import preset
 from lab.tune.spec import load_spec
 from lab.tune.sweep import run_sweep
-from lab.workspace import current
+from lab.workspace import current, use
 
 DEMO_QUERY = ("atlas", "why did the billing service fail in February?")  # a sample search after ingest
 STEPS = 5
@@ -48,6 +48,9 @@ def run_demo(store: str | Path, data: str | Path, out: str | Path, uri: str | No
     from lab.pipeline import Pipeline  # heavy: numba
     from lab.retriever import Retriever  # heavy: numba
 
+    if current().embed_cache is None:
+        # the demo store and the evaluation store embed the same texts: one cache, embedded once
+        use(embed_cache=current().eval_embeddings)
     files, store, out = demo_files(), Path(store), Path(out)
     verb = "reusing" if (store / "lab-store.json").exists() else "creating"
     yield DemoStep(1, "ingest", f"{verb} store at {store}")

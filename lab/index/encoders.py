@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from lab.config import ENCODERS, EmbedConfig
 from lab.embed.base import Embedder
@@ -45,8 +44,9 @@ class Encoder:
         if len(texts) <= FLUSH_EVERY and not progress:
             return self.passages.embed(self.model, texts)
         parts = []
-        bar = tqdm(total=len(texts), desc=f"{self.list_name} {label}".strip(), unit="chunk", disable=not progress,
-                   leave=False)
+        from lab.progress import progress as reporter
+
+        bar = reporter(total=len(texts), desc=f"{self.list_name} {label}".strip(), unit="chunk", enabled=progress)
         for start in range(0, len(texts), FLUSH_EVERY):
             parts.append(self.passages.embed(self.model, texts[start:start + FLUSH_EVERY]))
             self.passages.flush()

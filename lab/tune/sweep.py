@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
+from lab.progress import progress
 from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
@@ -350,17 +351,5 @@ def _pareto(assembly: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(keep, infer_schema_length=None)
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _progress(total: int | None, enabled: bool, desc: str):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="cfg", leave=False, mininterval=0.5)
+    return progress(total=total, desc=desc, unit="cfg", enabled=enabled)

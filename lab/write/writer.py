@@ -71,13 +71,14 @@ def _locked(method):
     return run
 
 
-def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
+EMBED_AHEAD_MIN = 64  # a save of at least this many new memories shows its embedding progress
+EMBED_AHEAD_SLICE = 64  # texts per progress step
 
-    # disable=None: a bar on a terminal, silence when output is piped or logged
-    return tqdm(iterable, total=total, desc=desc, unit="batch", disable=None, leave=False)
+
+def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
+    from lab.progress import progress
+
+    return progress(iterable, total=total, desc=desc, unit="batch", enabled=enabled)
 
 
 class Writer:
@@ -114,6 +115,20 @@ class Writer:
         """The texts saving ``rows`` will embed (a server embeds them ahead, outside its store lock,
         so the save itself finds them in the embedding cache)."""
         return chunk_records(self.store, rows, self.config.chunk, self.embedder.tokenizer)[1]
+
+    def _embed_ahead(self, rows: list[dict[str, Any]]) -> int:
+        """Embed the texts saving ``rows`` will need into the cache, slice by slice with progress:
+        embedding is most of a save's time, and a batch embeds all of its texts in one call."""
+        from lab.progress import progress
+
+        texts = self.chunk_texts(rows)
+        bar = progress(total=len(texts), desc="embedding", unit="text")
+        embedded = 0
+        for start in range(0, len(texts), EMBED_AHEAD_SLICE):
+            embedded += self.embed(texts[start:start + EMBED_AHEAD_SLICE])[1]
+            bar.update(len(texts[start:start + EMBED_AHEAD_SLICE]))
+        bar.close()
+        return embedded
 
     def _chunks(self, rows: list[dict[str, Any]]):
         return chunk_rows(self.store, rows, self.config.chunk, self.embedder.tokenizer, self.embedder.dim, self.embed)
@@ -169,6 +184,8 @@ class Writer:
         clash = self.store.has_ids(ids)
         if clash:
             raise ConflictError(f"memory id(s) {sorted(clash)[:5]} exist already with other content; use update")
+        if progress and self.cache is not None and len(fresh) >= EMBED_AHEAD_MIN:
+            report.embedded += self._embed_ahead(fresh)
         batches = [fresh[i:i + batch_size] for i in range(0, len(fresh), batch_size)]
         for batch in _progress(batches, len(batches), "save", progress and len(batches) > 1):
             chunks, embedded = self._chunks(batch)
