@@ -160,7 +160,30 @@ def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions)
         layout.plots / "recall_curve.csv")
     pl.DataFrame(m["by_category"]).select("category", "recall@10", "ndcg@10").write_csv(
         layout.plots / "by_category.csv")
+    by_cat = sorted(m["by_category"], key=lambda r: r["recall@10"])
+    _svg(layout.plots / "recall_curve.svg", f"recall@k of {search.name} on {dataset.name}",
+         lambda ax: (ax.plot(ks, [m["metrics"][f"recall@{k}"] for k in ks], marker="o"),
+                     ax.set_xlabel("k"), ax.set_ylabel("recall@k"), ax.set_ylim(0, 1), ax.grid(alpha=0.3)))
+    _svg(layout.plots / "by_category.svg", f"recall@10 of {search.name} by question category",
+         lambda ax: (ax.barh([r["category"] for r in by_cat], [r["recall@10"] for r in by_cat]),
+                     ax.set_xlabel("recall@10"), ax.set_xlim(0, 1), ax.grid(axis="x", alpha=0.3)))
     return f"{cands.height} candidate rows; {search.name} recall@10 {m['metrics']['recall@10']:.4f}"
+
+
+def _svg(path: Path, title: str, draw: Callable[[Any], Any]) -> None:
+    """One plot as an SVG file: `dvc plots show` embeds it as an image, so its page needs no
+    script from a CDN (a vega plot's does) and reads offline."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    draw(ax)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="svg", metadata={"Date": None})  # no timestamp: the same data, the same file
+    plt.close(fig)
 
 
 def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
@@ -185,6 +208,13 @@ def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> s
     layout.plots.mkdir(parents=True, exist_ok=True)
     (result.table.filter(pl.col("error").is_null()).select(cols)
      .rename({f"tune/{obj}": "tune", f"validation/{obj}": "validation"}).write_csv(layout.plots / "sweep.csv"))
+    points = result.table.filter(pl.col("error").is_null())
+    if "fusion.k" in points.columns:
+        _svg(layout.plots / "sweep.svg", f"the sweep's {obj} by RRF k (each dot a configuration)",
+             lambda ax: (ax.scatter(points["fusion.k"], points[f"tune/{obj}"], s=14, label="tune", alpha=0.7),
+                         ax.scatter(points["fusion.k"], points[f"validation/{obj}"], s=14, label="validation",
+                                    alpha=0.7, marker="x"),
+                         ax.set_xlabel("RRF k"), ax.set_ylabel(obj), ax.legend(), ax.grid(alpha=0.3)))
     return f"best {obj} {summary['tune']:.4f} on tune, {summary['validation']:.4f} on validation -> {out / 'best.yaml'}"
 
 
