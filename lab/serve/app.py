@@ -198,11 +198,12 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
 
     # with auth on, the API's own description is behind a key too (everything but /health and a
     # yes/no /ready is): its documents are served by routes that authenticate like any other
-    hidden = {"openapi_url": None, "docs_url": None, "redoc_url": None} if settings.auth_on else {}
-    app = FastAPI(title="lab memory API", version=__version__, lifespan=lifespan, **hidden,
-                  description="Save, search and assemble agent memories with a gated retrieval configuration.")
-    if settings.auth_on:
-        routes.document_routes(app)
+    # /docs is served here, not by FastAPI, whose page loads Swagger UI from a CDN (blank offline):
+    # the same page with the scripts from a package (routes.docs_assets)
+    hidden = {"openapi_url": None} if settings.auth_on else {}
+    app = FastAPI(title="lab memory API", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  **hidden, description="Save, search and assemble agent memories with a gated retrieval configuration.")
+    routes.document_routes(app, guarded=settings.auth_on)
     app.state.lab = state
     root = str(service.store.root.resolve())
 

@@ -88,9 +88,34 @@ def metrics(state: State, who: Auth) -> PlainTextResponse:
     return PlainTextResponse(state.metrics.exposition(who.can), media_type=CONTENT_TYPE_LATEST)
 
 
-def document_routes(app: Any) -> None:
-    """/openapi.json and /docs behind the key check (``create_app`` with auth on)."""
+def docs_assets() -> str:
+    """Swagger UI's script, stylesheet and icon, from the fastapi-offline package (MIT): the docs
+    page is whole without a network."""
+    from importlib.resources import files
+
+    return str(files("fastapi_offline") / "static")
+
+
+DOCS_ASSETS = "/docs-assets"
+
+
+def document_routes(app: Any, *, guarded: bool) -> None:
+    """/docs (Swagger UI from packaged assets) and, when ``guarded`` (auth on), /openapi.json, both
+    behind the key check like any other route; the assets themselves are public files."""
     from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=docs_assets()), name="docs-assets")
+
+    def page() -> Any:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png")
+
+    if not guarded:
+        app.get("/docs", include_in_schema=False)(page)
+        return
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi_document(who: Auth) -> JSONResponse:
@@ -98,7 +123,7 @@ def document_routes(app: Any) -> None:
 
     @app.get("/docs", include_in_schema=False)
     def swagger(who: Auth) -> Any:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
+        return page()
 
 
 # --------------------------------------------------------------------------- memories
