@@ -24,15 +24,37 @@ def _(TuneSession, mo):
     _args = mo.cli_args()
     with mo.status.spinner("opening the dataset and its cached candidates"):
         session = TuneSession.from_args(_args)
-    numbers = session.baseline
-    return numbers, session
+    return (session,)
 
 
 @app.cell
-def _(mo, session):
+def _(mo):
+    from lab.tune.session import TUNED
+
+    _choices = ["the starting configuration"] + (["what the tune notebook has now"] if TUNED.is_file() else [])
+    analysed = mo.ui.dropdown(_choices, value=_choices[-1], label="analyse")
+    mo.hstack([analysed, mo.md(f"<small>the tune notebook writes its current knobs to `{TUNED}`</small>")],
+              justify="start")
+    return TUNED, analysed
+
+
+@app.cell
+def _(TUNED, analysed, session):
+    from lab.config import load_candidate
+
+    if analysed.value == "the starting configuration":
+        numbers = session.baseline
+    else:
+        _tuned = load_candidate(TUNED)
+        numbers = session.numbers(_tuned.search, _tuned.assemble or session.base_assemble)
+    return (numbers,)
+
+
+@app.cell
+def _(mo, numbers, session):
     category = mo.ui.dropdown(["all"] + sorted(set(session.categories.tolist())), value="all", label="category")
     cutoff = mo.ui.slider(1, 50, 1, value=10, label="missed = gold outside the top", show_value=True)
-    mo.vstack([mo.md(f"# What `{session.candidate.search.name}` misses on {session.dataset.name}"),
+    mo.vstack([mo.md(f"# What `{numbers.search.name}` misses on {session.dataset.name}"),
                mo.hstack([category, cutoff], justify="start")])
     return category, cutoff
 

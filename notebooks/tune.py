@@ -13,9 +13,9 @@ def _():
     install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
     from lab.search.presets import PRESETS
     from lab.tune import views
-    from lab.tune.session import TuneSession
+    from lab.tune.session import TUNED, TuneSession
 
-    return PRESETS, TuneSession, mo, views
+    return PRESETS, TUNED, TuneSession, mo, views
 
 
 @app.cell
@@ -44,29 +44,40 @@ def _(TuneSession, dataset_pick, mo, preset_pick):
 
 
 @app.cell
-def _(mo, session, start):
+def _(mo):
+    reset_button = mo.ui.run_button(label="reset to the preset")
+    return (reset_button,)
+
+
+@app.cell
+def _(mo, reset_button, session, start):
+    reset_button  # clicked: every control below is made again at the preset's values
     method = mo.ui.dropdown(session.methods(), value=start["fusion.method"], label="fusion method")
     rrf_k = mo.ui.slider(0, 100, 1, value=int(start["fusion.k"]), label="RRF k", show_value=True, include_input=True)
     boost = mo.ui.slider(0.0, 1.0, 0.05, value=start["fusion.neighbour_boost"], label="neighbour boost", show_value=True)
-    weights = mo.ui.dictionary({s: mo.ui.slider(0.0, 2.0, 0.05, value=start[f"fusion.weights.{s}"], show_value=True)
-                                for s in session.signals}, label="signal weights")
+    weights = mo.ui.dictionary({s: mo.ui.slider(0.0, 2.0, 0.05, value=start[f"fusion.weights.{s}"], show_value=True,
+                                                label=f"{s} weight") for s in session.signals})
     critical = mo.ui.slider(0.0, 1.0, 0.05, value=start["assemble.critical_ratio"], label="critical zone", show_value=True)
     recency = mo.ui.slider(0.0, 1.0, 0.05, value=start["assemble.recency_ratio"], label="recency zone", show_value=True)
     budget = mo.ui.slider(100, 8000, 100, value=int(start["assemble.budget"]), label="token budget", show_value=True)
-    mo.hstack([mo.vstack([mo.md("**Fusion**"), method, rrf_k, boost, weights]),
-               mo.vstack([mo.md("**Assembly** (the middle zone takes the rest)"), critical, recency, budget])],
+    mo.hstack([mo.vstack([mo.md("**Fusion**"), method, rrf_k, boost, mo.md("**Signal weights**"),
+                          *[weights[s] for s in session.signals]]),
+               mo.vstack([mo.md("**Assembly** (the middle zone takes the rest)"), critical, recency, budget,
+                          reset_button])],
               justify="start", gap=3)
     return boost, budget, critical, method, recency, rrf_k, weights
 
 
 @app.cell
-def _(boost, budget, critical, method, recency, rrf_k, session, weights):
+def _(TUNED, boost, budget, critical, method, recency, rrf_k, session, weights):
     knobs = {"fusion.method": method.value, "fusion.k": rrf_k.value, "fusion.neighbour_boost": boost.value,
              **{f"fusion.weights.{s}": w for s, w in weights.value.items()},
              "assemble.critical_ratio": critical.value, "assemble.recency_ratio": recency.value,
              "assemble.budget": budget.value}
     search, assemble = session.configure(knobs)
     numbers = session.numbers(search, assemble)
+    # the errors notebook can analyse what is tuned here (its "currently tuned" choice reads this file)
+    session.write_candidate(search, assemble, TUNED)
     return assemble, numbers, search
 
 
@@ -89,11 +100,74 @@ def _(mo, numbers, session, views):
 
 
 @app.cell
+def _(mo, numbers, session, views):
+    paired = session.paired(numbers)
+    changed = session.changes(numbers)
+    change_table = mo.ui.table(views.rounded(changed), selection="single",
+                               label="questions the change moved (select one for its ranked lists)")
+    _fixed, _broken = (changed["change"] == "fixed").sum(), (changed["change"] == "broken").sum()
+    mo.vstack([mo.md(f"### What changed against the preset: {_fixed} question(s) fixed, {_broken} broken "
+                     "(recall@10)"),
+               mo.md(views.paired_markdown(paired)), change_table])
+    return (change_table,)
+
+
+@app.cell
+def _(change_table, mo, numbers, session, views):
+    mo.stop(change_table.value is None or change_table.value.height == 0,
+            mo.md("_Select a question above to see its ranked lists, before and after._"))
+    _qid = change_table.value["qid"][0]
+    mo.vstack([mo.md(f"**{_qid}**: {change_table.value['question'][0]}. Each memory's rank in every signal's "
+                     "own list (empty: that signal did not return it)."),
+               mo.hstack([mo.vstack([mo.md("preset"), mo.ui.table(views.rounded(
+                              session.ranked(_qid, session.baseline)), selection=None)]),
+                          mo.vstack([mo.md("tuned"), mo.ui.table(views.rounded(
+                              session.ranked(_qid, numbers)), selection=None)])], widths="equal")])
+    return
+
+
+@app.cell
+def _(mo, numbers, session, views):
+    mo.vstack([mo.md("### Context recall against tokens (these fusion and zone settings, each budget)"),
+               views.budget_chart(session.budget_curve(numbers), session.budget_curve(session.baseline),
+                                  numbers.assemble.budget)])
+    return
+
+
+@app.cell
+def _(mo, session):
+    query_box = mo.ui.text(placeholder="ask the store anything", label="query", full_width=True)
+    _spaces = sorted(session.dataset.questions["namespace"].unique().to_list())
+    space_pick = mo.ui.dropdown(_spaces, value=_spaces[0], label="namespace")
+    mo.vstack([mo.md("### Try a query with the tuned configuration"), mo.hstack([query_box, space_pick])])
+    return query_box, space_pick
+
+
+@app.cell
+def _(mo, query_box, search, session, space_pick, views):
+    mo.stop(not query_box.value.strip(), mo.md("_Type a query above._"))
+    mo.ui.table(views.rounded(session.live_search(query_box.value, space_pick.value, search)), selection=None)
+    return
+
+
+@app.cell
 def _(mo):
     log_button = mo.ui.run_button(label="log this configuration to MLflow")
+
     gate_button = mo.ui.run_button(label="run the gate on it")
-    mo.hstack([log_button, gate_button], justify="start")
-    return gate_button, log_button
+    save_button = mo.ui.run_button(label="save these knobs as a preset file")
+    mo.hstack([log_button, gate_button, save_button], justify="start")
+    return gate_button, log_button, save_button
+
+
+@app.cell
+def _(assemble, mo, out, save_button, search, session):
+    mo.stop(not save_button.value, mo.md("_Not saved yet._"))
+    _path = session.write_candidate(search, assemble, f"{out}/tuned-{session.dataset.name}.yaml")
+    mo.md(f"Saved <span id='saved-preset'>`{_path}`</span>: `lab eval --config {_path}`, "
+          f"`lab gate --candidate {_path}`, or the errors notebook with `--config {_path}`.")
+    return
+
 
 
 @app.cell

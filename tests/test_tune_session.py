@@ -117,3 +117,44 @@ def test_locomo_numbers_equal_lab_eval():
     require_dataset("locomo/locomo10-dev.json")
     session = TuneSession.open("locomo")
     _check_equal_to_eval(session, {"fusion.k": 20, "assemble.budget": 1200})
+
+
+def test_what_a_change_did_question_by_question(demo):
+    """The tune notebook's change view: the paired table agrees with `lab compare`'s function on
+    the same per-question values, the fixed/broken list is exactly the questions whose recall@10
+    moved, a question's ranked list is the fused run's, and the budget curve grows with the budget."""
+    from lab.eval.metrics import compare_runs
+    from lab.tune import views
+
+    search, asm = demo.configure({**demo.knobs(), "fusion.k": 60, "fusion.weights.lexical": 0.2})
+    tuned = demo.numbers(search, asm)
+    paired = demo.paired(tuned)
+    frame = lambda n: pl.DataFrame({"qid": demo.qids, "recall@10": n.per_query["recall@10"]})  # noqa: E731
+    ref = compare_runs(frame(demo.baseline), frame(tuned), ["recall@10"], n_resamples=2000, seed=demo.seed)
+    row = paired.filter(pl.col("metric") == "recall@10").row(0, named=True)
+    assert row["delta"] == pytest.approx(ref["delta"][0]) and row["p_value"] == pytest.approx(ref["p_value"][0])
+    assert "95% CI of the change" in views.paired_markdown(paired)
+
+    moved = demo.changes(tuned)
+    delta = tuned.per_query["recall@10"] - demo.baseline.per_query["recall@10"]
+    assert moved.height == int((np.abs(delta) > 1e-12).sum()) > 0
+    assert set(moved.filter(pl.col("change") == "fixed")["qid"]) == {q for q, d in zip(demo.qids, delta) if d > 0}
+    assert demo.changes(demo.baseline).height == 0  # no change, nothing listed
+
+    qid = moved["qid"][0]
+    ranked = demo.ranked(qid, tuned)
+    run = demo.run_frame(tuned).filter((pl.col("qid") == qid) & (pl.col("rank") <= 10)).sort("rank")
+    assert ranked["memory_id"].to_list() == run["memory_id"].to_list()
+    assert set(ranked.filter(pl.col("gold"))["memory_id"]) <= demo.gold_of(qid)
+    with pytest.raises(ValidationError, match="unknown question 'nope'"):
+        demo.ranked("nope", tuned)
+
+    curve = demo.budget_curve(tuned, (200, 800, 3000))
+    assert curve["context_tokens"].is_sorted() and curve["context_recall"].is_sorted()
+    assert curve["context_tokens"][0] <= 200
+
+    namespace = demo.dataset.questions["namespace"][0]
+    live = demo.live_search("billing incident", namespace, search, k=5)
+    direct = demo.retriever.search("billing incident", namespace, k=5, config=search)
+    assert live["memory_id"].to_list() == [h.memory_id for h in direct]
+    assert demo.live_search("   ", namespace, search).height == 0

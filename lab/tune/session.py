@@ -40,6 +40,7 @@ from lab.tune.assembly import ContextPool, PooledAssembler
 from lab.tune.batch import BatchScorer
 from lab.tune.params import assemble_config, search_config
 
+TUNED = Path(".lab/tune/current.yaml")  # the tune notebook's current knobs, for the errors notebook
 CURVE_KS: tuple[int, ...] = (1, 2, 3, 5, 10, 15, 20, 30, 50, 100)
 DEPTH = max(DEFAULT_KS)  # the run `lab eval` scores and assembles: the top 100
 # the metrics table of the tune notebook, in this order; context metrics at the session's budget
@@ -228,6 +229,70 @@ class TuneSession:
         run_id = log_eval(result, folder, dataset=self.dataset, store_version=str(self.retriever.version), uri=uri,
                           extra_tags={"source": "notebook"})
         return run_id, folder
+
+    # ------------------------------------------------------------------ what a change did
+    def paired(self, numbers: TuneNumbers, baseline: TuneNumbers | None = None,
+               metrics: Sequence[str] = ("recall@10", "ndcg@10", "mrr", "context_recall")) -> pl.DataFrame:
+        """The change against the baseline as `lab compare` reports it: per metric the paired
+        delta, its bootstrap 95% CI and the randomization test's p-value."""
+        from lab.eval.metrics import compare_runs
+
+        base = baseline or self.baseline
+        frame = lambda n: pl.DataFrame({"qid": self.qids, **{m: n.per_query[m] for m in metrics}})  # noqa: E731
+        return compare_runs(frame(base), frame(numbers), list(metrics), n_resamples=2000, seed=self.seed)
+
+    def changes(self, numbers: TuneNumbers, baseline: TuneNumbers | None = None,
+                metric: str = "recall@10") -> pl.DataFrame:
+        """The questions whose ``metric`` the change moved, worst-hit first among the broken:
+        ``fixed`` (it went up) or ``broken`` (down), with both values."""
+        base = baseline or self.baseline
+        before, after = base.per_query[metric], numbers.per_query[metric]
+        frame = self.dataset.questions.select("qid", "category", "question").with_columns(
+            pl.Series("before", before), pl.Series("after", after))
+        return (frame.with_columns((pl.col("after") - pl.col("before")).alias("delta"))
+                .filter(pl.col("delta").abs() > 1e-12)
+                .with_columns(pl.when(pl.col("delta") > 0).then(pl.lit("fixed")).otherwise(pl.lit("broken"))
+                              .alias("change"))
+                .sort(["change", "delta", "qid"], descending=[False, False, False])
+                .select("change", "qid", "category", "question", "before", "after", "delta"))
+
+    def ranked(self, qid: str, numbers: TuneNumbers, k: int = 10) -> pl.DataFrame:
+        """One question's top ``k`` under ``numbers``' configuration, each memory with whether it is
+        gold, its text and the rank every signal's own list gave it (null: not returned)."""
+        if qid not in set(self.qids):
+            raise ValidationError(f"unknown question {qid!r} in dataset {self.dataset.name!r}")
+        top = self.run_frame(numbers).filter((pl.col("qid") == qid) & (pl.col("rank") <= k)).drop("qid")
+        lists = (self.cands.filter((pl.col("qid") == qid) & ~pl.col("signal").str.starts_with("_"))
+                 .join(top.select("memory_id"), on="memory_id", how="semi")
+                 .pivot(on="signal", index="memory_id", values="rank", aggregate_function="min"))
+        gold = self.gold_of(qid)
+        out = (top.join(lists, on="memory_id", how="left")
+               .join(self.memory_texts(top["memory_id"].to_list()), on="memory_id", how="left")
+               .with_columns(pl.col("memory_id").is_in(sorted(gold)).alias("gold")))
+        signals = [c for c in self.signals if c in out.columns]
+        return out.select("rank", "memory_id", "gold", "score", *signals, "text").sort("rank")
+
+    def budget_curve(self, numbers: TuneNumbers, budgets: Sequence[int] = (250, 500, 1000, 1500, 2000, 3000, 4000)
+                     ) -> pl.DataFrame:
+        """Context recall against the tokens spent, at each budget, for ``numbers``' fusion and
+        assembly settings (budget, context_recall, context_tokens)."""
+        configs = [replace(numbers.assemble, budget=int(b)) for b in budgets]
+        idx, _, score = numbers.fused
+        got = self.pool.assembler(idx, score).evaluate(configs)
+        return pl.DataFrame({"budget": [int(b) for b in budgets],
+                             "context_recall": [float(v.mean()) for v in got["context_recall"]],
+                             "context_tokens": [float(v.mean()) for v in got["context_tokens"]]})
+
+    def live_search(self, text: str, namespace: str, search: SearchConfig, k: int = 10) -> pl.DataFrame:
+        """A free-text query against the evaluation store with the tuned configuration: rank,
+        memory, score, each signal's rank, text."""
+        if not text.strip():
+            return pl.DataFrame(schema={"rank": pl.Int64, "memory_id": pl.String, "score": pl.Float64, "text": pl.String})
+        hits = self.retriever.search(text, namespace, k=k, config=search, explain=True)
+        rows = [{"rank": h.rank, "memory_id": h.memory_id, "score": float(h.score),
+                 **{s: (h.signals[s].rank if s in h.signals else None) for s in self.signals},
+                 "text": f"{h.title}: {h.content}"[:300] if h.title else h.content[:300]} for h in hits]
+        return pl.DataFrame(rows, infer_schema_length=None)
 
     # ------------------------------------------------------------------ error analysis
     def gold_ranks(self, numbers: TuneNumbers) -> pl.DataFrame:

@@ -57,6 +57,42 @@ def category_chart(numbers, baseline=None, metric: str = "recall@10"):
             .properties(title=f"{metric} by category", width=320, height=220))
 
 
+def rounded(frame: pl.DataFrame, decimals: int = 4) -> pl.DataFrame:
+    """Float columns to ``decimals`` places, for a table a person reads."""
+    return frame.with_columns(pl.col(c).round(decimals) for c, t in frame.schema.items() if t.is_float())
+
+
+def paired_markdown(paired: pl.DataFrame) -> str:
+    """`TuneSession.paired` as a table: the change per metric with its 95% CI and p-value, and
+    whether it is significant at 0.05, as `lab compare` prints it."""
+    lines = ["| metric | preset | tuned | change | 95% CI of the change | p | |", "|---|---|---|---|---|---|---|"]
+    for r in paired.iter_rows(named=True):
+        mark = "significant" if r["p_value"] < 0.05 else "within noise"
+        lines.append(f"| {r['metric']} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['delta']:+.4f} | "
+                     f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} | {mark} |")
+    return "\n".join(lines) + f"\n\npaired over the same {paired['n'][0] if paired.height else 0} questions"
+
+
+def budget_chart(curve: pl.DataFrame, baseline: pl.DataFrame | None = None, budget: int | None = None):
+    """Context recall against the tokens spent (one point per budget), tuned beside the preset;
+    a rule at the current budget."""
+    alt = _alt()
+    frames = [curve.with_columns(pl.lit("tuned").alias("configuration"))]
+    if baseline is not None:
+        frames.append(baseline.with_columns(pl.lit("preset").alias("configuration")))
+    data = pl.concat(frames)
+    lines = (alt.Chart(data).mark_line(point=True)
+             .encode(x=alt.X("context_tokens:Q", title="tokens in the context (mean)"),
+                     y=alt.Y("context_recall:Q", scale=alt.Scale(domain=[0, 1]), title="context recall"),
+                     color=alt.Color("configuration:N", sort=["tuned", "preset"]),
+                     tooltip=["configuration", "budget", alt.Tooltip("context_tokens:Q", format=".0f"),
+                              alt.Tooltip("context_recall:Q", format=".3f")]))
+    if budget:
+        rule = alt.Chart(pl.DataFrame({"budget": [int(budget)]})).mark_rule(strokeDash=[4, 4]).encode(x="budget:Q")
+        lines = lines + rule
+    return lines.properties(title="context recall against tokens", width=420, height=240)
+
+
 def metrics_markdown(numbers, baseline=None) -> str:
     """The metrics table as markdown: value with its 95% CI, the baseline, and the change."""
     table = numbers.table(baseline)
