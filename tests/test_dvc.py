@@ -63,12 +63,21 @@ def test_dvc_repro_from_a_clean_clone_then_nothing_to_do(tmp_path):
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     for stage in ("prepare", "index", "candidates", "sweep", "gate", "export"):
         assert f"Running stage '{stage}'" in first.stdout
+    # the committed dvc.lock is the one this run writes: a lock behind params.yaml or the code a stage
+    # depends on would be rewritten, and the clone would no longer be clean
+    changed = subprocess.run(["git", "status", "--porcelain", "--", "dvc.lock"], cwd=clone, capture_output=True,
+                             text=True, check=True).stdout
+    diff = subprocess.run(["git", "diff", "--", "dvc.lock"], cwd=clone, capture_output=True, text=True).stdout
+    assert changed == "", f"the committed dvc.lock is stale (refresh it with `dvc repro` and commit it):\n{diff[:3000]}"
     second = subprocess.run([dvc, "repro"], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and "Running stage" not in second.stdout, second.stdout
     assert "Data and pipelines are up to date" in second.stdout
     metrics = json.loads(subprocess.run([dvc, "metrics", "show", "--json"], cwd=clone, env=env, capture_output=True,
                                         text=True, check=True).stdout)
     flat = json.dumps(metrics)
+    # one short row per stage (every figure is under metrics/details/), not one ~60-column table
+    columns = {k for rev in metrics.values() for f in rev["data"].values() for k in f.get("data", {})}
+    assert 8 <= len(columns) <= 24, sorted(columns)
     assert '"verdict": "GO"' in flat and "recall@10" in flat
     gate = json.loads((clone / ".lab/dvc/metrics/gate.json").read_text())
     assert gate["verdict"] == "GO" and gate["checks_failed"] == 0

@@ -2,7 +2,9 @@
 equals the batch assembler, on the demo data (fake embedder) and on LoCoMo dev (real model, slow)."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -110,6 +112,15 @@ def test_log_records_an_mlflow_run_with_the_same_numbers(demo, tmp_path):
     got = c.get_run(run_id).data.metrics
     assert got["recall_at_10"] == pytest.approx(demo.numbers(search, asm).means["recall@10"])
     assert (folder / "per_query.parquet").is_file() or any(folder.iterdir())
+    # onboarding: the experiment opens on runs (not GenAI traces), the questions are the run's input
+    # dataset, and each metric's interval is one table row
+    run = c.get_run(run_id)
+    assert c.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert [(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs] == [
+        ("demo", f"{demo.dataset.fingerprint()}-{demo.dataset.gold_fingerprint()}")]
+    table = json.loads(Path(c.download_artifacts(run_id, "metrics_ci.json")).read_text())
+    row = dict(zip(table["columns"], table["data"][0]))
+    assert {"metric", "mean", "ci95_low", "ci95_high"} <= set(table["columns"]) and row["ci95_low"] <= row["mean"]
 
 
 @pytest.mark.slow

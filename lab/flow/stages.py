@@ -135,8 +135,9 @@ def stage_index(params: dict[str, Any], layout: Layout, opts: StageOptions) -> s
     started = time.perf_counter()
     path = eval_store(dataset, _save(params), root=layout.eval_root, progress=opts.progress)
     seconds = round(time.perf_counter() - started, 2)
-    _write_json(layout.metrics / "index.json", {"dataset": dataset.name, "memories": len(dataset.memories),
-                                                "store": path.name, "build_seconds": seconds, "index": params["index"]})
+    _write_metrics(layout, "index", {"dataset": dataset.name, "memories": len(dataset.memories),
+                                     "store": path.name, "build_seconds": seconds, "index": params["index"]},
+                   ("memories", "build_seconds"))
     return f"store {path}"
 
 
@@ -151,9 +152,10 @@ def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions)
     prepared_for(cands)  # its encodings are written beside the table now, not by a later stage
     result = evaluate(retriever, dataset, search, EvalOptions(budget=2000), cands=cands)
     m = result.metrics
-    _write_json(layout.metrics / "baseline.json", {"dataset": dataset.name, "preset": search.name, **m["metrics"],
-                                                   **{f"context_{k.removeprefix('context_')}": v
-                                                      for k, v in (m.get("context") or {}).items()}})
+    _write_metrics(layout, "baseline", {"dataset": dataset.name, "preset": search.name, **m["metrics"],
+                                        **{f"context_{k.removeprefix('context_')}": v
+                                           for k, v in (m.get("context") or {}).items()}},
+                   ("recall@5", "recall@10", "ndcg@10", "mrr", "context_recall", "context_tokens"))
     layout.plots.mkdir(parents=True, exist_ok=True)
     ks = list(DEFAULT_KS)
     pl.DataFrame({"k": ks, "recall": [m["metrics"][f"recall@{k}"] for k in ks]}).write_csv(
@@ -168,6 +170,13 @@ def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions)
          lambda ax: (ax.barh([r["category"] for r in by_cat], [r["recall@10"] for r in by_cat]),
                      ax.set_xlabel("recall@10"), ax.set_xlim(0, 1), ax.grid(axis="x", alpha=0.3)))
     return f"{cands.height} candidate rows; {search.name} recall@10 {m['metrics']['recall@10']:.4f}"
+
+
+def _write_metrics(layout: Layout, name: str, details: dict[str, Any], headline: tuple[str, ...]) -> None:
+    """A stage's few headline numbers in ``metrics/NAME.json`` (what `dvc metrics show` tabulates:
+    one short row per stage, not every key of every stage) and everything in ``metrics/details/``."""
+    _write_json(layout.metrics / "details" / f"{name}.json", details)
+    _write_json(layout.metrics / f"{name}.json", {k: details[k] for k in headline if k in details})
 
 
 def _svg(path: Path, title: str, draw: Callable[[Any], Any]) -> None:
@@ -201,8 +210,9 @@ def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> s
     result = run_sweep(spec, out_root=out, progress=opts.progress, root=layout.eval_root, track=opts.track)
     shutil.copy(result.folder / "best.yaml", out / "best.yaml")
     summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
-    _write_json(layout.metrics / "sweep.json", {k: summary[k] for k in ("sweep", "objective", "tune", "validation",
-                                                                        "gap", "configs", "seconds") if k in summary})
+    _write_metrics(layout, "sweep", {k: summary[k] for k in ("sweep", "objective", "tune", "validation",
+                                                             "gap", "configs", "seconds") if k in summary},
+                   ("tune", "validation", "gap", "configs"))
     obj = spec.objective if f"tune/{spec.objective}" in result.table.columns else "recall@10"
     cols = [c for c in ("trial", "fusion.k", f"tune/{obj}", f"validation/{obj}") if c in result.table.columns]
     layout.plots.mkdir(parents=True, exist_ok=True)
@@ -257,7 +267,7 @@ def stage_export(params: dict[str, Any], layout: Layout, opts: StageOptions) -> 
         raise ValidationError(f"no gate report under {layout.out / 'gate'}: run `lab stage gate` first")
     report = load_report(reports[0].parent)
     gate = replace(load_gate(params["profile"]["gate"]), model=pipeline_model(params))
-    store = json.loads((layout.metrics / "index.json").read_text(encoding="utf-8"))["store"]
+    store = json.loads((layout.metrics / "details" / "index.json").read_text(encoding="utf-8"))["store"]
     bundle = _fresh(layout.out / "bundle")
     got = export_gated(report, str(layout.out / "sweep" / "best.yaml"), gate, layout.eval_root / "stores" / store,
                        bundle=bundle)

@@ -20,6 +20,7 @@ from lab.version import __version__
 from lab.workspace import current, set_library_env
 
 EXPERIMENT = "lab"
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow 3's UI: runs, not traces
 DEFAULT_DIR = Path(".lab/mlflow")
 _configured: dict[str, str] = {}
 
@@ -53,7 +54,8 @@ def _quiet() -> None:
     set_library_env({"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
                      "MLFLOW_LOGGING_LEVEL": "WARNING", "GIT_PYTHON_REFRESH": "quiet"})
     for pattern in (r".*An input example was not provided", r".*Add type hints to the `predict` method",
-                    r".*Hint: Inferred schema contains integer column", r".*``noload`` loader strategy"):
+                    r".*Hint: Inferred schema contains integer column", r".*``noload`` loader strategy",
+                    r".*dataset source can be interpreted in multiple ways"):
         warnings.filterwarnings("ignore", message=pattern)
 
 
@@ -89,6 +91,9 @@ def client(uri: str | None = None):
             exp = c.get_experiment_by_name(EXPERIMENT)
             exp_id = exp.experiment_id if exp else c.create_experiment(
                 EXPERIMENT, artifact_location=(root / "artifacts").resolve().as_uri())
+            if (exp.tags if exp else {}).get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+                # the UI opens a run list with metrics, not an empty GenAI traces page
+                c.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
         _configured[resolved] = exp_id
     return mlflow, MlflowClient(resolved), _configured[resolved]
 
@@ -179,8 +184,33 @@ def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri
     with run(f"{kind} {dataset.name} {result.config.name}", kind, params=flatten(to_dict(result.config)),
              tags=tags, uri=uri, parent=parent) as (_, c, run_id):
         log_metrics(c, run_id, metrics)
+        log_dataset(run_id, dataset, uri)
+        log_interval_table(c, run_id, m)
         c.log_artifacts(run_id, str(folder), "run")
     return run_id
+
+
+def log_dataset(run_id: str, dataset: Any, uri: str | None = None) -> None:
+    """The evaluation's questions as the run's input dataset (MLflow's dataset API): its name,
+    digest (lab's fingerprint of corpus and gold) and source show on the run and in the runs table."""
+    import pandas as pd
+
+    mlflow, _, _ = client(uri)
+    frame = pd.DataFrame(dataset.questions.to_dicts())
+    data = mlflow.data.from_pandas(frame, source=str(dataset.source or dataset.name), name=dataset.name,
+                                   digest=f"{dataset.fingerprint()}-{dataset.gold_fingerprint()}")
+    with mlflow.start_run(run_id=run_id):
+        mlflow.log_input(data, context="evaluation")
+
+
+def log_interval_table(c, run_id: str, metrics: dict[str, Any]) -> None:
+    """Every metric with its 95% interval as one table (``metrics_ci.json``, shown by the UI's
+    artifact view): each metric once with its bounds, not a one-bar chart per bound."""
+    rows = [{"metric": name, "mean": float(value), "ci95_low": float(metrics["ci95"][name][0]),
+             "ci95_high": float(metrics["ci95"][name][1])}
+            for name, value in metrics["metrics"].items() if name in metrics.get("ci95", {})]
+    if rows:
+        c.log_table(run_id, data={k: [r[k] for r in rows] for k in rows[0]}, artifact_file="metrics_ci.json")
 
 
 def log_system(result: Any, folder: Path, *, dataset: Any, uri: str | None = None) -> str:
@@ -204,8 +234,33 @@ def log_system(result: Any, folder: Path, *, dataset: Any, uri: str | None = Non
     with run(f"system {dataset.name} {system['system']}", "system", params=flatten(system.get("settings") or {}),
              tags=tags, uri=uri) as (_, c, run_id):
         log_metrics(c, run_id, metrics)
+        log_dataset(run_id, dataset, uri)
+        log_interval_table(c, run_id, m)
         c.log_artifacts(run_id, str(folder), "run")
     return run_id
+
+
+def log_dataset(run_id: str, dataset: Any, uri: str | None = None) -> None:
+    """The evaluation's questions as the run's input dataset (MLflow's dataset API): its name,
+    digest (lab's fingerprint of corpus and gold) and source show on the run and in the runs table."""
+    import pandas as pd
+
+    mlflow, _, _ = client(uri)
+    frame = pd.DataFrame(dataset.questions.to_dicts())
+    data = mlflow.data.from_pandas(frame, source=str(dataset.source or dataset.name), name=dataset.name,
+                                   digest=f"{dataset.fingerprint()}-{dataset.gold_fingerprint()}")
+    with mlflow.start_run(run_id=run_id):
+        mlflow.log_input(data, context="evaluation")
+
+
+def log_interval_table(c, run_id: str, metrics: dict[str, Any]) -> None:
+    """Every metric with its 95% interval as one table (``metrics_ci.json``, shown by the UI's
+    artifact view): each metric once with its bounds, not a one-bar chart per bound."""
+    rows = [{"metric": name, "mean": float(value), "ci95_low": float(metrics["ci95"][name][0]),
+             "ci95_high": float(metrics["ci95"][name][1])}
+            for name, value in metrics["metrics"].items() if name in metrics.get("ci95", {})]
+    if rows:
+        c.log_table(run_id, data={k: [r[k] for r in rows] for k in rows[0]}, artifact_file="metrics_ci.json")
 
 
 def recent_runs(n: int = 20, uri: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
