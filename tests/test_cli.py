@@ -152,3 +152,24 @@ def test_a_refused_ingest_leaves_no_store_and_a_missing_input_is_not_found(tmp_p
     refused = run("ingest", str(bad), "--store", str(tmp_path / "b"), "--create", "--namespace", "n", check=False)
     assert refused.returncode == 2 and "line 2" in refused.stderr
     assert not (tmp_path / "b").exists()  # the store this command created for it is gone again
+
+
+def test_every_sub_command_has_a_description_and_every_option_a_help():
+    import argparse
+
+    from lab.cli import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    if not sub.description:
+                        missing.append(f"lab {' '.join(path + [name])}: no description")
+                    walk(sub, path + [name])
+            elif action.dest != "help" and not action.help:
+                missing.append(f"lab {' '.join(path)} {'/'.join(action.option_strings) or action.dest}: no help")
+
+    walk(build_parser(), [])
+    assert missing == []

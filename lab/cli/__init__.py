@@ -36,7 +36,46 @@ def build_parser() -> argparse.ArgumentParser:
     stage_commands.add_parsers(sub)
     datasets_commands.add_parsers(sub)
     models_commands.add_parsers(sub)
+    _document(parser)
     return parser
+
+
+# the help of flags many commands share, said once (a command's own help wins)
+SHARED_HELP = {
+    "json": "print JSON instead of a table", "quiet": "no progress output",
+    "tracking_uri": "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else SQLite under .lab/mlflow)",
+    "log_level": "server log level (default info)", "namespace": "the namespace to read (e.g. atlas in the demo data)",
+    "query": "the text to search for", "keys_file": "the API keys file (hashed; `lab keys create` writes it)",
+    "no_track": "do not log runs to MLflow (export needs them)",
+}
+SPECIFIC_HELP = {
+    ("init", "chunk_size"): "tokens per chunk (default: the model's limit)",
+    ("init", "chunk_overlap"): "tokens two neighbouring chunks share",
+    ("store encoders", "remove"): "remove these extra encoders instead of adding them",
+    ("presets", "name"): "a preset to print as YAML (default: list them all)",
+    ("context", "format"): "text (zones as plain text), markdown, or json (items, zones, skipped and why)",
+    ("compare", "run_a"): "the baseline run folder (lab eval writes them under runs/)",
+    ("compare", "run_b"): "the run folder compared against it",
+    ("runs", "n"): "how many runs to list (newest first)",
+    ("runs", "kind"): "only runs of this kind (eval, sweep, sweep-trial, gate, system)",
+    ("keys create", "name"): "a name for the key (shown in logs and `lab keys list`)",
+    ("keys create", "scope"): "read: search and context only; write: also save, update and forget",
+    ("stage", "stage"): "the stage to run (as dvc.yaml names them)",
+}
+
+
+def _document(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> None:
+    """Every sub-command gets a description (its one-line help, when it has no longer one) and every
+    option a help text, so `lab COMMAND --help` explains each flag."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not sub.description and helps.get(name):
+                    sub.description = helps[name][0].upper() + helps[name][1:] + "."
+                _document(sub, path + (name,))
+        elif action.help is None and action.dest != "help":
+            action.help = SPECIFIC_HELP.get((" ".join(path), action.dest)) or SHARED_HELP.get(action.dest)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
