@@ -155,3 +155,29 @@ def test_the_dvc_plots_page_renders_offline(tmp_path):
         img.wait_for(timeout=30_000)
         assert page.evaluate("(i) => i.complete && i.naturalWidth > 0", img.element_handle())
         assert b.outside == [], b.outside
+
+
+def test_an_exported_notebook_renders_offline(workspace):
+    """`lab export-notebook`: marimo's own export loads its frontend from a CDN (blank offline); this
+    page loads it from the copy beside it, served from localhost."""
+    root, env = workspace
+    out = root / "exported"
+    got = subprocess.run([str(BIN / "lab"), "export-notebook", "sweep", "--out", str(out), "--args", "--sweep demo-small"],
+                         env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr[-3000:]
+    html = (out / "sweep.html").read_text(encoding="utf-8")
+    assert "cdn.jsdelivr.net" not in html and "./marimo-static/" in html
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "-d", str(out), str(port), "--bind", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/sweep.html", 30)
+        with OfflineBrowser() as b:
+            page = b.page()
+            page.goto(f"http://127.0.0.1:{port}/sweep.html")
+            page.get_by_text("Top configurations").first.wait_for(timeout=120_000)
+            page.locator(".vega-embed").first.wait_for(timeout=60_000)
+            assert b.outside == [], b.outside
+    finally:
+        server.terminate()
+        server.wait(30)

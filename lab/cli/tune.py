@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import json
 from datetime import datetime, timezone
 
@@ -82,7 +83,31 @@ def _print_champions(uri: str | None) -> None:
         print(f"  then: {load_line(found[0]['uri'])}")
 
 
+def cmd_export_notebook(args: argparse.Namespace) -> int:
+    from lab.tune.export import ASSETS, export_offline
+    from lab.workspace import current
+
+    name = args.notebook
+    path = Path(name) if name.endswith(".py") else current().project / "notebooks" / f"{name}.py"
+    import shlex
+
+    page = export_offline(path, args.out, shlex.split(args.args or ""))
+    print(f"{page} (with marimo's frontend in {Path(args.out) / ASSETS}); it needs no network. View it over "
+          f"localhost: .venv/bin/python -m http.server -d {args.out} 8000 --bind 127.0.0.1, then "
+          f"http://127.0.0.1:8000/{page.name}")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export-notebook", help="run a notebook and export it as an HTML page that works offline",
+                       description="Run a marimo notebook and write NAME.html with marimo's frontend files beside it "
+                                   "(marimo's own export loads them from a CDN and is blank offline), e.g. "
+                                   "lab export-notebook sweep --args '--sweep demo-small'")
+    p.add_argument("notebook", help="tune, sweep, errors, context (notebooks/NAME.py) or a notebook file")
+    p.add_argument("--out", default="runs/notebooks", help="folder for the page and its assets (default runs/notebooks)")
+    p.add_argument("--args", default="", help="the notebook's own arguments, quoted: --args '--dataset locomo'")
+    p.set_defaults(func=cmd_export_notebook)
+
     p = sub.add_parser("sweep", help="sweep configurations from a sweep file (grid, random, tpe); logs to MLflow")
     p.add_argument("spec", help="the sweep .yaml (see goldens/sweeps/)")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
