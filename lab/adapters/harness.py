@@ -23,6 +23,7 @@ from lab.eval import metrics as M
 from lab.eval.dataset import EvalDataset
 from lab.eval.metrics import bootstrap_cis
 from lab.eval.report import write_trec_qrels, write_trec_run
+from lab.progress import progress
 
 SAVE_BATCH = 256
 ROUND_TRIP_WAIT_S = 10.0
@@ -48,8 +49,6 @@ def _percentiles(seconds: list[float]) -> dict[str, float | None]:
 
 
 def _bar(total: int, desc: str, enabled: bool):
-    from lab.progress import progress
-
     return progress(total=total, desc=desc, unit="it", enabled=enabled)
 
 

@@ -21,6 +21,7 @@ from lab.embed.base import Embedder
 from lab.embed.cache import EmbeddingCache, SparseCache
 from lab.embed.registry import lookup, make_embedder
 from lab.index.namespace import NamespaceIndex, collapse
+from lab.progress import progress as reporter
 
 FLUSH_EVERY = 256  # texts embedded between cache writes: what a killed build loses at most
 
@@ -44,8 +45,6 @@ class Encoder:
         if len(texts) <= FLUSH_EVERY and not progress:
             return self.passages.embed(self.model, texts)
         parts = []
-        from lab.progress import progress as reporter
-
         bar = reporter(total=len(texts), desc=f"{self.list_name} {label}".strip(), unit="chunk", enabled=progress)
         for start in range(0, len(texts), FLUSH_EVERY):
             parts.append(self.passages.embed(self.model, texts[start:start + FLUSH_EVERY]))

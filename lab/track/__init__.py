@@ -240,29 +240,6 @@ def log_system(result: Any, folder: Path, *, dataset: Any, uri: str | None = Non
     return run_id
 
 
-def log_dataset(run_id: str, dataset: Any, uri: str | None = None) -> None:
-    """The evaluation's questions as the run's input dataset (MLflow's dataset API): its name,
-    digest (lab's fingerprint of corpus and gold) and source show on the run and in the runs table."""
-    import pandas as pd
-
-    mlflow, _, _ = client(uri)
-    frame = pd.DataFrame(dataset.questions.to_dicts())
-    data = mlflow.data.from_pandas(frame, source=str(dataset.source or dataset.name), name=dataset.name,
-                                   digest=f"{dataset.fingerprint()}-{dataset.gold_fingerprint()}")
-    with mlflow.start_run(run_id=run_id):
-        mlflow.log_input(data, context="evaluation")
-
-
-def log_interval_table(c, run_id: str, metrics: dict[str, Any]) -> None:
-    """Every metric with its 95% interval as one table (``metrics_ci.json``, shown by the UI's
-    artifact view): each metric once with its bounds, not a one-bar chart per bound."""
-    rows = [{"metric": name, "mean": float(value), "ci95_low": float(metrics["ci95"][name][0]),
-             "ci95_high": float(metrics["ci95"][name][1])}
-            for name, value in metrics["metrics"].items() if name in metrics.get("ci95", {})]
-    if rows:
-        c.log_table(run_id, data={k: [r[k] for r in rows] for k in rows[0]}, artifact_file="metrics_ci.json")
-
-
 def recent_runs(n: int = 20, uri: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
     """The latest runs, newest first: id, name, kind, status, start, headline metrics, verdict."""
     _, c, exp_id = client(uri)

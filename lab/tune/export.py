@@ -26,9 +26,9 @@ def cdn_prefix() -> str:
 
 
 def marimo_static() -> Path:
-    import marimo
+    from importlib.resources import files
 
-    return Path(marimo.__file__).parent / "_static"
+    return Path(str(files("marimo") / "_static"))
 
 
 def localise(html: str) -> str:

@@ -39,6 +39,7 @@ from lab.track import log_eval
 from lab.tune.assembly import ContextPool, PooledAssembler
 from lab.tune.batch import BatchScorer
 from lab.tune.params import assemble_config, search_config
+from lab.eval.metrics import compare_runs
 
 TUNED = Path(".lab/tune/current.yaml")  # the tune notebook's current knobs, for the errors notebook
 CURVE_KS: tuple[int, ...] = (1, 2, 3, 5, 10, 15, 20, 30, 50, 100)
@@ -235,8 +236,6 @@ class TuneSession:
                metrics: Sequence[str] = ("recall@10", "ndcg@10", "mrr", "context_recall")) -> pl.DataFrame:
         """The change against the baseline as `lab compare` reports it: per metric the paired
         delta, its bootstrap 95% CI and the randomization test's p-value."""
-        from lab.eval.metrics import compare_runs
-
         base = baseline or self.baseline
         frame = lambda n: pl.DataFrame({"qid": self.qids, **{m: n.per_query[m] for m in metrics}})  # noqa: E731
         return compare_runs(frame(base), frame(numbers), list(metrics), n_resamples=2000, seed=self.seed)

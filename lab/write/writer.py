@@ -20,6 +20,7 @@ from lab.store.records import chunk_index_hash, normalize_edge, normalize_memory
 from lab.store.store import Store, StoreVersion, utcnow
 from lab.write.check import repair_tables
 from lab.write.rows import chunk_records, chunk_rows
+from lab.progress import progress
 
 EDITABLE = (
     "content", "title", "tags", "type", "source", "importance", "pinned", "valid",
@@ -76,8 +77,6 @@ EMBED_AHEAD_SLICE = 64  # texts per progress step
 
 
 def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
-    from lab.progress import progress
-
     return progress(iterable, total=total, desc=desc, unit="batch", enabled=enabled)
 
 
@@ -119,8 +118,6 @@ class Writer:
     def _embed_ahead(self, rows: list[dict[str, Any]]) -> int:
         """Embed the texts saving ``rows`` will need into the cache, slice by slice with progress:
         embedding is most of a save's time, and a batch embeds all of its texts in one call."""
-        from lab.progress import progress
-
         texts = self.chunk_texts(rows)
         bar = progress(total=len(texts), desc="embedding", unit="text")
         embedded = 0
