@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from lab import workspace
 from lab.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
 SHARED = Path(os.environ.get("LAB_DATASETS", ROOT.parent / "shared" / "datasets"))
 
 
@@ -68,3 +71,14 @@ def _workspace_restored():
     before = workspace.current()
     yield
     workspace.install(before)
+
+
+@pytest.fixture(scope="session")
+def notebook_workspace(tmp_path_factory):
+    """An evaluation root of its own and a tracked demo sweep (the sweep notebook's), shared by the
+    notebook and offline-page tests."""
+    root = tmp_path_factory.mktemp("notebooks")
+    env = {**os.environ, "LAB_EVAL_ROOT": str(root / "eval"), "PYTHONUNBUFFERED": "1"}
+    subprocess.run([str(BIN / "lab"), "sweep", str(ROOT / "goldens/sweeps/demo.yaml"), "--out", str(root / "sweeps"),
+                    "--quiet"], env=env, cwd=root, check=True, capture_output=True, timeout=900)
+    return root, env

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.browser import chromium as find_chromium
 from tests.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,19 +29,9 @@ NOTEBOOKS = {
 }
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    """An evaluation root of its own and a tracked demo sweep (for the sweep notebook)."""
-    root = tmp_path_factory.mktemp("notebooks")
-    env = {**os.environ, "LAB_EVAL_ROOT": str(root / "eval"), "PYTHONUNBUFFERED": "1"}
-    subprocess.run([str(BIN / "lab"), "sweep", str(ROOT / "goldens/sweeps/demo.yaml"), "--out", str(root / "sweeps"),
-                    "--quiet"], env=env, cwd=root, check=True, capture_output=True, timeout=900)
-    return root, env
-
-
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_notebook_runs_as_a_script_and_exports_to_html(workspace, name):
-    root, env = workspace
+def test_notebook_runs_as_a_script_and_exports_to_html(notebook_workspace, name):
+    root, env = notebook_workspace
     args, marker = NOTEBOOKS[name]
     args = args + ["--out", str(root / "out")] if name == "tune" else args
     script = subprocess.run([sys.executable, str(ROOT / "notebooks" / f"{name}.py"), *args], env=env, cwd=root,
@@ -89,20 +80,11 @@ def test_each_notebook_runs_from_a_clean_checkout_with_the_real_model(clean_chec
         assert (root / ".lab" / "eval").is_dir()  # it built its evaluation store here, not elsewhere
 
 
-def _chromium() -> str:
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is missing under CI: .ci/setup installs Debian's chromium package")
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); the browser test needs it")
-    return path
-
-
-def test_tune_notebook_in_a_real_browser(workspace):
+def test_tune_notebook_in_a_real_browser(notebook_workspace):
     from playwright.sync_api import sync_playwright
 
-    chromium = _chromium()
-    root, env = workspace
+    chromium = find_chromium()
+    root, env = notebook_workspace
     port = free_port()
     server = subprocess.Popen([str(BIN / "marimo"), "run", str(ROOT / "notebooks" / "tune.py"), "--headless", "--no-token",
                                "--host", "127.0.0.1", "--port", str(port), "--", "--out", str(root / "browser")],
@@ -171,8 +153,8 @@ def test_tune_notebook_in_a_real_browser(workspace):
     ("sweep", ["--sweep", "nope"], "no sweep run 'nope' in MLflow"),
     ("errors", ["--datset", "demo"], "unknown argument(s) --datset; this notebook takes --dataset, --preset, --config"),
 ])
-def test_a_bad_notebook_argument_is_one_line_naming_it(workspace, name, args, message):
-    root, env = workspace
+def test_a_bad_notebook_argument_is_one_line_naming_it(notebook_workspace, name, args, message):
+    root, env = notebook_workspace
     got = subprocess.run([sys.executable, str(ROOT / "notebooks" / f"{name}.py"), *args], env=env, cwd=root,
                          capture_output=True, text=True, timeout=600)
     assert got.returncode == 2, got.stderr[-2000:]

@@ -4,112 +4,36 @@ localhost (or a data:/blob:/file: URL) aborted and recorded; a page passes when 
 screen and it asked for nothing outside."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
-from urllib.parse import urlparse
 
-import httpx
 import pytest
 
+from tests.browser import OfflineBrowser, wait_http
 from tests.serving import Server, free_port, write_bundle
+from tests.test_notebooks import NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
-# per app: its arguments and a text on screen once its cells ran (so an empty page cannot pass)
-APPS = {
-    "tune": ([], "recall@10"),
-    "sweep": (["--sweep", "demo-small"], "Top configurations"),
-    "errors": ([], "gold memories outside the top"),
-    "context": ([], "Skipped, and why"),
-}
-
-
-def _chromium() -> str:
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is missing under CI: .ci/setup installs Debian's chromium package")
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium); the browser test needs it")
-    return path
-
-
-class OfflineBrowser:
-    """A Chromium page that may reach localhost only; ``outside`` lists what it tried to fetch elsewhere."""
-
-    def __enter__(self) -> "OfflineBrowser":
-        from playwright.sync_api import sync_playwright
-
-        self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(executable_path=_chromium(), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1"])
-        self.context = self.browser.new_context(viewport={"width": 1400, "height": 1800})
-        self.outside: list[str] = []
-
-        def gate(route) -> None:
-            url = route.request.url
-            if url.startswith(("data:", "blob:", "file:")) or urlparse(url).hostname in ("127.0.0.1", "localhost"):
-                route.continue_()
-            else:
-                self.outside.append(url)
-                route.abort()
-
-        self.context.route("**/*", gate)
-        return self
-
-    def page(self):
-        return self.context.new_page()
-
-    def __exit__(self, *exc) -> None:
-        self.browser.close()
-        self._pw.stop()
-
-
-def _wait_http(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{url} did not answer within {seconds:.0f} s"
-        time.sleep(0.3)
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    """An evaluation root of its own and a tracked demo sweep (for the sweep app)."""
-    root = tmp_path_factory.mktemp("offline")
-    env = {**os.environ, "LAB_EVAL_ROOT": str(root / "eval"), "PYTHONUNBUFFERED": "1",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
-    subprocess.run([str(BIN / "lab"), "sweep", str(ROOT / "goldens/sweeps/demo.yaml"), "--out", str(root / "sweeps"),
-                    "--quiet"], env=env, cwd=root, check=True, capture_output=True, timeout=900)
-    return root, env
-
-
-@pytest.mark.parametrize("name", sorted(APPS))
-def test_each_marimo_app_renders_offline(workspace, name):
-    root, env = workspace
-    args, marker = APPS[name]
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_each_marimo_app_renders_offline(notebook_workspace, name):
+    root, env = notebook_workspace
+    args, marker = NOTEBOOKS[name]
     port = free_port()
     server = subprocess.Popen([str(BIN / "marimo"), "run", str(ROOT / "notebooks" / f"{name}.py"), "--headless",
                                "--no-token", "--host", "127.0.0.1", "--port", str(port), "--", *args],
                               env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}/"
-        _wait_http(url, 60)
+        wait_http(url, 60)
         with OfflineBrowser() as b:
             page = b.page()
             page.goto(url)
-            page.get_by_text(marker).first.wait_for(timeout=180_000)
+            shown = page.locator(f"#{marker}") if " " not in marker else page.get_by_text(marker)
+            shown.first.wait_for(timeout=180_000)
             if name in ("sweep", "tune"):  # the charts drew (vega-embed renders from marimo's own files)
                 page.locator(".vega-embed").first.wait_for(timeout=60_000)
                 box = page.locator(".vega-embed").first.bounding_box()
@@ -157,10 +81,10 @@ def test_the_dvc_plots_page_renders_offline(tmp_path):
         assert b.outside == [], b.outside
 
 
-def test_an_exported_notebook_renders_offline(workspace):
+def test_an_exported_notebook_renders_offline(notebook_workspace):
     """`lab export-notebook`: marimo's own export loads its frontend from a CDN (blank offline); this
     page loads it from the copy beside it, served from localhost."""
-    root, env = workspace
+    root, env = notebook_workspace
     out = root / "exported"
     got = subprocess.run([str(BIN / "lab"), "export-notebook", "sweep", "--out", str(out), "--args", "--sweep demo-small"],
                          env=env, cwd=root, capture_output=True, text=True, timeout=600)
@@ -171,7 +95,7 @@ def test_an_exported_notebook_renders_offline(workspace):
     server = subprocess.Popen([sys.executable, "-m", "http.server", "-d", str(out), str(port), "--bind", "127.0.0.1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/sweep.html", 30)
+        wait_http(f"http://127.0.0.1:{port}/sweep.html", 30)
         with OfflineBrowser() as b:
             page = b.page()
             page.goto(f"http://127.0.0.1:{port}/sweep.html")
