@@ -120,8 +120,26 @@ def _prepared(layout: Layout):
     return read_tables(layout.prepared)
 
 
+def _portable(value: Any, datasets: str | Path | None) -> Any:
+    """A path under the project as a relative one, under the datasets root as $LAB_DATASETS/...;
+    anything else unchanged."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        return value
+    path = Path(value)
+    roots = ((current().project, ""), (Path(datasets) if datasets else current().datasets_root, "$LAB_DATASETS/"))
+    for root, prefix in roots:
+        try:
+            return prefix + str(path.resolve().relative_to(root.resolve()))
+        except ValueError:
+            continue
+    return value
+
+
 def stage_prepare(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
     dataset = load_dataset(params["dataset"], opts.datasets)
+    # the load report names its files relative to the project (or $LAB_DATASETS): the prepared
+    # folder, and so dvc.lock's record of it, is the same in every checkout
+    dataset = replace(dataset, report={k: _portable(v, opts.datasets) for k, v in dataset.report.items()})
     write_tables(dataset, _fresh(layout.prepared))
     s = dataset.summary()
     return f"{dataset.name}: {s['memories']} memories, {s['questions']} questions -> {layout.prepared}"
