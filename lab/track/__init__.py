@@ -45,9 +45,10 @@ def env_line(uri: str | None = None) -> str:
 
 
 def load_line(model_uri: str) -> str:
-    """The Python that loads and queries a registered champion (after ``env_line``)."""
-    return (f'python -c \'import mlflow, pandas as pd; m = mlflow.pyfunc.load_model("{model_uri}"); '
-            f'print(m.predict(pd.DataFrame({{"query": ["why did billing fail?"], "namespace": ["atlas"]}})))\'')
+    """The Python that loads a registered champion and answers its own input example (the gate's
+    first question, so it fits whatever data the model serves), after ``env_line``."""
+    return (f'python -c \'import mlflow; m = mlflow.pyfunc.load_model("{model_uri}"); '
+            'print(m.predict(m.input_example))\'')
 
 
 def _quiet() -> None:
@@ -342,6 +343,8 @@ def model_bundle(found: dict[str, Any], uri: str | None = None) -> Path | None:
     from urllib.parse import urlparse
     from urllib.request import url2pathname
 
+    from mlflow.exceptions import MlflowException
+
     mlflow, c, _ = client(uri)
     source = found.get("source") or ""
     if source.startswith("models:/m-"):  # a logged model (MLflow 3): its artifacts' own location
@@ -352,7 +355,7 @@ def model_bundle(found: dict[str, Any], uri: str | None = None) -> Path | None:
             return local if local.is_dir() else None
     try:
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{source}/artifacts/bundle"))
-    except Exception:  # noqa: BLE001 - an old version logged before bundles were artifacts
+    except (MlflowException, OSError):  # a version logged before bundles were its artifacts
         old = found.get("bundle")
         return Path(old) if old and Path(old).is_dir() else None
 

@@ -122,8 +122,9 @@ class Writer:
         bar = progress(total=len(texts), desc="embedding", unit="text")
         embedded = 0
         for start in range(0, len(texts), EMBED_AHEAD_SLICE):
-            embedded += self.embed(texts[start:start + EMBED_AHEAD_SLICE])[1]
-            bar.update(len(texts[start:start + EMBED_AHEAD_SLICE]))
+            part = texts[start:start + EMBED_AHEAD_SLICE]
+            embedded += self.embed(part)[1]
+            bar.update(len(part))
         bar.close()
         return embedded
 
