@@ -54,3 +54,26 @@ def test_no_other_module_spells_out_the_bundle_files():
                  if p.parent.name not in ("embed", "thirdparty")
                  if files.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+def test_a_packed_store_travels_with_the_bundle_and_an_unreachable_one_is_refused_by_name(tmp_path):
+    from lab.bundle import pack_store
+
+    store = tmp_path / "judged"
+    (store / "tables").mkdir(parents=True)
+    (store / "lab-store.json").write_text("{}")
+    (store / "tables" / "part.parquet").write_bytes(b"x" * 100)
+    (store / ".lab-write.lock").write_text("")
+    small = tmp_path / "small"
+    record = pack_store(small, store, "3")
+    write_bundle(small, resolve("lab"), AssembleConfig(), None, {"verdict": "GO", "store": record})
+    assert read_bundle(small).store_path() == small / "store"  # read from inside the bundle
+    assert not (small / "store" / ".lab-write.lock").exists()  # process state is not packed
+
+    big = tmp_path / "big"
+    record = pack_store(big, store, "3", limit=10)  # over the limit: referenced, not packed
+    write_bundle(big, resolve("lab"), AssembleConfig(), None, {"verdict": "GO", "store": record})
+    assert "packed" not in record and read_bundle(big).store_path() == store.resolve()
+    store.rename(tmp_path / "moved")
+    with pytest.raises(NotFoundError, match=r"not reachable: file://.*/judged \(pinned version 3\)"):
+        read_bundle(big).store_path()
