@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import gzip
 import json
 import os
 import signal
@@ -157,8 +158,11 @@ class ChatUpstream:
 
         async def chat(request):
             body = await request.json()
-            self.received.append({"body": body, "authorization": request.headers.get("authorization")})
+            self.received.append({"body": body, "authorization": request.headers.get("authorization"),
+                                  "query": request.url.query, "headers": dict(request.headers)})
             model = body.get("model")
+            if model in ("gzip-stream", "endless"):
+                return special(model, body)
             if model == "fail":
                 return JSONResponse({"error": {"message": "upstream quota exceeded", "type": "rate_limit"}},
                                     status_code=429)
@@ -178,6 +182,26 @@ class ChatUpstream:
                                  "choices": [{"index": 0, "finish_reason": "stop",
                                               "message": {"role": "assistant", "content": answer}}],
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        def special(model, body):
+            from starlette.responses import Response
+
+            def event(piece, finish=None):
+                chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                         "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": finish}]}
+                return f"data: {json.dumps(chunk)}\n\n"
+
+            if model == "gzip-stream":  # a whole stream, gzip-encoded as some upstreams send it
+                text = event("compressed ") + event("answer", "stop") + "data: [DONE]\n\n"
+                return Response(gzip.compress(text.encode()), media_type="text/event-stream",
+                                headers={"Content-Encoding": "gzip"})
+
+            async def endless():  # never finishes: a client that leaves mid-answer
+                for i in range(100_000):
+                    yield event(f"part {i} ")
+                    await asyncio.sleep(0.05)
+
+            return StreamingResponse(endless(), media_type="text/event-stream")
 
         return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 

@@ -66,7 +66,7 @@ def test_settings_come_from_flags_then_environment_then_file(tmp_path):
     with pytest.raises(ValidationError, match=r"setting model_threads from \$LAB_SERVE_MODEL_THREADS must be > 0 and <= 64, got 0"):
         load_settings({}, env={"LAB_SERVE_MODEL_THREADS": "0"})
     assert load_settings({}, env={"LAB_SERVE_EMBED_TIMEOUT_S": "2.5"}).embed_timeout_s == 2.5
-    with pytest.raises(ValidationError, match=r"setting embed_timeout_s from \$LAB_SERVE_EMBED_TIMEOUT_S must be > 0 and <= 86400, got -1.0"):
+    with pytest.raises(ValidationError, match=r"setting embed_timeout_s from \$LAB_SERVE_EMBED_TIMEOUT_S must be >= 1 and <= 86400, got -1.0"):
         load_settings({}, env={"LAB_SERVE_EMBED_TIMEOUT_S": "-1"})
     conf.write_text(yaml.safe_dump({"prot": 1}))
     with pytest.raises(ValidationError, match=r"unknown setting\(s\) \['prot'\]"):
@@ -217,11 +217,11 @@ def test_a_bundle_with_a_learned_fuser_is_served_and_explained(tmp_path):
     with Server(learned_bundle, tmp_path / "store") as srv, srv.client() as c:
         c.post("/v1/namespaces", json={"name": "n"})
         for i, text in enumerate(["the pool size is 64", "Priya owns the pool service", "lunch was pasta"]):
-            mem(c, "n", text, id=f"m{i}")
+            mem(c, "n", text, id=f"n:m{i}")
         r = c.post("/v1/search", json={"namespace": "n", "query": "pool size", "explain": True})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["config"] == "lab-learned" and body["results"][0]["memory_id"] == "m0"
+        assert body["config"] == "lab-learned" and body["results"][0]["memory_id"] == "n:m0"
         for hit in body["results"]:
             assert set(hit["learned"]) == {"base_rel", "coverage", "in:lexical", "bias"}
             assert hit["score"] == pytest.approx(1 / (1 + math.exp(-sum(hit["learned"].values()))), abs=1e-5)

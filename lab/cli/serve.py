@@ -9,7 +9,7 @@ from lab.cli.common import print_json
 
 SETTING_FLAGS = ("model", "bundle", "store", "host", "port", "auth", "keys_file", "rate", "burst", "max_body_bytes",
                  "query_model", "tracking_uri", "log_level", "proxy_upstream", "proxy_timeout_s", "proxy_position",
-                 "proxy_save")
+                 "proxy_save", "mcp_sessions_per_key", "mcp_session_idle_s")
 
 
 def open_served(args: argparse.Namespace, log_stream=None):
@@ -55,6 +55,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from lab.mcp.http import mcp_face
 
         faces.append(mcp_face)
+    from lab.serve.proxy import shown_url, upstream_url
+
     app = create_app(settings, served, keys=keys, faces=faces)
     service = app.state.lab.service
     models = service.embedding_models()
@@ -65,7 +67,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"{': ' + ', '.join(spaces[:5]) + (' ...' if len(spaces) > 5 else '') if spaces else ''}) on {base}  "
           f"auth {'on' if settings.auth_on else 'off'}, {len(keys.keys)} key(s); API docs at /docs"
           + (f"; MCP (streamable HTTP) at {base}/mcp" if args.mcp else "")
-          + (f"; chat proxy at {base}/v1/chat/completions -> {settings.proxy_upstream}" if settings.proxy_upstream else "")
+          + (f"; chat proxy at {base}/v1/chat/completions -> {shown_url(upstream_url(settings.proxy_upstream))}"
+             if settings.proxy_upstream else "")
           + "\n"
           f"vectors of {models['store']}, queries encoded by {models['query']}"
           + (f", extra encoders {', '.join(models['encoders'])}" if models["encoders"] else ""), flush=True)
@@ -98,6 +101,10 @@ def add_network_flags(p: argparse.ArgumentParser, tag: str = "") -> None:
     p.add_argument("--rate", type=float, help=f"{tag}requests per second per key (default 50)")
     p.add_argument("--burst", type=int, help=f"{tag}requests allowed at once per key (default 100)")
     p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help=f"{tag}request body limit (default 1 MiB)")
+    p.add_argument("--mcp-sessions-per-key", dest="mcp_sessions_per_key", type=int, metavar="N",
+                   help=f"{tag}MCP sessions one key may hold open at once (default 32; with auth off, the local caller's)")
+    p.add_argument("--mcp-session-idle", dest="mcp_session_idle_s", type=float, metavar="S",
+                   help=f"{tag}seconds an MCP session may stay idle before it is closed (default 1800)")
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Awaitable, Callable, Literal, Optional
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,7 +50,9 @@ class MemoryItem(BaseModel):
     """One memory of a batch (memory_save_many)."""
     model_config = ConfigDict(extra="forbid")
     content: str = Field(min_length=1, max_length=1_000_000)
-    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN)
+    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
+                              description="your own id, starting with the namespace and ':' "
+                                          "(e.g. 'notes:meeting-1'; default: one made from the text)")
     title: Optional[str] = Field(None, max_length=10_000)
     tags: Optional[list[str]] = Field(None, max_length=100)
     type: Optional[MemoryType] = None
@@ -132,7 +134,8 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
         pinned: Annotated[Optional[bool], Field(None, description="always a candidate for context")] = None,
         metadata: Optional[dict[str, Any]] = None,
         id: Annotated[Optional[str], Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
-                                           description="your own id for it (default: one made from the text)")] = None,
+                                           description="your own id for it, starting with the namespace and ':' "
+                                                       "(e.g. 'notes:meeting-1'; default: one made from the text)")] = None,
         created_at: Annotated[Optional[str], Field(None, description="ISO 8601, when it happened (default: now)")] = None,
     ) -> dict[str, Any]:
         caller = who(ctx)
@@ -141,8 +144,7 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
                                      "importance": importance, "pinned": pinned, "metadata": metadata, "id": id,
                                      "created_at": created_at}.items()
                   if v is not None}
-        await ops.ensure_namespace(state, caller, ns)
-        return (await ops.save(state, caller, [record]))["one"]
+        return (await ops.save(state, caller, [record], create_namespace=True))["one"]
 
     @tool("Save many memories in one commit (importing notes or a conversation): each is reported 'created' or "
           "'duplicate' with its id, in the order given; all are searchable when this returns. The namespace is "
@@ -155,8 +157,7 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
         caller = who(ctx)
         ns = namespace_of(caller, namespace)
         records = [{**m.model_dump(exclude_none=True), "namespace": ns} for m in memories]
-        await ops.ensure_namespace(state, caller, ns)
-        got = await ops.save(state, caller, records)
+        got = await ops.save(state, caller, records, create_namespace=True)
         return {"memories": got["memories"], "version": got["version"]}
 
     @tool("Search memories: the best matches for a query, ranked, with their scores. explain=true adds each "
@@ -268,11 +269,18 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
     async def namespace_stats(namespace: str, ctx: Context) -> str:
         import json
 
-        caller = who(ctx)
         try:
+            caller = who(ctx)
             return json.dumps(await in_thread(lambda: ops.stats(state, caller, namespace)))
-        except (ApiError, LabError) as exc:
-            raise ToolError(str(getattr(exc, "message", exc))) from None
+        except (ApiError, LabError, ToolError) as exc:
+            # a ResourceError reaches the client with its message, and is not logged with a
+            # traceback as an unexpected failure (one refused read, one short log line at most)
+            if isinstance(exc, LabError) and exc.http_status >= 500:
+                raise ResourceError("the store could not be read; the server log has the details") from None
+            message = exc.message if isinstance(exc, ApiError) else str(exc)
+            if isinstance(exc, LabError):
+                message = public_message(exc, str(state.service.store.root.resolve()))
+            raise ResourceError(message) from None
 
     @server.resource("lab://status", name="status", mime_type="application/json",
                      description="whether every namespace's index is loaded (searches answer at full speed)")

@@ -25,6 +25,7 @@ from lab.errors import LabError, StoreError
 from lab.serve import routes
 from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
+from lab.serve.guard import RequestGuard
 from lab.serve.metrics import Metrics
 from lab.serve.service import MemoryService
 from lab.serve.settings import Settings
@@ -155,9 +156,7 @@ def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
     for pattern, ops in table:
         if pattern.match(scope.get("path", "")):
             methods |= ops
-    if "GET" in methods:
-        methods.add("HEAD")
-    return sorted(methods)
+    return sorted(methods)  # no HEAD: the API's routes do not answer it (405), so it is not offered
 
 
 # another face of the same service (MCP): a path, its ASGI app and a lifespan to run beside the app's
@@ -254,4 +253,5 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
     app.add_middleware(Unexpected)  # innermost: an error never reaches Starlette's re-raising handler
     app.add_middleware(Measure, metrics=metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(RequestGuard, loopback=settings.loopback)  # outermost: refused before any work
     return app

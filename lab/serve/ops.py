@@ -121,10 +121,39 @@ def search_config(state: AppState, filters: dict[str, Any] | None) -> SearchConf
 
 
 # --------------------------------------------------------------------------- writes
-async def save(state: AppState, who: Caller, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Save memories in one commit; each reported created or duplicate, with the commit's version."""
+CHOSEN_ID_RULE = "an id you choose starts with its namespace and ':'"
+
+
+def check_chosen_ids(records: list[dict[str, Any]]) -> None:
+    """A caller-chosen id must start with its own namespace and ':' (``team-b:doc-1``).
+
+    Ids are unique across the whole store, so without this a caller could probe another
+    namespace's ids (a clash answers differently from a fresh id) and take them first (the
+    owner's own saves would then clash). With it, each namespace has an id space only its writers
+    reach: the check looks at the id alone, before any lookup, so its answer says nothing about
+    what is stored. Ids lab makes itself (``NS:`` + a content hash) already have this form."""
+    for i, record in enumerate(records):
+        chosen, ns = record.get("id"), record.get("namespace")
+        if chosen is None or not isinstance(ns, str):
+            continue
+        if not isinstance(chosen, str) or not chosen.startswith(ns + ":") or len(chosen) == len(ns) + 1:
+            where = "id" if len(records) == 1 else f"memories.{i}.id"
+            raise ApiError(422, f"{where}: {chosen!r} is not an id of namespace {ns!r}: {CHOSEN_ID_RULE} "
+                                f"(e.g. {ns + ':' + 'my-id'!r}), or leave it out for one made from the text",
+                           field=where)
+
+
+async def save(state: AppState, who: Caller, records: list[dict[str, Any]], *,
+               create_namespace: bool = False) -> dict[str, Any]:
+    """Save memories in one commit; each reported created or duplicate, with the commit's version.
+    With ``create_namespace``, a namespace the caller may write is created when absent (after
+    every other check, so a refused save creates nothing)."""
     for ns in sorted({r["namespace"] for r in records}):
         who.require(ns, write=True)
+    check_chosen_ids(records)
+    for ns in sorted({r["namespace"] for r in records}):
+        if create_namespace:
+            await ensure_namespace(state, who, ns)
         require_namespace(state, ns)
     state.service.writer.validate(records)  # refused before queueing: a bad record never joins a group
     got = await queued(state.service.submit_write(W.Create(tuple(records))))
@@ -239,10 +268,41 @@ async def check(state: AppState, who: Caller, content: str, namespace: str, k: i
     return {"namespace": namespace, **out, "took_ms": found["took_ms"]}
 
 
+# a namespace's statistics are read at /v1/namespaces/NAME/stats: a namespace whose last segment
+# were "stats" could not be told apart from that path (a DELETE of one would be the other's)
+RESERVED_LAST_SEGMENT = "stats"
+
+
+def check_new_namespace(namespace: str) -> None:
+    validate_namespace(namespace)
+    if namespace.rsplit("/", 1)[-1] == RESERVED_LAST_SEGMENT:
+        raise ApiError(422, f"namespace {namespace!r}: a last segment {RESERVED_LAST_SEGMENT!r} is reserved "
+                            f"(/v1/namespaces/NAME/{RESERVED_LAST_SEGMENT} reads a namespace's statistics)",
+                       field="name")
+
+
+async def create_namespace(state: AppState, who: Caller, namespace: str, description: str = "") -> None:
+    """Create a namespace (409 when it exists)."""
+    who.require(namespace, write=True)
+    check_new_namespace(namespace)
+    await queued(state.service.submit_write(W.CreateNamespace(namespace, description)))
+
+
+async def delete_namespace(state: AppState, who: Caller, namespace: str) -> dict[str, int]:
+    """Delete a namespace with its memories, edges and index: the counts removed."""
+    if namespace.rsplit("/", 1)[-1] == RESERVED_LAST_SEGMENT and "/" in namespace:
+        raise ApiError(405, f"{namespace.rsplit('/', 1)[0]!r}'s statistics are read-only (GET); a namespace is "
+                            "deleted at /v1/namespaces/NAME", headers={"Allow": "GET"})
+    who.require(namespace, write=True)
+    require_namespace(state, namespace)
+    return await queued(state.service.submit_write(W.DeleteNamespace(namespace)))
+
+
 async def ensure_namespace(state: AppState, who: Caller, namespace: str) -> bool:
     """Create ``namespace`` when it is absent and the caller may write it; True when created."""
     validate_namespace(namespace)
     who.require(namespace, write=True)
     if namespace in state.service.read(state.service.store.namespaces):
         return False
+    check_new_namespace(namespace)
     return bool(await queued(state.service.submit_write(W.CreateNamespace(namespace, ""))))

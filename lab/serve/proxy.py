@@ -29,6 +29,7 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from fastapi import Request
@@ -139,15 +140,52 @@ def inject(messages: list[dict[str, Any]], text: str, position: str) -> list[dic
 
 
 def upstream_headers(request: Request, state: AppState) -> dict[str, str]:
-    """The headers the upstream gets: the caller's own credentials and the passed-through ones."""
+    """The headers the upstream gets: the caller's own credentials and the passed-through ones.
+    An ``Authorization`` that carries one of lab's own keys never leaves (a client configured
+    with lab's key as its api_key sends it both as X-API-Key and as Authorization)."""
     h = request.headers
     out = {k: h[k] for k in PASSED if k in h}
     out["content-type"] = "application/json"
     if h.get("x-upstream-authorization"):
         out["authorization"] = h["x-upstream-authorization"]
     elif h.get("authorization") and not (state.auth_on and not h.get("x-api-key")):
-        out["authorization"] = h["authorization"]  # not lab's own key: that came as X-API-Key
+        auth = h["authorization"]
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip()
+        lab_keys = {h.get("x-api-key", "")}
+        if not (token in lab_keys or (state.auth_on and state.keys.find(token) is not None)):
+            out["authorization"] = auth  # not lab's own key: that came as X-API-Key
     return out
+
+
+def upstream_url(base: str) -> str:
+    """The upstream's Chat Completions URL: ``/chat/completions`` appended to the base URL's path,
+    its query kept (``https://x/openai?api-version=2024-06-01``)."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error or a log line may show it: no user name or password, no query (an
+    upstream's key often travels in one)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def read_body(raw: bytes) -> Any:
+    """A request body as JSON, refused (422) when it is not JSON a client could mean: NaN and
+    the infinities are not JSON (Python's parser takes them), nor nesting past the parser's depth."""
+    def constant(name: str) -> Any:
+        raise ApiError(422, f"body: {name} is not a JSON value (use a number or null)", field="body")
+
+    try:
+        return json.loads(raw, parse_constant=constant)
+    except RecursionError:
+        raise ApiError(422, "body: nested too deeply to read", field="body") from None
+    except ValueError:
+        raise ApiError(422, "body: not JSON", field="body") from None
 
 
 def proxy_secret(request: Request, state: AppState) -> str:
@@ -172,18 +210,25 @@ class StreamText:
 
     def __init__(self) -> None:
         self.buffer, self.parts = b"", []
+        self.finished = False  # the stream said it is done ([DONE], or a finish_reason)
 
     def feed(self, chunk: bytes) -> None:
         self.buffer += chunk
         while b"\n" in self.buffer:
             line, self.buffer = self.buffer.split(b"\n", 1)
             line = line.strip()
-            if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+            if not line.startswith(b"data:"):
+                continue
+            if line[5:].strip() == b"[DONE]":
+                self.finished = True
                 continue
             try:
-                delta = json.loads(line[5:])["choices"][0].get("delta") or {}
-            except (ValueError, KeyError, IndexError, TypeError):
+                choice = json.loads(line[5:])["choices"][0]
+                delta = choice.get("delta") or {}
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                 continue
+            if choice.get("finish_reason"):
+                self.finished = True
             if isinstance(delta.get("content"), str):
                 self.parts.append(delta["content"])
 
@@ -206,10 +251,7 @@ async def save_exchange(state: AppState, who: Caller, opts: Options, question: s
 async def chat_completions(request: Request, state: AppState) -> Response:
     """The proxy route's work (see the module's docstring)."""
     who = ops.authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
-    try:
-        body = json.loads(await request.body())
-    except ValueError:
-        raise ApiError(422, "body: not JSON", field="body") from None
+    body = read_body(await request.body())
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
             or not all(isinstance(m, dict) for m in body["messages"]):
         raise ApiError(422, "body.messages: a Chat Completions request needs a non-empty list of messages",
@@ -225,20 +267,21 @@ async def chat_completions(request: Request, state: AppState) -> Response:
     audit = {"X-Lab-Memories": ",".join(ids), "X-Lab-Context-Tokens": str(got["used"]),
              "X-Lab-Namespace": opts.namespace, "X-Lab-Position": opts.position}
     client: httpx.AsyncClient = state.proxy_client
-    url = state.settings.proxy_upstream.rstrip("/") + "/chat/completions"
+    url = upstream_url(state.settings.proxy_upstream)
+    shown = shown_url(url)
     upstream = client.build_request("POST", url, json=body, headers=upstream_headers(request, state))
     try:
         reply = await client.send(upstream, stream=True)
     except httpx.TimeoutException:
-        raise ApiError(504, f"the upstream {url} did not answer within {state.settings.proxy_timeout_s:g} s") from None
+        raise ApiError(504, f"the upstream {shown} did not answer within {state.settings.proxy_timeout_s:g} s") from None
     except httpx.HTTPError as exc:
-        raise ApiError(502, f"the upstream {url} could not be reached ({type(exc).__name__})") from None
+        raise ApiError(502, f"the upstream {shown} could not be reached ({type(exc).__name__})") from None
     kind = reply.headers.get("content-type", "application/json")
     if not kind.startswith("text/event-stream"):
         try:
             content = await reply.aread()
         except httpx.TimeoutException:
-            raise ApiError(504, f"the upstream {url} did not finish its answer within "
+            raise ApiError(504, f"the upstream {shown} did not finish its answer within "
                                 f"{state.settings.proxy_timeout_s:g} s") from None
         finally:
             await reply.aclose()
@@ -246,16 +289,32 @@ async def chat_completions(request: Request, state: AppState) -> Response:
             await save_exchange(state, who, opts, question, answer_text(content))
         return Response(content, status_code=reply.status_code, media_type=kind, headers=audit)
     collected = StreamText()
+    relayed = [False]  # every chunk reached the client (not cut off by a client that went away)
 
     async def relay() -> AsyncIterator[bytes]:
-        async for chunk in reply.aiter_raw():
-            if opts.save:
+        # aiter_bytes, not aiter_raw: a gzip-encoded upstream stream is decoded here (its
+        # Content-Encoding header is not passed on, so raw bytes would reach the client unreadable)
+        try:
+            async for chunk in reply.aiter_bytes():
                 collected.feed(chunk)
-            yield chunk
+                yield chunk
+            relayed[0] = True
+        except httpx.HTTPError as exc:
+            # the status line is out already: the stream ends with an error event saying why
+            what = ("went silent for over " + f"{state.settings.proxy_timeout_s:g} s"
+                    if isinstance(exc, httpx.TimeoutException) else f"broke off ({type(exc).__name__})")
+            log.warning("the upstream %s %s in the middle of a stream", shown, what)
+            event = {"error": {"message": f"the upstream {shown} {what} in the middle of its answer",
+                               "type": "upstream_error"}}
+            yield f"data: {json.dumps(event)}\n\n".encode()
+        finally:
+            await reply.aclose()
 
     async def finish() -> None:
         await reply.aclose()
-        if opts.save and reply.status_code < 400:
+        # a partial answer (the client left, or the upstream stopped before saying it was done)
+        # is not saved as if it were the answer
+        if opts.save and reply.status_code < 400 and relayed[0] and collected.finished:
             await save_exchange(state, who, opts, question, collected.text)
 
     return StreamingResponse(relay(), status_code=reply.status_code, media_type=kind,

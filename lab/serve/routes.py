@@ -22,7 +22,7 @@ from lab.serve.proxy import chat_completions as proxy_forward
 from lab.serve.state import ApiError, AppState
 from lab.version import __version__
 
-ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 422, 429, 500, 503)}
+ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 415, 421, 422, 429, 500, 503)}
 
 
 async def get_state(request: Request) -> AppState:
@@ -220,8 +220,7 @@ async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_le
 # --------------------------------------------------------------------------- namespaces
 @v1.post("/namespaces", status_code=201, response_model=S.NamespaceOut, tags=["namespaces"])
 async def create_namespace(body: S.NamespaceIn, state: State, who: Auth) -> dict[str, Any]:
-    who.require(body.name, write=True)
-    await ops.queued(state.service.submit_write(W.CreateNamespace(body.name, body.description)))
+    await ops.create_namespace(state, who, body.name, body.description)
     return {"name": body.name}
 
 
@@ -239,9 +238,7 @@ def namespace_stats(namespace: NamespacePath, state: State, who: Auth) -> dict[s
 @v1.delete("/namespaces/{namespace:path}", response_model=S.NamespaceDeleted, tags=["namespaces"])
 async def delete_namespace(namespace: NamespacePath, state: State, who: Auth) -> dict[str, Any]:
     """Delete a namespace with its memories, edges and index."""
-    who.require(namespace, write=True)
-    ops.require_namespace(state, namespace)
-    counts = await ops.queued(state.service.submit_write(W.DeleteNamespace(namespace)))
+    counts = await ops.delete_namespace(state, who, namespace)
     return {"name": namespace, "memories": counts["memories"]}
 
 

@@ -42,7 +42,9 @@ class ErrorBody(BaseModel):
 class MemoryIn(Strict):
     content: str = Text
     namespace: str = Namespace
-    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN)
+    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
+                              description="your own id, starting with the namespace and ':' "
+                                          "(e.g. 'notes:meeting-1'; default: one made from the text)")
     title: Optional[str] = Field(None, max_length=10_000)
     tags: Optional[list[str]] = Field(None, max_length=100)
     type: Optional[MemoryType] = None
@@ -76,6 +78,9 @@ class CreatedBatch(BaseModel):
 
 
 class MemoryPatch(Strict):
+    # an empty patch changes nothing and is refused (422): the document says so too
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
     content: Optional[str] = Field(None, min_length=1, max_length=1_000_000)
     title: Optional[str] = Field(None, max_length=10_000)
     tags: Optional[list[str]] = Field(None, max_length=100)

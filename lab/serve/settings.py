@@ -55,6 +55,10 @@ class Settings:
     proxy_timeout_s: float = 120.0  # an upstream silent this long is answered 504
     proxy_position: str = "system"  # where memory goes: system | first_user | before_last_user
     proxy_save: str = "off"  # on: save every proxied exchange as episodic memories (a request may ask itself)
+    # MCP over HTTP (--mcp): each session is bound to the key that opened it; a key (or, with auth
+    # off, the one local caller) holds at most this many at once, and one idle this long is closed
+    mcp_sessions_per_key: int = 32
+    mcp_session_idle_s: float = 1800.0
 
     def __post_init__(self) -> None:
         for name in RANGES:
@@ -95,10 +99,14 @@ PROXY_POSITIONS = ("system", "first_user", "before_last_user")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 # each numeric setting's allowed range (low, high, whether low itself is allowed); NaN and the
-# infinities are never allowed (a NaN rate compares false with everything and would turn limiting off)
+# infinities are never allowed (a NaN rate compares false with everything and would turn limiting off).
+# The lower bounds keep a server usable: port 0 would bind a random port no client is told of, a
+# rate near 0 refills a bucket once an age, a refresh or snapshot interval of 0 re-reads the log or
+# saves every index on every request, and a query-embedding process given microseconds is killed
+# as hung on every query. query_embedders 0 is a real choice: embed in the server process.
 RANGES: dict[str, tuple[float, float, bool]] = {
-    "port": (0, 65535, True),
-    "rate": (0, 1e6, False),
+    "port": (1, 65535, True),
+    "rate": (0.001, 1e6, True),
     "burst": (0, 1e6, False),
     "max_body_bytes": (0, 1 << 30, False),
     "group_max": (0, 100_000, False),
@@ -106,10 +114,12 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "query_batch": (0, 4096, False),
     "query_embedders": (0, 16, True),
     "model_threads": (0, 64, False),
-    "embed_timeout_s": (0, 86_400, False),
-    "snapshot_seconds": (0, 86_400, True),
-    "refresh_seconds": (0, 3_600, True),
+    "embed_timeout_s": (1, 86_400, True),
+    "snapshot_seconds": (1, 86_400, True),
+    "refresh_seconds": (0.05, 3_600, True),
     "proxy_timeout_s": (0, 86_400, False),
+    "mcp_sessions_per_key": (1, 10_000, True),
+    "mcp_session_idle_s": (1, 86_400, True),
 }
 
 
@@ -152,7 +162,8 @@ def _coerce(name: str, raw: Any, kind: type, where: str) -> Any:
 
 _KINDS = {"port": int, "burst": int, "max_body_bytes": int, "group_max": int, "query_batch": int,
           "query_embedders": int, "model_threads": int,
-          "rate": float, "embed_timeout_s": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float, "proxy_timeout_s": float}
+          "rate": float, "embed_timeout_s": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float, "proxy_timeout_s": float,
+          "mcp_sessions_per_key": int, "mcp_session_idle_s": float}
 
 
 def load_settings(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,

@@ -13,7 +13,7 @@ from lab.serve.service import MemoryService
 from lab.serve.settings import Settings
 
 CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-         409: "conflict", 413: "too_large", 422: "invalid", 429: "rate_limited", 500: "internal", 503: "unavailable"}
+         409: "conflict", 413: "too_large", 415: "not_json", 421: "misdirected", 422: "invalid", 429: "rate_limited", 500: "internal", 503: "unavailable"}
 
 
 class ApiError(Exception):
