@@ -7,6 +7,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +46,27 @@ def check_number(name: str, value: Any, *, low: float | None = None, high: float
         hi = f"<= {high:g}" if high is not None else ""
         allowed = " and ".join(p for p in (lo, hi) if p) or "any finite number"
         raise ValidationError(f"{name} must be a finite number {allowed}, got {value!r}")
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    """ISO 8601 string or datetime -> aware UTC datetime (naive values are taken as UTC)."""
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z") or text.endswith("z"):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValidationError(
+                f"{field}: {value!r} is not an ISO 8601 date-time (e.g. 2026-01-14T09:32:00Z)"
+            ) from None
+    else:
+        raise ValidationError(f"{field}: expected an ISO 8601 string, got {type(value).__name__}")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -313,20 +335,65 @@ def from_yaml(cls: type[T], text: str) -> T:
     return from_dict(cls, data)
 
 
+YAML_ALIAS_NODES = 10_000  # nodes a file's aliases may add, all told (anchors reused, not a bomb)
+
+
 def read_yaml(path: str | Path, what: str) -> Any:
-    """A YAML file's parsed content; a missing file or invalid YAML is a ValidationError naming ``what``."""
+    """A YAML file's parsed content; a missing file, invalid YAML or aliases that would expand past
+    ``YAML_ALIAS_NODES`` nodes (a "billion laughs" bomb) is a ValidationError naming ``what``."""
     import yaml
 
     p = Path(path)
     if not p.is_file():
         raise ValidationError(f"{what} not found: {p}")
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        loader = yaml.SafeLoader(p.read_text(encoding="utf-8"))
+        try:
+            # composed first, its aliases are still shared nodes: count what they expand to before
+            # building values that every later walk (JSON, templates) would expand in full
+            node = loader.get_single_node()
+            if node is not None:
+                _count_alias_nodes(node, p, what)
+            return None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         # the parser names its input "<unicode string>": name the file instead
         raise ValidationError(f"{p}: invalid YAML: {str(exc).replace('<unicode string>', str(p))}") from None
     except UnicodeDecodeError as exc:
         raise ValidationError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except RecursionError:
+        raise ValidationError(f"{p}: {what} nested too deeply to read") from None
+
+
+def _count_alias_nodes(root: Any, path: Path, what: str) -> None:
+    """Refuse a document whose aliases add more than ``YAML_ALIAS_NODES`` nodes, or refer to themselves."""
+    sizes: dict[int, int] = {}  # id(node) -> its node count with aliases expanded
+    open_nodes: set[int] = set()
+    added = 0
+
+    def refuse(why: str) -> ValidationError:
+        return ValidationError(f"{path}: {what}: {why}; write the repeated part out instead")
+
+    def size(node: Any) -> int:
+        nonlocal added
+        key = id(node)
+        if key in open_nodes:
+            raise refuse("a YAML alias refers to the anchor it is inside (an endless document)")
+        if key in sizes:  # a second visit is an alias: its whole subtree again
+            added += sizes[key]
+            if added > YAML_ALIAS_NODES:
+                raise refuse(f"its YAML aliases expand to more than {YAML_ALIAS_NODES} nodes (the limit, "
+                             "against alias bombs)")
+            return sizes[key]
+        open_nodes.add(key)
+        children = node.value if isinstance(node.value, list) else []
+        total = 1 + sum(size(c) for child in children for c in (child if isinstance(child, tuple) else (child,)))
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
 
 
 def read_config_file(path: str | Path) -> Any:
@@ -342,10 +409,23 @@ def read_config_file(path: str | Path) -> Any:
     return read_yaml(p, "config file")
 
 
+def read_config_mapping(path: str | Path) -> dict[str, Any]:
+    """A config file's mapping of keys; an empty file (nothing, or only comments) is refused like
+    any other non-mapping, naming the file: it is more likely a mistake than a wish for defaults."""
+    p = Path(path)
+    data = read_config_file(p)
+    if data is None:
+        raise ValidationError(f"{p}: the file is empty; a config file holds a mapping of config keys "
+                              "(e.g. `fusion: {method: rrf}`)")
+    if not isinstance(data, dict):
+        raise ValidationError(f"{p}: expected a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
 def load_config(cls: type[T], path: str | Path) -> T:
     """Read a config from a .json, .yaml or .yml file."""
     p = Path(path)
-    data = read_config_file(p)
+    data = read_config_mapping(p)
     try:
         return from_dict(cls, data)
     except ValidationError as exc:
@@ -377,6 +457,11 @@ class FilterConfig:
     since: str | None = None  # ISO 8601, inclusive
     until: str | None = None  # ISO 8601, exclusive
     valid_only: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("since", "until"):
+            if getattr(self, name) is not None:
+                parse_time(getattr(self, name), f"filters.{name}")
 
 
 @dataclass(frozen=True)
@@ -624,10 +709,7 @@ def load_candidate(path: str | Path) -> Candidate:
     """A candidate file (.yaml/.yml/.json): a SearchConfig, optionally with ``save:`` (index-time)
     and ``assemble:`` sections, e.g. a sweep's best.yaml."""
     p = Path(path)
-    data = read_config_file(p)
-    if not isinstance(data, dict):
-        raise ValidationError(f"{p}: expected a mapping of config keys, got {type(data).__name__}")
-    data = dict(data)
+    data = dict(read_config_mapping(p))
     save = data.pop("save", None)
     assemble = data.pop("assemble", None)
     try:

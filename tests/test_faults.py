@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import polars as pl
@@ -160,6 +161,35 @@ def test_a_torn_last_log_file_is_named_and_repair_recovers_the_version_before_it
     assert recover_torn_commits(root) == []
 
 
+def test_a_torn_older_log_file_is_named_and_repair_refuses_in_one_line_saying_what_to_do(tmp_path, capsys):
+    from lab.cli import main
+    from lab.retriever import Retriever
+
+    root = tmp_path / "s"
+    with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
+        for content in ("the first memory", "the second memory", "the third memory"):
+            pipe.save(content, "n")
+    logs = sorted((root / "tables" / "memories" / "_delta_log").glob("*.json"))
+    torn = logs[-2]  # version 2: the third save's commit (version 3) builds on it
+    torn.write_bytes(torn.read_bytes()[:20])
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(StoreError, match=f"table memories: Delta log file {torn.name} \\(version 2\\) is torn"):
+        Store.open(root)  # it was deltalake's "Json error: Truncated record", naming no file
+    assert [str(p) for p in check_store(root).problems] == [
+        f"error   table memories: Delta log file {torn.name} (version 2) is torn or damaged and the 1 later "
+        "commit(s) build on it, so the table cannot be read and `lab store repair` cannot take it out without "
+        "losing them: restore that file, or the whole store, from a backup (versions 0 to 1 of this table still "
+        f"read: lab.open_retriever({str(root)!r}, pin='1.3.0.0') opens the store at them, read-only)"]
+    capsys.readouterr()
+    assert main(["store", "repair", "--store", str(root)]) == 5  # it exited 5 with deltalake's parse error, naming no file
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"Delta log file {torn.name}" in err and "restore that file, or the whole store, from a backup" in err
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # refused: nothing moved
+    with Retriever.open(root, pin="1.3.0.0", embedder=FakeEmbedder()) as old:  # the way out it names
+        assert old.store.memories("n")["content"].to_list() == ["the first memory"]
+
+
 # --------------------------------------------------------------------------- 4. server settings
 @pytest.mark.parametrize("name,value", [("rate", "nan"), ("refresh_seconds", "nan"), ("rate", "inf"),
                                         ("burst", "-1"), ("group_wait_ms", "1e9"), ("port", "70000"),
@@ -173,6 +203,31 @@ def test_nan_infinite_and_out_of_range_settings_are_refused_naming_where_they_ca
     conf.write_text(json.dumps({name: float(value)}))
     with pytest.raises(ValidationError, match=f"setting {name} from {conf}"):
         load_settings({}, env={}, config_file=conf)
+
+
+@pytest.mark.parametrize("name,value,allowed", [
+    ("rate", "1e-300", ">= 0.001 and <= 1e+06"), ("refresh_seconds", "0", ">= 0.05 and <= 3600"),
+    ("snapshot_seconds", "0", ">= 1 and <= 86400"), ("embed_timeout_s", "1e-300", ">= 1 and <= 86400"),
+    ("port", "0", ">= 1 and <= 65535")])
+def test_absurdly_small_settings_are_refused_naming_the_setting_where_and_the_range(tmp_path, name, value, allowed):
+    # each would start a server that cannot work: a bucket refilled once an age, the log re-read or
+    # every index saved on every request, every query's embedding process killed as hung, a random port
+    want = f"setting {name} from {{}} must be {allowed}, got {float(value) if name != 'port' else int(value)!r}"
+    with pytest.raises(ValidationError, match=re.escape(want.format("the command line"))):
+        load_settings({name: value}, env={})
+    with pytest.raises(ValidationError, match=re.escape(want.format(f"$LAB_SERVE_{name.upper()}"))):
+        load_settings({}, env={f"LAB_SERVE_{name.upper()}": value})
+    conf = tmp_path / "serve.json"
+    conf.write_text(json.dumps({name: float(value)}))
+    with pytest.raises(ValidationError, match=re.escape(want.format(conf))):
+        load_settings({}, env={}, config_file=conf)
+
+
+def test_the_smallest_working_settings_and_in_process_embedding_are_kept():
+    s = load_settings({"rate": "0.001", "refresh_seconds": "0.05", "snapshot_seconds": "1", "embed_timeout_s": "1",
+                       "port": "1", "query_embedders": "0"}, env={})
+    assert (s.rate, s.refresh_seconds, s.snapshot_seconds, s.embed_timeout_s, s.port, s.query_embedders) == (
+        0.001, 0.05, 1.0, 1.0, 1, 0)  # query_embedders 0: queries embedded in the server process
 
 
 def test_a_setting_built_directly_is_checked_too():
@@ -195,6 +250,38 @@ def test_lab_eval_refuses_an_unknown_fuser_before_it_loads_anything(tmp_path):
     got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(tmp_path / "no-such-dataset"),
                           "--config", str(bad), "--no-track", "--quiet"], capture_output=True, text=True)
     assert got.returncode == 2 and "fusion.method" in got.stderr and "bogus" in got.stderr, got.stderr
+
+
+@pytest.mark.parametrize("flags,said", [
+    (["--config", "{since}"], "{since}: filters.since: 'garbage' is not an ISO 8601 date-time (e.g. 2026-01-14T09:32:00Z)"),
+    (["--k", "5", "-1"], "--k: every cutoff must be >= 1, got -1"),
+    (["--budget", "-3"], "--budget must be >= 0 (0: no context metrics), got -3"),
+])
+def test_lab_eval_refuses_a_bad_date_or_count_before_it_loads_anything(tmp_path, capsys, flags, said):
+    from lab.cli import main
+
+    since = tmp_path / "since.yaml"
+    since.write_text("filters: {since: garbage}\n")
+    # the dataset does not exist: the input is named first, so no loading came before it (the date
+    # and --k -1 were refused only after the dataset was loaded and indexed, seconds later)
+    flags = [f.format(since=since) for f in flags]
+    assert main(["eval", "--dataset", str(tmp_path / "no-such-dataset"), *flags, "--no-track", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "error: " + said.format(since=since)
+
+
+def test_an_empty_config_file_is_refused_by_search_and_eval_alike_naming_the_file(tmp_path, capsys):
+    from lab.cli import main
+
+    Pipeline.open(tmp_path / "s", embedder=FakeEmbedder(), create=True).close()
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing set yet\n")
+    said = (f"error: {empty}: the file is empty; a config file holds a mapping of config keys "
+            "(e.g. `fusion: {method: rrf}`)")
+    # search took it for the defaults and answered; eval said "expected a mapping ..., got NoneType"
+    assert main(["search", "billing", "--store", str(tmp_path / "s"), "--namespace", "n", "--preset", str(empty)]) == 2
+    assert capsys.readouterr().err.strip() == said
+    assert main(["eval", "--dataset", str(tmp_path / "no-such-dataset"), "--config", str(empty), "--no-track"]) == 2
+    assert capsys.readouterr().err.strip() == said
 
 
 def test_a_sweep_naming_an_unknown_fuser_is_refused_when_read(tmp_path):

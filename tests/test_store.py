@@ -230,10 +230,14 @@ def test_a_pinned_version_reads_the_past_and_refuses_writes(pipe, tmp_path):
         Pipeline.open(pipe.store.root, embedder=FakeEmbedder(), pin="12")
 
 
-def test_compact_merges_files_and_drops_stale_chunks(pipe):
+def test_compact_merges_files_and_drops_stale_chunks(pipe, monkeypatch):
     for i in range(12):
         pipe.save(f"memory {i}", namespace="alpha")
     pipe.update(pipe.list("alpha")["id"][0], content="changed")
+    # an update killed after its memories commit, before it deleted the chunks it replaced
+    monkeypatch.setattr(pipe.store, "_drop_superseded_chunks", lambda rows: None)
+    pipe.update(pipe.list("alpha")["id"][1], content="changed again")
+    monkeypatch.undo()
     files_before = pipe.store.file_counts()
     report = pipe.compact()
     assert report["stale_chunks_removed"] == 1
@@ -241,6 +245,55 @@ def test_compact_merges_files_and_drops_stale_chunks(pipe):
     assert after["memories"] < files_before["memories"] and after["chunks"] < files_before["chunks"]
     assert pipe.store.memories().height == 12
     assert pipe.search("changed", "alpha", k=1)[0].content == "changed"
+
+
+def test_content_updates_leave_no_chunk_rows_behind_and_the_store_checks_clean(pipe):
+    from lab.write.check import check_store
+
+    seed(pipe)
+    for i in range(3):  # PATCHes that re-chunk: content, then tags (indexed with the content)
+        pipe.update("a1", content=f"the billing service uses postgres {i + 14}")
+        pipe.update("a2", tags=["ops", f"release-{i}"])
+    report = check_store(pipe.store.root)
+    assert [str(p) for p in report.problems] == []  # it warned "6 orphan chunk row(s) (left by a save cut off ...)"
+    stored = pipe.store._chunks.frame()
+    assert stored.height == pipe.store.chunks().height == 4  # one chunk per memory, no superseded rows
+    assert stored.filter(pl.col("memory_id") == "a1")["index_hash"].to_list() == [pipe.get("a1")["index_hash"]]
+
+
+def test_an_update_killed_before_it_deleted_the_old_chunks_is_named_by_check(pipe, monkeypatch):
+    from lab.write.check import check_store
+
+    seed(pipe)
+    monkeypatch.setattr(pipe.store, "_drop_superseded_chunks", lambda rows: None)  # killed right there
+    pipe.update("a1", content="the billing service moved to mysql")
+    assert pipe.get("a1")["content"] == "the billing service moved to mysql"  # its memories commit landed
+    pipe.close()
+    assert [str(p) for p in check_store(pipe.store.root).problems] == [
+        "warning table chunks: 1 orphan chunk row(s) (left by a save, update or delete cut off between its "
+        "commits; compact or repair removes them)"]
+
+
+def test_a_reader_racing_an_update_never_reads_the_memory_without_its_chunks(pipe):
+    from lab.retriever import Retriever
+
+    seed(pipe)
+    reader = Retriever.open(pipe.store.root, embedder=FakeEmbedder())
+    table = reader.store._chunks
+    read_chunks = table.frame
+    landed = []
+
+    def update_in_between():  # the whole update lands after the reader read the memories
+        if not landed:
+            landed.append(pipe.update("a2", content="deploys happen on wednesdays"))
+        return read_chunks()
+
+    table.frame = update_in_between
+    visible = reader.store.chunks("alpha")
+    table.frame = read_chunks
+    assert landed and sorted(visible["memory_id"].to_list()) == ["a1", "a2", "a3"]
+    assert reader.search("wednesdays", "alpha", k=1)[0].memory_id == "a2"
+    reader.close()
 
 
 def test_store_refuses_another_embedder_or_chunking(pipe):

@@ -23,7 +23,20 @@ def _options(args: argparse.Namespace):
                        ragas=args.ragas)
 
 
+def _check_before_loading(args: argparse.Namespace) -> None:
+    """Refuse the counts that can be refused before a dataset is loaded and indexed (seconds, or
+    minutes for a large one), as `lab search` does; a config file is read and checked before it too."""
+    from lab.errors import ValidationError
+
+    bad = [k for k in args.k if k < 1]
+    if bad:
+        raise ValidationError(f"--k: every cutoff must be >= 1, got {bad[0]}")
+    if args.budget is not None and args.budget < 0:
+        raise ValidationError(f"--budget must be >= 0 (0: no context metrics), got {args.budget}")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    _check_before_loading(args)  # before the heavy imports, too
     from lab.errors import ValidationError
     from lab.eval.goldens import load_dataset
     from lab.eval.regressions import run_regressions

@@ -4,9 +4,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping
 
+from lab.config import parse_time
 from lab.errors import ValidationError
 from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
 
@@ -77,27 +78,6 @@ def index_hash(content: str, title: str, tags: list[str]) -> str:
 
 def default_id(namespace: str, digest: str) -> str:
     return f"{namespace}:{digest[:16]}"
-
-
-def parse_time(value: Any, field: str) -> datetime:
-    """ISO 8601 string or datetime -> aware UTC datetime (naive values are taken as UTC)."""
-    if isinstance(value, datetime):
-        dt = value
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith("Z") or text.endswith("z"):
-            text = text[:-1] + "+00:00"
-        try:
-            dt = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValidationError(
-                f"{field}: {value!r} is not an ISO 8601 date-time (e.g. 2026-01-14T09:32:00Z)"
-            ) from None
-    else:
-        raise ValidationError(f"{field}: expected an ISO 8601 string, got {type(value).__name__}")
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc)
 
 
 def _str(raw: Mapping[str, Any], key: str, default: str, where: str) -> str:

@@ -16,7 +16,8 @@ from lab.config import SaveConfig, from_dict
 from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
 from lab.schema import ACCESS_LOG, EDGES, MEMORIES, MEMORY_TYPES, NAMESPACES, EDGE_RELATIONS, chunks_schema
 from lab.store.records import namespace_folder, validate_id, validate_namespace
-from lab.store.table import DeltaFrame, in_list, recover_torn_commit
+from lab.store.delta_log import LogDamage, commit_files, log_damage, recover_torn_commit
+from lab.store.table import DeltaFrame, in_list
 from lab.workspace import current
 
 STORE_FORMAT = 1
@@ -73,9 +74,39 @@ def _interrupted_create(root: Path) -> bool:
     return True
 
 
+PINNED_TABLES = ("memories", "chunks", "edges", "access_log")  # a StoreVersion's tables, in its order
+
+
+def log_damages(root: str | Path) -> list[tuple[LogDamage, str]]:
+    """Each table whose latest version cannot be read for a torn commit file, with one line saying
+    what is wrong and what to do: repair (a torn newest commit), or restore from a backup, the
+    store still opening pinned at the versions before the tear when the table is one a pin fixes."""
+    root = Path(root)
+    tables = {p.name: p for p in sorted((root / "tables").glob("*")) if p.is_dir()}
+    found = {name: damage for name, path in tables.items() if (damage := log_damage(path)) is not None}
+    out = []
+    for name, damage in found.items():
+        opener = None
+        if all(t in tables for t in PINNED_TABLES) and set(found) <= set(PINNED_TABLES):
+            # every damaged table at the version before its tear, the others at their newest
+            versions = [found[t].version - 1 if t in found else _newest_version(tables[t]) for t in PINNED_TABLES]
+            if min(versions) >= 0:
+                opener = f"lab.open_retriever({str(root)!r}, pin={str(StoreVersion(*versions))!r})"
+        out.append((damage, damage.describe(opener)))
+    return out
+
+
+def _newest_version(table: Path) -> int:
+    commits = commit_files(table)
+    return int(commits[-1].name.split(".")[0]) if commits else -1
+
+
 def recover_torn_commits(root: str | Path, timeout: float = 600.0) -> list[str]:
     """Take a torn newest commit file out of each table's log (``lab store repair``, before the
-    store can be opened at all); returns ``table/file`` for each one moved aside."""
+    store can be opened at all); returns ``table/file`` for each one moved aside.
+
+    A torn commit that later ones build on is refused (a StoreError naming the file and what to do),
+    before anything is moved: dropping it would lose acknowledged commits."""
     from filelock import FileLock, Timeout
 
     root = Path(root)
@@ -83,6 +114,9 @@ def recover_torn_commits(root: str | Path, timeout: float = 600.0) -> list[str]:
         raise NotFoundError(f"no lab store at {root} (create one with `lab init --store {root}`)")
     try:
         with FileLock(str(root / WRITE_LOCK), timeout=timeout):
+            for damage, said in log_damages(root):
+                if not damage.repairable:
+                    raise StoreError(f"table {damage.table}: {said}")
             moved = []
             for table in sorted(p for p in (root / "tables").glob("*") if p.is_dir()):
                 name = recover_torn_commit(table)
@@ -443,7 +477,8 @@ class Store:
         return self.known_version()
 
     def replace(self, rows: list[dict[str, Any]], chunks: pa.Table | None = None) -> StoreVersion:
-        """Update existing memories (one MERGE commit), after committing their new chunks if any."""
+        """Update existing memories (one MERGE commit), after committing their new chunks if any;
+        then the chunk rows the new ones replace are deleted (see ``_drop_superseded_chunks``)."""
         if not rows:
             return self.version()
         missing = sorted({r["id"] for r in rows} - self.has_ids(r["id"] for r in rows))
@@ -452,7 +487,23 @@ class Store:
         if chunks is not None:
             self._append_chunks(chunks)
         self._memories.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._memories_commit_meta())
+        if chunks is not None:
+            self._drop_superseded_chunks(rows)
         return self.known_version()
+
+    def _drop_superseded_chunks(self, rows: list[dict[str, Any]]) -> None:
+        """Delete the chunk rows of these memories that their new index hash no longer shows.
+
+        Only after the memories commit: a process killed before it leaves each memory as it was,
+        its old chunks still visible; one killed after it leaves invisible rows that `lab store
+        check` reports as orphans and compact or repair removes. Without this every content update
+        left its old chunks behind, and check took them for the leftovers of a cut-off save."""
+        current = pl.DataFrame({"memory_id": [r["id"] for r in rows], "current": [r["index_hash"] for r in rows]})
+        stored = self._chunks.frame().select("chunk_id", "memory_id", "index_hash")
+        old = stored.join(current, on="memory_id").filter(pl.col("index_hash") != pl.col("current"))
+        ids = old["chunk_id"].unique().sort().to_list()
+        if ids:
+            self._chunks.delete(in_list("chunk_id", ids))
 
     def memory_rows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """Memories as stored (the access log not folded in): rows to write back unchanged."""
@@ -491,9 +542,20 @@ class Store:
 
         Memories are read before chunks: a memory's chunks are committed before it, so every memory
         read has its chunks in the chunks read after (the other order races with a writer and can
-        drop a just-saved memory's chunks while its version is counted as seen)."""
-        mem = self._memories_raw().select(pl.col("id").alias("memory_id"), "index_hash", "namespace")
-        chunks = self._chunks.frame()
+        drop a just-saved memory's chunks while its version is counted as seen). Chunk rows a
+        memory shows are deleted only after a memories commit that stops showing them (an update,
+        a hard delete), so when the memories table did not move while the chunks were read, none
+        of the memories read lost its chunks; when it did, both are read again."""
+        for attempt in range(3):  # each retry needs another writer's commit in a window of milliseconds
+            if attempt:
+                self._memories.refresh()  # a server looks for other writers only every so often: look now
+            read = self._memories_raw()
+            read_at = self._memories.known_version
+            chunks = self._chunks.frame()
+            # (never refreshed after the last read: the version the caller stamps is the one read)
+            if not self._memories.committed_after(read_at):
+                break
+        mem = read.select(pl.col("id").alias("memory_id"), "index_hash", "namespace")
         if namespace is not None:
             chunks = chunks.filter(pl.col("namespace") == namespace)
             mem = mem.filter(pl.col("namespace") == namespace)

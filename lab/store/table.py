@@ -1,7 +1,6 @@
 """One Delta Lake table with an in-memory polars copy that follows the table's version."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from lab.errors import ConflictError, StoreError
+from lab.store.delta_log import log_damage, torn_commit
 
 
 # a version check that finds no next commit file still re-reads the log this often (a log whose
@@ -38,14 +38,16 @@ class DeltaFrame:
             if self.pinned or not create:
                 raise StoreError(f"no Delta table at {path}")
             write_deltalake(str(path), schema.empty_table(), mode="ignore")
-        torn = torn_commit(path) if version is None else None
-        if torn is not None:
-            raise StoreError(f"table {path.name}: the newest Delta log file {torn.name} is torn (a commit cut off "
-                             "while it was written; no client was told it landed); `lab store repair` takes it "
-                             "out and recovers the version before it")
+        if version is None and torn_commit(path) is not None:  # one file read: the common tear
+            damage = log_damage(path)  # (the oldest torn file the latest version needs: maybe an older one)
+            if damage is not None:
+                raise StoreError(f"table {path.name}: {damage.describe()}")
         try:
             self._dt = DeltaTable(str(path), version=version)
         except Exception as exc:  # deltalake raises several types for a missing version
+            damage = log_damage(path)  # an older commit file torn: name it, not deltalake's parse error
+            if damage is not None and (version is None or damage.version <= version):
+                raise StoreError(f"table {path.name}: {damage.describe()}") from None
             raise StoreError(f"cannot open Delta table {path} at version {version}: {exc}") from exc
         self._held = False
         # a reader that may see other processes' commits a little late (a server: its own writes
@@ -79,7 +81,17 @@ class DeltaFrame:
     def _next_commit_exists(self) -> bool:
         """Has anyone committed past our version? A Delta commit is the log file named by the next
         version, so one stat answers (a full log read costs about a millisecond per table)."""
-        return (self.path / "_delta_log" / f"{self._dt.version() + 1:020d}.json").exists()
+        return self.committed_after(self._dt.version())
+
+    def committed_after(self, version: int) -> bool:
+        """Has anyone committed past ``version``? One stat (see ``_next_commit_exists``); a pinned
+        table never moves."""
+        return not self.pinned and (self.path / "_delta_log" / f"{version + 1:020d}.json").exists()
+
+    def refresh(self) -> None:
+        """Look for other processes' commits now, whatever ``refresh_seconds`` says."""
+        if not self.pinned and not self._held:
+            self._update()
 
     def _update(self) -> None:
         """Read the log tail: commits other processes made since our last look."""
@@ -247,46 +259,6 @@ class DeltaFrame:
 
     def n_files(self) -> int:
         return len(self._dt.file_uris())
-
-
-TORN_FOLDER = "_torn_commits"  # beside _delta_log: where repair keeps a torn commit file
-
-
-def torn_commit(path: Path) -> Path | None:
-    """The newest commit file of the Delta table at ``path`` when it is torn: empty, not UTF-8, or
-    a line that is not whole JSON (a process killed or a disk filled while the file was written)."""
-    log = path / "_delta_log"
-    if not log.is_dir():
-        return None
-    commits = sorted(log.glob("[0-9]" * 20 + ".json"))
-    if not commits:
-        return None
-    newest = commits[-1]
-    try:
-        # split on newlines only: a JSON line may hold U+2028 and other characters splitlines() breaks on
-        lines = [line for line in newest.read_text(encoding="utf-8").split("\n") if line.strip()]
-        if not lines:
-            return newest
-        for line in lines:
-            if not isinstance(json.loads(line), dict):
-                return newest
-    except (UnicodeDecodeError, ValueError):
-        return newest
-    return None
-
-
-def recover_torn_commit(path: Path) -> str | None:
-    """Move a torn newest commit file of the table at ``path`` aside (to ``_torn_commits/``), so the
-    table reads at the version before it; returns the file's name, or None when none is torn.
-    Only the torn commit is lost, and no writer was acknowledged for it (a commit is acknowledged
-    once its log file is whole)."""
-    torn = torn_commit(path)
-    if torn is None:
-        return None
-    aside = path / TORN_FOLDER
-    aside.mkdir(exist_ok=True)
-    torn.replace(aside / torn.name)
-    return torn.name
 
 
 def uri_path(uri: str) -> str:

@@ -1,8 +1,10 @@
 """`lab store check` and `lab store repair`: verify every table and index of a store, and mend what
 the Delta log and the store allow.
 
-Check reports, per table, data files of the latest version that are missing or unreadable; per
-namespace, an index snapshot that fails verification (namespace, file digests, counts); contents
+Check reports, per table, a torn Delta log file (the newest: repair takes it out; an older one,
+which later commits build on: only a backup mends it, and repair refuses, naming it) and data
+files of the latest version that are missing or unreadable; per namespace, an index snapshot
+that fails verification (namespace, file digests, counts); contents
 stored twice in a namespace and duplicate chunk ids; index folders of namespaces that no longer
 exist and temporary folders left by a killed save. Problems are errors (the store cannot be read
 as it is) or warnings (it can, but something is left over).
@@ -24,7 +26,7 @@ import polars as pl
 
 from lab.index.snapshot import IndexDamaged, verify
 from lab.store.records import namespace_folder
-from lab.store.store import Store
+from lab.store.store import Store, log_damages
 
 
 @dataclass
@@ -53,6 +55,11 @@ class CheckReport:
 def check_store(root: str | Path) -> CheckReport:
     """Verify every table and index of the store at ``root`` (read-only: writes nothing)."""
     report = CheckReport()
+    damaged = log_damages(root)  # a torn commit file stops the store from opening: name each one
+    for damage, said in damaged:
+        report.problems.append(Problem("error", f"table {damage.table}", said))
+    if damaged:
+        return report
     store = Store.open(root, read_only=True)
     table_ok = True
     for name, table in store.tables().items():
@@ -82,8 +89,12 @@ def check_store(root: str | Path) -> CheckReport:
                                        "not listed (their rows were lost); repair lists them again"))
     stale, twice = store.orphan_chunks()
     if stale or twice:
+        # an update deletes the rows it replaced in its own last commit, so rows no memory shows are
+        # what a cut-off write left: a save killed before its memories commit, or an update or hard
+        # delete killed after it
         report.problems.append(Problem("warning", "table chunks", f"{len(stale) + len(twice)} orphan chunk row(s) "
-                                       "(left by a save cut off before its memories commit; compact or repair removes them)"))
+                                       "(left by a save, update or delete cut off between its commits; "
+                                       "compact or repair removes them)"))
     namespaces = store.namespaces()
     index_root = store.root / "indexes"
     for ns in namespaces:
