@@ -3,6 +3,7 @@ authenticate, and for each call a request template and where the answer's ids an
 
     kind: http
     name: lab-http
+    reads_env: [LAB_HTTP_URL, LAB_API_KEY]                                  # every variable it reads
     base_url: ${LAB_HTTP_URL:-http://127.0.0.1:8080}
     auth: {header: Authorization, env: LAB_API_KEY, prefix: "Bearer "}     # optional
     timeout_s: 30
@@ -25,33 +26,21 @@ authenticate, and for each call a request template and where the answer's ids an
 Save templates see the memory's fields (id, content, created_at, title, tags, type, metadata) and
 ``namespace``; search templates ``namespace``, ``query`` and ``k``. ``${VAR:-default}`` in the base
 URL reads the environment (handed down by the command line). The auth header's secret comes from an
-environment variable only.
+environment variable only. A file reads only the variables it lists under ``reads_env`` (the auth
+variable too); errors and the HTTP client's log lines show ``${NAME}`` in place of a value read, and
+``***`` for a URL's userinfo and query values.
+
+An adapter file is trusted like code: it sends the variables it declares to the host it names.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping, Sequence
 
 from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
-from lab.adapters.templates import check_path, pick, ranked, render
+from lab.adapters.templates import FileEnv, check_path, pick, ranked, render
 from lab.errors import ValidationError
 
-_ENV = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-
-
-def expand_env(text: str, where: str, env: Mapping[str, str] | None = None) -> str:
-    """``${VAR}`` and ``${VAR:-default}`` in ``text`` from ``env`` (the environment the edge read)."""
-    env = env or {}
-
-    def one(m: re.Match) -> str:
-        if m.group(1) in env:
-            return env[m.group(1)]
-        if m.group(2) is not None:
-            return m.group(2)
-        raise ValidationError(f"{where}: ${{{m.group(1)}}} is not set in the environment (and has no :-default)")
-
-    return _ENV.sub(one, text)
 
 
 def known_fields(data: Mapping[str, Any], allowed: Sequence[str], where: str, required: Sequence[str] = ()) -> None:
@@ -78,7 +67,8 @@ def _request(raw: Any, where: str, extra: Sequence[str] = ()) -> dict[str, Any]:
 
 
 class HttpSystem(MemorySystem):
-    FIELDS = ("kind", "name", "approximates", "settings", "base_url", "auth", "timeout_s", "reset", "save", "search")
+    FIELDS = ("kind", "name", "reads_env", "approximates", "settings", "base_url", "auth", "timeout_s", "reset",
+              "save", "search")
 
     def __init__(self, spec: Mapping[str, Any], where: str, env: Mapping[str, str] | None = None) -> None:
         import httpx
@@ -87,15 +77,17 @@ class HttpSystem(MemorySystem):
         self.name = str(spec["name"])
         self.approximates = str(spec.get("approximates") or "")
         self.settings = dict(spec.get("settings") or {})
-        self.base_url = expand_env(str(spec["base_url"]), f"{where}: base_url", env).rstrip("/")
+        self.env = FileEnv(spec.get("reads_env"), env, where)
+        self.base_url = self.env.expand(str(spec["base_url"]), "base_url").rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValidationError(f"{where}: base_url {self.base_url!r} is not an http:// or https:// URL")
+            raise ValidationError(f"{where}: base_url {self.env.redact(self.base_url)!r} is not an http:// or "
+                                  "https:// URL")
         self.timeout = float(spec.get("timeout_s", 30))
         headers = {}
         if spec.get("auth"):
             auth = spec["auth"]
             known_fields(auth, ("header", "env", "prefix"), f"{where}: auth", ("header", "env"))
-            secret = (env or {}).get(auth["env"])
+            secret = self.env.read(str(auth["env"]), "auth.env")
             if not secret:
                 raise ValidationError(f"{where}: auth reads ${auth['env']}, which is not set")
             headers[auth["header"]] = f"{auth.get('prefix', '')}{secret}"
@@ -114,6 +106,11 @@ class HttpSystem(MemorySystem):
         if "score" in self.search_req:
             check_path(self.search_req["score"], f"{where}: search.score")
         self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=self.timeout)
+        self.log_filter = self.env.guard_logs()
+
+    def _error(self, call: str, problem: str) -> AdapterError:
+        """An error for ``call`` that shows no value read from the environment, nor a URL's secrets."""
+        return AdapterError(self.name, call, self.env.redact(problem))
 
     def _call(self, call: str, req: Mapping[str, Any], values: Mapping[str, Any],
               items: list[Mapping[str, Any]] | None = None) -> Any:
@@ -125,16 +122,16 @@ class HttpSystem(MemorySystem):
         try:
             r = self.client.request(req["method"], path, json=body, params=params)
         except httpx.TimeoutException:
-            raise AdapterError(self.name, call, f"no answer from {self.base_url}{path} within {self.timeout:g} s") from None
+            raise self._error(call, f"no answer from {self.base_url}{path} within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
-            raise AdapterError(self.name, call, f"cannot reach {self.base_url}{path} ({type(exc).__name__}: {exc})") from None
+            raise self._error(call, f"cannot reach {self.base_url}{path} ({type(exc).__name__}: {exc})") from None
         if r.status_code >= 300 and r.status_code not in req["accept"]:
-            raise AdapterError(self.name, call, f"{req['method']} {path} answered {r.status_code}: {r.text[:300]}")
+            raise self._error(call, f"{req['method']} {path} answered {r.status_code}: {r.text[:300]}")
         try:
             return r.json() if r.content else None
         except ValueError:
-            raise AdapterError(self.name, call, f"{req['method']} {path} answered {r.status_code} with a body "
-                                                f"that is not JSON: {r.text[:200]!r}") from None
+            raise self._error(call, f"{req['method']} {path} answered {r.status_code} with a body that is not "
+                                    f"JSON: {r.text[:200]!r}") from None
 
     def reset(self, namespace: str) -> None:
         for req in self.resets:
@@ -156,3 +153,4 @@ class HttpSystem(MemorySystem):
 
     def close(self) -> None:
         self.client.close()
+        self.log_filter.remove()

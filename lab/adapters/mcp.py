@@ -2,6 +2,7 @@
 
     kind: mcp
     name: lab-mcp
+    reads_env: [PYTHON, LAB_BUNDLE, LAB_MCP_STORE]          # every variable it reads (${...} below)
     command: ["${PYTHON:-python}", "-m", "lab", "mcp", "--bundle", "${LAB_BUNDLE}", "--store", "${LAB_MCP_STORE}"]
     # or: url: http://127.0.0.1:8080/mcp   with   headers: {Authorization: "Bearer ${LAB_API_KEY}"}
     timeout_s: 60
@@ -20,6 +21,10 @@
 One session stays open for the whole evaluation (a background event loop holds it); each save is
 one tool call per memory. A tool error comes back as an error naming the system, the call and the
 tool's own message.
+
+``${VAR}`` in ``command``, ``cwd``, ``env``, ``url`` and ``headers`` reads only the variables listed under
+``reads_env``; errors and the client's log lines show ``${NAME}`` in place of a value read. An adapter
+file is trusted like code: it runs the command it names, with the variables it declares.
 """
 from __future__ import annotations
 
@@ -30,8 +35,8 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
-from lab.adapters.http import expand_env, known_fields
-from lab.adapters.templates import check_path, pick, ranked, render
+from lab.adapters.http import known_fields
+from lab.adapters.templates import FileEnv, check_path, pick, ranked, render
 from lab.errors import ValidationError
 
 
@@ -45,12 +50,20 @@ def _tool(raw: Any, where: str, paths: Sequence[str], extra: Sequence[str] = ())
     return dict(raw)
 
 
+def _reason(exc: BaseException) -> str:
+    """``Type: message`` of the error itself, not of the SDK's task-group wrapper around it."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 class McpSystem(MemorySystem):
-    FIELDS = ("kind", "name", "approximates", "settings", "command", "url", "headers", "cwd", "env", "timeout_s",
-              "reset", "save", "search")
+    FIELDS = ("kind", "name", "reads_env", "approximates", "settings", "command", "url", "headers", "cwd", "env",
+              "timeout_s", "reset", "save", "search")
 
     def __init__(self, spec: Mapping[str, Any], where: str, env: Mapping[str, str] | None = None) -> None:
         known_fields(spec, self.FIELDS, where, ("name", "save", "search"))
+        self.env = FileEnv(spec.get("reads_env"), env, where)
         self.server_env: dict[str, str] = {}
         if ("command" in spec) == ("url" in spec):
             raise ValidationError(f"{where}: give exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
@@ -72,17 +85,21 @@ class McpSystem(MemorySystem):
             command = spec["command"]
             if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
                 raise ValidationError(f"{where}: command must be a non-empty list of strings")
-            command = [expand_env(c, f"{where}: command", env) for c in command]
-            cwd = expand_env(str(spec["cwd"]), f"{where}: cwd", env) if spec.get("cwd") else None
             extra = spec.get("env") or {}
             if not isinstance(extra, Mapping):
                 raise ValidationError(f"{where}: env must be a mapping of variable names to values")
+            command = [self.env.expand(c, "command") for c in command]
+            cwd = self.env.expand(str(spec["cwd"]), "cwd") if spec.get("cwd") else None
             # the server's environment: the SDK's safe default (PATH, HOME, ...) with these on top
-            self.server_env = {str(k): expand_env(str(v), f"{where}: env.{k}", env) for k, v in extra.items()}
+            self.server_env = {str(k): self.env.expand(str(v), f"env.{k}") for k, v in extra.items()}
             self.target = ("stdio", command, cwd)
         else:
-            headers = {k: expand_env(str(v), f"{where}: headers", env) for k, v in (spec.get("headers") or {}).items()}
-            self.target = ("http", expand_env(str(spec["url"]), f"{where}: url", env), headers)
+            headers = spec.get("headers") or {}
+            if not isinstance(headers, Mapping):
+                raise ValidationError(f"{where}: headers must be a mapping of header names to values")
+            headers = {str(k): self.env.expand(str(v), f"headers.{k}") for k, v in headers.items()}
+            self.target = ("http", self.env.expand(str(spec["url"]), "url"), headers)
+        self.log_filter = self.env.guard_logs()
         # one task owns the session from open to close (the SDK's task groups must be entered and
         # left in one task); calls from this thread reach it through a queue
         self.loop = asyncio.new_event_loop()
@@ -96,10 +113,14 @@ class McpSystem(MemorySystem):
             ready.result(self.timeout)
         except concurrent.futures.TimeoutError:
             self.close()
-            raise AdapterError(self.name, "connect", f"no session within {self.timeout:g} s") from None
+            raise self._error("connect", f"no session within {self.timeout:g} s") from None
         except Exception as exc:
             self.close()
-            raise AdapterError(self.name, "connect", f"{type(exc).__name__}: {exc}") from None
+            raise self._error("connect", _reason(exc)) from None
+
+    def _error(self, call: str, problem: str) -> AdapterError:
+        """An error for ``call`` that shows no value read from the environment, nor a URL's secrets."""
+        return AdapterError(self.name, call, self.env.redact(problem))
 
     async def _make_queue(self) -> asyncio.Queue:
         return asyncio.Queue()
@@ -145,11 +166,11 @@ class McpSystem(MemorySystem):
         try:
             return done.result(self.timeout)
         except concurrent.futures.TimeoutError:
-            raise AdapterError(self.name, call, f"no answer within {self.timeout:g} s") from None
+            raise self._error(call, f"no answer within {self.timeout:g} s") from None
         except AdapterError:
             raise
         except Exception as exc:  # the SDK's and the transport's own errors, named
-            raise AdapterError(self.name, call, f"{type(exc).__name__}: {exc}") from None
+            raise self._error(call, _reason(exc)) from None
 
     async def _tool_call(self, call: str, spec: Mapping[str, Any], values: Mapping[str, Any]) -> Any:
         return await self._call_tool(call, spec["tool"], render(spec.get("arguments") or {}, values))
@@ -158,7 +179,7 @@ class McpSystem(MemorySystem):
         result = await self.client.call_tool(tool, arguments)
         if result.is_error:
             text = result.content[0].text if result.content else "(no message)"
-            raise AdapterError(self.name, call, f"tool {tool} failed: {text}")
+            raise self._error(call, f"tool {tool} failed: {text}")
         if result.structured_content is not None:
             return result.structured_content
         try:
@@ -184,7 +205,7 @@ class McpSystem(MemorySystem):
                 got = await self._tool_call("save", self.save_call, {**m, "namespace": namespace})
                 ids = pick(got, self.save_call["id"])
                 if not ids:
-                    raise AdapterError(self.name, "save", f"no id at '{self.save_call['id']}' in {str(got)[:200]}")
+                    raise self._error("save", f"no id at '{self.save_call['id']}' in {str(got)[:200]}")
                 out[str(m["id"])] = str(ids[0])
             return out
 
@@ -205,3 +226,4 @@ class McpSystem(MemorySystem):
                 pass
             self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.log_filter.remove()

@@ -7,10 +7,18 @@
   or ``kind: python`` (``class: module:Class`` and ``options:`` for its constructor);
 - ``module:Class``: a class implementing ``lab.adapters.base.MemorySystem``, built with ``folder``
   (a scratch folder of its own) as its one argument.
+
+An adapter file is trusted like code: it names a command to run (mcp), a module to import (python)
+and the environment variables to send (``reads_env``). What can be checked is checked before
+anything runs: a ``kind: python`` file's fields and the shape of its ``module:Class``, and that the
+module is not one of Python's own (``os:system``, ``subprocess:Popen`` are no memory systems); after
+the import, that the name is a subclass of ``MemorySystem``, before it is called.
 """
 from __future__ import annotations
 
 import importlib
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -53,18 +61,29 @@ def require_packages(name: str) -> None:
                                   f"pip install -e '.[{spec.extra}]'")
 
 
-def load_class(target: str, where: str) -> type:
+_TARGET = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+def load_class(target: str, where: str) -> type[MemorySystem]:
+    """The ``MemorySystem`` subclass ``target`` (``package.module:Class``) names. Its shape, and that the
+    module is not part of Python itself, are checked before the import; nothing it names is called."""
+    if not isinstance(target, str) or not _TARGET.match(target):
+        raise ValidationError(f"{where}: {target!r} is not module:Class (like mypackage.memory:MySystem)")
     module_name, _, cls_name = target.partition(":")
-    if not module_name or not cls_name:
-        raise ValidationError(f"{where}: {target!r} is not module:Class")
+    top = module_name.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        raise ValidationError(f"{where}: {target!r} names a module of Python's standard library ({top!r}), "
+                              "which holds no memory system; name a subclass of lab.adapters.base.MemorySystem")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValidationError(f"{where}: cannot import {module_name!r} ({exc})") from None
     cls = getattr(module, cls_name, None)
-    if not isinstance(cls, type) or not all(callable(getattr(cls, m, None)) for m in ("save", "search")):
-        raise ValidationError(f"{where}: {target!r} is not a class with save() and search() "
-                              "(see lab.adapters.base.MemorySystem)")
+    if not isinstance(cls, type) or not issubclass(cls, MemorySystem):
+        what = ("not in the module" if cls is None else f"a {type(cls).__name__}" if not isinstance(cls, type)
+                else "a class")
+        raise ValidationError(f"{where}: {target!r} is {what}, not a subclass of lab.adapters.base.MemorySystem "
+                              "(refused before it is called)")
     return cls
 
 
@@ -103,9 +122,22 @@ def _from_file(path: Path, env: Mapping[str, str]) -> MemorySystem:
     if kind == "mcp":
         return McpSystem(data, where, env)
     if kind == "python":
-        known_fields(data, ("kind", "name", "class", "options"), where, ("class",))
-        system = load_class(str(data["class"]), where)(**(data.get("options") or {}))
-        if data.get("name"):
-            system.name = str(data["name"])
-        return system
+        return _python_system(data, where)
     raise ValidationError(f"{where}: kind {kind!r} is not one of ['http', 'mcp', 'python']")
+
+
+def _python_system(data: Mapping[str, Any], where: str) -> MemorySystem:
+    """A ``kind: python`` file's system: every field checked before the class is imported, and the
+    class checked before it is built."""
+    known_fields(data, ("kind", "name", "class", "options"), where, ("class",))
+    options = data.get("options") or {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) and k.isidentifier() for k in options):
+        raise ValidationError(f"{where}: options are the class's keyword arguments, a mapping of names to values; "
+                              f"got {options!r}")
+    name = data.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValidationError(f"{where}: name is a string, got {name!r}")
+    system = load_class(data["class"], where)(**options)
+    if name:
+        system.name = name
+    return system
