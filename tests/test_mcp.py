@@ -18,7 +18,7 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {"memory_save", "memory_save_many", "memory_search", "memory_context", "memory_get", "memory_update", "memory_forget",
-         "memory_list", "memory_link", "memory_check"}
+         "memory_list", "memory_link", "memory_check", "memory_namespaces"}
 
 
 def stdio(bundle: Path, store: Path, *flags: str) -> StdioServerParameters:
@@ -49,7 +49,11 @@ def test_stdio_every_tool_through_the_sdk_client(tmp_path):
             assert set(tools) == TOOLS
             for t in tools.values():  # each has a schema and a description an agent can act on
                 assert t.input_schema["type"] == "object" and len(t.description) > 40
-            assert tools["memory_search"].input_schema["properties"]["k"]["minimum"] == 1
+            k = tools["memory_search"].input_schema["properties"]["k"]  # optional: the served top_k by default
+            assert [t["minimum"] for t in k["anyOf"] if t.get("type") == "integer"] == [1]
+            assert tools["memory_context"].input_schema["properties"]["format"]["enum"] == ["text", "markdown"]
+            for t in tools.values():  # every argument says what it is for
+                assert all(p.get("description") for p in t.input_schema["properties"].values()), t.name
             assert "ctx" not in tools["memory_save"].input_schema["properties"]
 
             saved = await call(c, "memory_save", content="Alice lives in Paris since 2021", tags=["home"])
@@ -63,7 +67,7 @@ def test_stdio_every_tool_through_the_sdk_client(tmp_path):
             assert found["results"][0]["memory_id"] == saved["id"]
             shares = found["results"][0]["signals"]
             assert shares and abs(sum(s["share"] for s in shares.values()) - 1) < 1e-3
-            typed = await call(c, "memory_search", query="cat", types=["episodic"])
+            typed = await call(c, "memory_search", query="cat", filters={"types": ["episodic"]})
             assert [r["memory_id"] for r in typed["results"]] == [other["id"]]
 
             ctx = await call(c, "memory_context", query="Alice's home", budget=200)
@@ -128,6 +132,12 @@ def test_stdio_allow_list_and_read_only(tmp_path):
             assert saved["status"] == "created"
             assert "no access to namespace 'team-b'" in await error_of(c, "memory_save", content="x", namespace="team-b")
             assert "no access" in await error_of(c, "memory_search", query="build", namespace="team-b")
+            # an id of another namespace's space is refused by its form, before anything is looked up
+            squat = "team-b:" + saved["id"].split(":", 1)[1]
+            assert "is not an id of namespace 'team-a/notes'" in await error_of(
+                c, "memory_save", content="probe", namespace="team-a/notes", id=squat)
+            mine = await call(c, "memory_save", content="chosen", namespace="team-a/notes", id="team-a/notes:c1")
+            assert mine["id"] == "team-a/notes:c1"
         async with Client(stdio(bundle, tmp_path / "store", "--read-only", "--namespace", "team-a/notes")) as c:
             found = await call(c, "memory_search", query="which build tool")
             assert found["results"][0]["memory_id"] == saved["id"]

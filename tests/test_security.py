@@ -236,3 +236,37 @@ def test_a_client_that_leaves_mid_stream_does_not_get_its_partial_answer_saved(o
         assert done.status_code == 200
         time.sleep(0.5)
         assert c.get("/v1/namespaces/me/stats").json()["memories"] == before + 2
+
+
+# ------------------------------------------------------------------ one error, every face
+def test_the_same_bad_question_gets_the_same_error_through_rest_mcp_and_the_proxy(guarded):
+    """Errors come from one mapping (lab.serve.errors): a LabError reads the same on every face,
+    an unknown MCP argument is refused naming the known ones, and no text carries pydantic's link."""
+    srv, keys, upstream = guarded
+    asked = {"query": "what is stored", "namespace": "team-a/nowhere"}  # readable by key a, never created
+    with srv.client(keys["a"]) as c:
+        rest = c.post("/v1/search", json=asked).json()["error"]
+        assert rest["status"] == 404 and "unknown namespace 'team-a/nowhere'" in rest["message"]
+        budget = c.post("/v1/context", json={**asked, "budget": 0}).json()["error"]
+    proxied = ask(srv, keys["a"], {"model": "m", "messages": [{"role": "user", "content": asked["query"]}],
+                                   "lab": {"namespace": asked["namespace"]}}).json()["error"]
+    with httpx.Client(base_url=srv.url, timeout=30,
+                      headers={**MCP_HEADERS, "Authorization": f"Bearer {keys['a']}"}) as c:
+        h = {"mcp-session-id": c.post("/mcp", json=INIT).headers["mcp-session-id"]}
+        c.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=h)
+
+        def tool(name: str, **arguments) -> str:
+            r = c.post("/mcp", headers=h, json={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                                "params": {"name": name, "arguments": arguments}})
+            line = next(l for l in r.text.splitlines() if l.startswith("data:") or l.startswith("{"))
+            result = json.loads(line.removeprefix("data:"))["result"]
+            assert result["isError"], result
+            return result["content"][0]["text"]
+
+        assert tool("memory_search", **asked) == rest["message"] == proxied["message"]
+        unknown = tool("memory_search", query="x", namespace="team-a/x", kk=3)
+        assert "unknown argument(s) ['kk']" in unknown and "'k'" in unknown
+        zero = tool("memory_context", **asked, budget=0)
+        assert zero.split(": ", 1)[1] == budget["message"].split(": ", 1)[1]  # the same limit, said the same way
+        assert "pydantic" not in zero + unknown + budget["message"]
+        c.delete("/mcp", headers=h)

@@ -136,7 +136,7 @@ def test_every_write_is_seen_by_the_next_request(server):
         assert patched.status_code == 200 and patched.json()["content"].endswith("mysql")
         assert a["id"] in lexical_ids(c, "team-a/notes", "mysql")
         assert a["id"] not in lexical_ids(c, "team-a/notes", "postgres")
-        assert c.delete(f"/v1/memories/{a['id']}").json() == {"deleted": 1, "hard": False}
+        assert c.delete(f"/v1/memories/{a['id']}").json() == {"id": a["id"], "deleted": 1, "hard": False}
         assert a["id"] not in search_ids(c, "team-a/notes", "mysql billing")
         assert c.get(f"/v1/memories/{a['id']}").json()["valid"] is False
         assert c.delete(f"/v1/memories/{a['id']}", params={"hard": "true"}).status_code == 200

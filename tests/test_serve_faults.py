@@ -95,8 +95,8 @@ def test_405_lists_every_method_of_the_path_and_patterns_are_in_the_document(sec
         assert r.status_code == 405
         assert set(r.headers["allow"].split(", ")) == {"GET", "PATCH", "DELETE"}  # no HEAD: not answered
         doc = c.get("/openapi.json").json()
-        params = {p["name"]: p["schema"] for p in doc["paths"]["/v1/memories/{memory_id}"]["get"]["parameters"]}
-        assert "pattern" in params["memory_id"]
+        params = {p["name"]: p["schema"] for p in doc["paths"]["/v1/memories/{id}"]["get"]["parameters"]}
+        assert "pattern" in params["id"]
         assert c.get("/v1/memories/..%2Fetc").status_code == 422
 
 

@@ -1,7 +1,7 @@
 """The MCP face over streamable HTTP, inside `lab serve` (``--mcp``): one more route of the same
 app, behind the same keys, namespace scopes and rate limits as REST.
 
-``KeyGate`` authenticates each HTTP request exactly as a REST route does (``ops.authenticate``)
+``KeyGate`` authenticates each HTTP request exactly as a REST route does (``lab.serve.caller.authenticate``)
 and leaves the caller in the request's scope, where the tools find it. It also keeps the
 ``SessionBook``: every MCP session belongs to the key that opened it (another key naming its id
 is answered as if the session did not exist, so it can neither use nor end it), and one key holds
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from lab.mcp.server import SCOPE_KEY, build_server
-from lab.serve.ops import Caller, authenticate
+from lab.serve.caller import Caller, authenticate
 from lab.serve.state import ApiError, AppState, error_response
 
 MCP_PATH = "/mcp"

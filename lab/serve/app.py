@@ -20,11 +20,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from lab.embed.worker import EmbedderModelError, EmbedderProcessError
-from lab.errors import LabError, StoreError
+from lab.errors import LabError
 from lab.serve import routes
 from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
+from lab.serve.errors import public_error
 from lab.serve.guard import RequestGuard
 from lab.serve.metrics import Metrics
 from lab.serve.service import MemoryService
@@ -33,18 +33,6 @@ from lab.serve.state import ApiError, AppState, error_response
 from lab.version import __version__
 
 log = logging.getLogger("lab.serve")
-
-# an absolute file path (two segments or more), but not one of our own routes (/v1/...)
-_PATH = re.compile(r"(?<![\w/])(?!/v1/)(?:[A-Za-z]:)?(?:/[^\s/'\"()]+){2,}/?")
-_KNOWN = re.compile(r";\s*known: \[[^\]]*\]")
-
-
-def public_message(exc: LabError, store_root: str) -> str:
-    """A lab error's message as a client may see it: no file paths, no list of other namespaces."""
-    text = str(exc).replace(store_root, "<store>")
-    text = _KNOWN.sub("", text)
-    return _PATH.sub("<path>", text)
-
 
 class BodyLimit:
     """Refuses request bodies over ``limit`` bytes with 413, by Content-Length or while streaming."""
@@ -207,31 +195,23 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
     root = str(service.store.root.resolve())
 
     @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.field, exc.headers)
-
     @app.exception_handler(LabError)
-    async def lab_error(request: Request, exc: LabError) -> JSONResponse:
-        if isinstance(exc, EmbedderProcessError):
-            log.error("query embedding failed on %s %s: %s", request.method, request.url.path, exc)
-            return error_response(503, "query embedding failed (the model process is restarted); retry the request",
-                                  headers={"Retry-After": "1"})
-        if isinstance(exc, EmbedderModelError):
-            log.error("the query embedding model failed on %s %s: %s", request.method, request.url.path, exc)
-            return error_response(500, "the query embedding model failed; the server log has the details")
-        if isinstance(exc, StoreError) or exc.http_status >= 500:
-            log.error("store error on %s %s: %s", request.method, request.url.path, exc)
-            return error_response(500, "the store could not be read or written; the server log has the details")
-        field = None
-        if exc.field:  # named like pydantic's errors: where the field was sent
-            field = ("body." if request.method in ("POST", "PATCH", "PUT") else "query.") + exc.field
-        return error_response(exc.http_status, public_message(exc, root), field)
+    async def lab_error(request: Request, exc: Exception) -> JSONResponse:
+        error = public_error(exc, root, where=f"{request.method} {request.url.path}")
+        field = error.field
+        if isinstance(exc, LabError) and field:  # named like pydantic's errors: where the field was sent
+            field = ("body." if request.method in ("POST", "PATCH", "PUT") else "query.") + field
+        return error_response(error.status, error.message, field, error.headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return error_response(422, f"{where}: {first.get('msg', 'invalid')}", where or None)
+        message = first.get("msg", "invalid")
+        if first.get("type") == "extra_forbidden":
+            known = routes.known_fields(request, tuple(first.get("loc", ())))
+            message = f"unknown field; known: {known}" if known else "unknown field"
+        return error_response(422, f"{where}: {message}", where or None)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,4 +1,7 @@
-"""Request and response bodies of the REST API (pydantic): strict, unknown fields refused.
+"""The operations' inputs and outputs (pydantic), one declaration for every face: REST routes and
+MCP tools are generated from these models (``lab.serve.operations``), so a limit, a closed set of
+values or a field's description is written here once. Inputs are strict: an unknown field is
+refused, naming the known ones.
 
 Field limits here are the first line; the store's own validation (``normalize_memory``) is the
 second, and its errors name the field the same way.
@@ -13,18 +16,39 @@ from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
 
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
 Relation = Literal[EDGE_RELATIONS]  # type: ignore[valid-type]
-Text = Field(min_length=1, max_length=1_000_000)
+Format = Literal["text", "markdown"]
 # the patterns the store's own validation enforces (lab.store.records), so the OpenAPI document
-# says what is accepted: a client or a fuzzer generating from it meets the same rules
+# and the MCP tool schemas say what is accepted: a client or a fuzzer generating from them meets
+# the same rules
 NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}){0,3}$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$"
-Namespace = Field(min_length=1, max_length=128, pattern=NAMESPACE_PATTERN,
-                  description="one to four segments joined by '/': team-a/notes")
-MemoryId = Field(min_length=1, max_length=200, pattern=ID_PATTERN)
+CONTENT_MAX = 1_000_000  # characters of one memory's text
+QUERY_MAX = 4000  # characters of a query (or a text to check)
+BUDGET_MAX = 1_000_000  # tokens of an assembled context
+
+
+def Namespace(description: str = "one to four segments joined by '/': team-a/notes", default: Any = ...) -> Any:
+    return Field(default, min_length=1, max_length=128, pattern=NAMESPACE_PATTERN, description=description)
+
+
+def MemoryId(description: str = "a memory's id", default: Any = ...) -> Any:
+    return Field(default, min_length=1, max_length=200, pattern=ID_PATTERN, description=description)
+
+
+def Content(description: str = "the memory's text", default: Any = ...) -> Any:
+    return Field(default, min_length=1, max_length=CONTENT_MAX, description=description)
+
+
+def QueryText(description: str = "what to look for, in plain words", default: Any = ...) -> Any:
+    return Field(default, min_length=1, max_length=QUERY_MAX, description=description)
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Nothing(Strict):
+    """The input of an operation that takes none."""
 
 
 class Error(BaseModel):
@@ -39,27 +63,39 @@ class ErrorBody(BaseModel):
 
 
 # --------------------------------------------------------------------------- memories
-class MemoryIn(Strict):
-    content: str = Text
-    namespace: str = Namespace
-    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
-                              description="your own id, starting with the namespace and ':' "
-                                          "(e.g. 'notes:meeting-1'; default: one made from the text)")
-    title: Optional[str] = Field(None, max_length=10_000)
-    tags: Optional[list[str]] = Field(None, max_length=100)
-    type: Optional[MemoryType] = None
-    source: Optional[str] = Field(None, max_length=10_000)
-    created_at: Optional[str] = Field(None, description="ISO 8601; default: now")
-    importance: Optional[float] = Field(None, ge=0, le=1)
-    pinned: Optional[bool] = None
-    metadata: Optional[dict[str, Any]] = None
+CHOSEN_ID = ("your own id, starting with the namespace and ':' (e.g. 'notes:meeting-1'); "
+             "default: one made from the text")
+
+
+class MemoryFields(Strict):
+    """What a memory is saved with, besides its namespace."""
+    content: str = Content()
+    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN, description=CHOSEN_ID)
+    title: Optional[str] = Field(None, max_length=10_000, description="a short title, indexed with the text")
+    tags: Optional[list[str]] = Field(None, max_length=100, description="labels to filter by, indexed with the text")
+    type: Optional[MemoryType] = Field(None, description="kind of memory (default semantic)")
+    source: Optional[str] = Field(None, max_length=10_000, description="where it came from (default api)")
+    created_at: Optional[str] = Field(None, description="ISO 8601, when it happened (default: now)")
+    importance: Optional[float] = Field(None, ge=0, le=1, description="0 to 1; high values reach the critical zone")
+    pinned: Optional[bool] = Field(None, description="always a candidate for context")
+    metadata: Optional[dict[str, Any]] = Field(None, description="any JSON object, kept with the memory")
 
     def record(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
 
 
+class MemoryIn(MemoryFields):
+    namespace: str = Namespace()
+
+
 class MemoryBatchIn(Strict):
-    memories: list[MemoryIn] = Field(min_length=1, max_length=1000)
+    memories: list[MemoryIn] = Field(min_length=1, max_length=1000, description="the memories to save")
+
+
+class NamespaceBatchIn(Strict):
+    """Memories of one namespace, saved in one commit (MCP's memory_save_many)."""
+    namespace: str = Namespace()
+    memories: list[MemoryFields] = Field(min_length=1, max_length=1000, description="the memories to save")
 
 
 class Created(BaseModel):
@@ -81,20 +117,47 @@ class MemoryPatch(Strict):
     # an empty patch changes nothing and is refused (422): the document says so too
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
-    content: Optional[str] = Field(None, min_length=1, max_length=1_000_000)
-    title: Optional[str] = Field(None, max_length=10_000)
-    tags: Optional[list[str]] = Field(None, max_length=100)
-    type: Optional[MemoryType] = None
-    source: Optional[str] = Field(None, max_length=10_000)
-    created_at: Optional[str] = None
-    importance: Optional[float] = Field(None, ge=0, le=1)
-    pinned: Optional[bool] = None
-    valid: Optional[bool] = None
-    superseded_by: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN)
-    metadata: Optional[dict[str, Any]] = None
+    content: Optional[str] = Content("new text (re-indexed before the answer)", None)
+    title: Optional[str] = Field(None, max_length=10_000, description="new title (re-indexed)")
+    tags: Optional[list[str]] = Field(None, max_length=100, description="new tags (re-indexed)")
+    type: Optional[MemoryType] = Field(None, description="new kind of memory")
+    source: Optional[str] = Field(None, max_length=10_000, description="where it came from")
+    created_at: Optional[str] = Field(None, description="ISO 8601, when it happened")
+    importance: Optional[float] = Field(None, ge=0, le=1, description="0 to 1")
+    pinned: Optional[bool] = Field(None, description="always a candidate for context")
+    valid: Optional[bool] = Field(None, description="false marks it wrong without deleting it")
+    superseded_by: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
+                                         description="the id of the memory that replaces it (same namespace)")
+    metadata: Optional[dict[str, Any]] = Field(None, description="any JSON object, replacing the stored one")
 
     def changes(self) -> dict[str, Any]:
-        return self.model_dump(exclude_unset=True)
+        return self.model_dump(exclude_unset=True, exclude={"id"})
+
+
+class MemoryRef(Strict):
+    id: str = MemoryId()
+
+
+class UpdateIn(MemoryPatch):
+    """A memory's id and the fields to change (REST: the id in the path, the rest the body)."""
+    model_config = ConfigDict(extra="forbid")
+    id: str = MemoryId()
+
+
+class ForgetIn(Strict):
+    id: str = MemoryId()
+    hard: bool = Field(False, description="remove it for good (default: mark it invalid, recoverable)")
+
+
+class ListIn(Strict):
+    namespace: str = Namespace()
+    type: Optional[list[MemoryType]] = Field(None, max_length=len(MEMORY_TYPES), description="only these kinds")
+    tag: Optional[list[str]] = Field(None, max_length=100, description="only memories with one of these tags")
+    valid: Optional[bool] = Field(None, description="only valid (true) or only invalidated (false) memories")
+    since: Optional[str] = Field(None, description="ISO 8601, created at or after")
+    until: Optional[str] = Field(None, description="ISO 8601, created before")
+    limit: int = Field(50, ge=1, le=1000, description="memories per page")
+    cursor: Optional[str] = Field(None, max_length=1000, description="next_cursor of the previous page")
 
 
 class Memory(BaseModel):
@@ -117,25 +180,40 @@ class Memory(BaseModel):
 
 
 class MemoryPage(BaseModel):
+    namespace: Optional[str] = None
     items: list[Memory]
-    next_cursor: Optional[str] = Field(None, description="pass as ?cursor= for the next page; null on the last")
+    next_cursor: Optional[str] = Field(None, description="pass as cursor for the next page; null on the last")
 
 
 class Deleted(BaseModel):
+    id: str
     deleted: int
     hard: bool
 
 
 # --------------------------------------------------------------------------- edges
 class EdgeIn(Strict):
-    src: str = MemoryId
-    dst: str = MemoryId
-    relation: Relation = "related_to"
-    weight: float = Field(1.0, ge=0, le=1e6, allow_inf_nan=False)
+    src: str = MemoryId("the memory the edge starts from")
+    dst: str = MemoryId("the memory it points to (same namespace)")
+    relation: Relation = Field("related_to", description="what the link means; search demotes superseded memories")
+    weight: float = Field(1.0, ge=0, le=1e6, allow_inf_nan=False, description="how strongly the graph signal follows it")
+
+
+class EdgeQuery(Strict):
+    namespace: str = Namespace()
+    memory_id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
+                                     description="only edges from or to this memory")
+    relation: Optional[Relation] = Field(None, description="only edges of this relation")
+
+
+class EdgeRemoval(Strict):
+    src: str = MemoryId("the memory the edges start from")
+    dst: str = MemoryId("the memory they point to")
+    relation: Optional[Relation] = Field(None, description="only this relation (default: every relation)")
 
 
 class EdgeBatchIn(Strict):
-    edges: list[EdgeIn] = Field(min_length=1, max_length=1000)
+    edges: list[EdgeIn] = Field(min_length=1, max_length=1000, description="the edges to add")
 
 
 class Edge(BaseModel):
@@ -157,8 +235,12 @@ class EdgeList(BaseModel):
 
 # --------------------------------------------------------------------------- namespaces
 class NamespaceIn(Strict):
-    name: str = Namespace
-    description: str = Field("", max_length=10_000)
+    name: str = Namespace("the new namespace: one to four segments joined by '/'")
+    description: str = Field("", max_length=10_000, description="what it holds")
+
+
+class NamespaceRef(Strict):
+    namespace: str = Namespace()
 
 
 class NamespaceOut(BaseModel):
@@ -188,19 +270,19 @@ class NamespaceStats(BaseModel):
 
 # --------------------------------------------------------------------------- search and context
 class Filters(Strict):
-    types: Optional[list[MemoryType]] = Field(None, max_length=len(MEMORY_TYPES))
-    tags: Optional[list[str]] = Field(None, max_length=100)
+    types: Optional[list[MemoryType]] = Field(None, max_length=len(MEMORY_TYPES), description="only these kinds")
+    tags: Optional[list[str]] = Field(None, max_length=100, description="only memories with one of these tags")
     since: Optional[str] = Field(None, description="ISO 8601, inclusive")
     until: Optional[str] = Field(None, description="ISO 8601, exclusive")
-    valid_only: Optional[bool] = None
+    valid_only: Optional[bool] = Field(None, description="leave out invalidated memories")
 
 
 class SearchIn(Strict):
-    query: str = Field(min_length=1, max_length=4000)
-    namespace: str = Namespace
-    k: Optional[int] = Field(None, ge=1, le=200, description="default: the served configuration's top_k")
-    filters: Optional[Filters] = None
-    explain: bool = False
+    query: str = QueryText()
+    namespace: str = Namespace()
+    k: Optional[int] = Field(None, ge=1, le=200, description="how many results (default: the served top_k)")
+    filters: Optional[Filters] = Field(None, description="types, tags, since, until, valid_only")
+    explain: bool = Field(False, description="add each signal's rank and share of a result's score")
 
 
 class SignalOut(BaseModel):
@@ -237,12 +319,27 @@ class SearchOut(BaseModel):
 
 
 class ContextIn(Strict):
-    query: str = Field(min_length=1, max_length=4000)
-    namespace: str = Namespace
-    budget: Optional[int] = Field(None, ge=1, le=1_000_000, description="tokens; default: the served configuration's")
-    format: Literal["text", "markdown"] = "text"
+    query: str = QueryText()
+    namespace: str = Namespace()
+    budget: Optional[int] = Field(None, ge=1, le=BUDGET_MAX, description="tokens (default: the served budget)")
+    format: Format = Field("text", description="how the context is rendered")
     candidates: int = Field(50, ge=1, le=500, description="search results offered to assembly")
-    filters: Optional[Filters] = None
+    filters: Optional[Filters] = Field(None, description="types, tags, since, until, valid_only")
+
+
+class CheckIn(Strict):
+    content: str = QueryText("the text you mean to save")
+    namespace: str = Namespace()
+    k: int = Field(5, ge=1, le=50, description="nearest memories to compare")
+
+
+class CheckOut(BaseModel):
+    namespace: str
+    duplicate_of: Optional[str] = None
+    possible_contradictions: list[dict[str, Any]] = []
+    nearest: list[dict[str, Any]] = []
+    advice: str
+    took_ms: float
 
 
 class Zone(BaseModel):
@@ -310,3 +407,14 @@ class Ready(BaseModel):
     store_version: Optional[str] = None
     served: Optional[dict[str, Any]] = None
     error: Optional[str] = None
+
+
+# --------------------------------------------------------------------------- the chat proxy
+class ProxyOptions(Strict):
+    """The chat proxy's options for one request: the body field ``lab`` or the X-Lab-* headers."""
+    namespace: Optional[str] = Field(None, min_length=1, max_length=128, pattern=NAMESPACE_PATTERN,
+                                     description="where memory is searched (and saved); default: the key's one")
+    position: Optional[Literal["system", "first_user", "before_last_user"]] = Field(
+        None, description="where memory is injected (default: the server's proxy_position)")
+    budget: Optional[int] = Field(None, ge=1, le=BUDGET_MAX, description="tokens of memory (default: served)")
+    save: Optional[bool] = Field(None, description="save the question and the complete answer as memories")

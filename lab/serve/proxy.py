@@ -36,8 +36,12 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from pydantic import ValidationError
+
+from lab.serve import contract as C
 from lab.serve import ops
-from lab.serve.ops import Caller
+from lab.serve.caller import Caller, authenticate
+from lab.serve.errors import validation_error
 from lab.serve.state import ApiError, AppState
 
 log = logging.getLogger("lab.serve.proxy")
@@ -57,46 +61,33 @@ class Options:
     save: bool
 
 
-def _flag(value: Any, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("1", "true", "on", "yes", "0", "false", "off", "no"):
-        return value.lower() in ("1", "true", "on", "yes")
-    raise ApiError(422, f"{where}: expected true or false, got {value!r}", field=where)
+def _options(values: dict[str, Any], where: str) -> C.ProxyOptions:
+    try:
+        return C.ProxyOptions.model_validate(values)
+    except ValidationError as exc:
+        error = validation_error(exc, C.ProxyOptions, prefix=where)
+        raise ApiError(422, error.message, field=error.field) from None
 
 
 def options(body: dict[str, Any], headers: Any, who: Caller, state: AppState) -> Options:
-    """The proxy's options for one request (the ``lab`` field is taken out of ``body``)."""
+    """The proxy's options for one request (the ``lab`` field is taken out of ``body``): the body
+    field first, then the X-Lab-* headers, then the key's one namespace and the server's settings."""
     extra = body.pop("lab", None)
     if extra is None:
         extra = {}
     if not isinstance(extra, dict):
         raise ApiError(422, f"body.lab: expected an object with {list(OPTIONS)}, got {type(extra).__name__}",
                        field="body.lab")
-    unknown = sorted(set(extra) - set(OPTIONS))
-    if unknown:
-        raise ApiError(422, f"body.lab: unknown field(s) {unknown}; known: {list(OPTIONS)}", field="body.lab")
-    namespace = extra.get("namespace") or headers.get("x-lab-namespace") or who.only_namespace()
-    if not namespace or not isinstance(namespace, str):
+    given = _options(extra, "body.lab")
+    from_headers = _options({k: headers.get(f"x-lab-{k}") for k in OPTIONS
+                             if headers.get(f"x-lab-{k}") not in (None, "")}, "header x-lab")
+    namespace = given.namespace or from_headers.namespace or who.only_namespace()
+    if not namespace:
         raise ApiError(422, "no namespace: send the X-Lab-Namespace header or the body field lab.namespace",
                        field="body.lab.namespace")
-    position = extra.get("position") or headers.get("x-lab-position") or state.settings.proxy_position
-    if position not in POSITIONS:
-        raise ApiError(422, f"lab position {position!r} is not one of {list(POSITIONS)}", field="body.lab.position")
-    budget = extra.get("budget", headers.get("x-lab-budget"))
-    if budget is not None:
-        try:
-            budget = int(budget)
-        except (TypeError, ValueError):
-            budget = -1
-        if not 1 <= budget <= 1_000_000:
-            raise ApiError(422, f"lab budget must be a whole number of tokens from 1 to 1000000, got "
-                                f"{extra.get('budget', headers.get('x-lab-budget'))!r}", field="body.lab.budget")
-    save = state.settings.proxy_save == "on"
-    if "save" in extra:
-        save = _flag(extra["save"], "body.lab.save")
-    elif headers.get("x-lab-save") is not None:
-        save = _flag(headers["x-lab-save"], "header X-Lab-Save")
+    position = given.position or from_headers.position or state.settings.proxy_position
+    budget = given.budget if given.budget is not None else from_headers.budget
+    save = next((v for v in (given.save, from_headers.save) if v is not None), state.settings.proxy_save == "on")
     who.require(namespace, write=save)
     return Options(namespace, position, budget, save)
 
@@ -243,14 +234,14 @@ async def save_exchange(state: AppState, who: Caller, opts: Options, question: s
     if not records:
         return
     try:
-        await ops.save(state, who, records)
+        await ops.save_records(state, who, records)
     except Exception:  # the answer is delivered already; a failed save is logged, not raised
         log.exception("saving the proxied exchange to %s failed", opts.namespace)
 
 
 async def chat_completions(request: Request, state: AppState) -> Response:
     """The proxy route's work (see the module's docstring)."""
-    who = ops.authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
+    who = authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
     body = read_body(await request.body())
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
             or not all(isinstance(m, dict) for m in body["messages"]):
@@ -260,11 +251,12 @@ async def chat_completions(request: Request, state: AppState) -> Response:
     question = text_of(body["messages"][last_user(body["messages"])].get("content")).strip()
     if not question:
         raise ApiError(422, "body.messages: the last user message has no text", field="body.messages")
-    got = await ops.context(state, who, question[:4000], opts.namespace, budget=opts.budget, fmt="markdown")
-    ids = [c["memory_id"] for c in got["citations"]]
-    if got["text"]:
-        body["messages"] = inject(body["messages"], f"{MEMORY_HEADER}\n{got['text']}", opts.position)
-    audit = {"X-Lab-Memories": ",".join(ids), "X-Lab-Context-Tokens": str(got["used"]),
+    got = await ops.context(state, who, C.ContextIn(query=question[:C.QUERY_MAX], namespace=opts.namespace,
+                                                    budget=opts.budget, format="markdown"))
+    ids = [c.memory_id for c in got.citations]
+    if got.text:
+        body["messages"] = inject(body["messages"], f"{MEMORY_HEADER}\n{got.text}", opts.position)
+    audit = {"X-Lab-Memories": ",".join(ids), "X-Lab-Context-Tokens": str(got.used),
              "X-Lab-Namespace": opts.namespace, "X-Lab-Position": opts.position}
     client: httpx.AsyncClient = state.proxy_client
     url = upstream_url(state.settings.proxy_upstream)

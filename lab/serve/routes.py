@@ -1,25 +1,28 @@
-"""The REST routes: parse, check permission, call the service, shape the answer. No domain logic.
+"""The REST routes: generated from the table of operations (``lab.serve.operations``), plus the
+server's own (health, readiness, metrics, documents) and the chat proxy. No domain logic.
 
-Writes, searches and context requests are queued to the service's threads and awaited; other
-reads run in the request thread pool with the store to themselves (``service.read``).
+An operation's path fields come from the path, its other fields from the JSON body (POST, PATCH)
+or the query string (GET, DELETE); its answer is its output model, serialised once. Writes,
+searches and context requests are queued to the service's threads and awaited; other reads run in
+the request thread pool with the store to themselves (``service.read``).
 """
 from __future__ import annotations
 
-import base64
-import json
-from datetime import datetime
-from typing import Annotated, Any, Optional
+import inspect
+import re
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import create_model
+from starlette.concurrency import run_in_threadpool
 
-from lab.serve import ops
-from lab.serve import schemas as S
-from lab.serve import work as W
+from lab.serve import contract as S
 from lab.serve.auth import ApiKey
-from lab.serve.ops import Caller
+from lab.serve.caller import Caller, authenticate
+from lab.serve.operations import BY_NAME, OPERATIONS, Operation
 from lab.serve.proxy import chat_completions as proxy_forward
-from lab.serve.state import ApiError, AppState
+from lab.serve.state import AppState
 from lab.version import __version__
 
 ERRORS = {status: {"model": S.ErrorBody} for status in (400, 401, 403, 404, 409, 413, 415, 421, 422, 429, 500, 503)}
@@ -42,13 +45,10 @@ def identify(state: AppState, request: Request) -> ApiKey | None:
 
 async def caller(request: Request) -> Caller:  # async: a few microseconds, no thread-pool hop
     """Authenticate (when auth is on) and take a token from the caller's rate-limit bucket."""
-    return ops.authenticate(request.app.state.lab, secret_of(request),
-                            request.client.host if request.client else "-")
+    return authenticate(request.app.state.lab, secret_of(request), request.client.host if request.client else "-")
 
 
 State = Annotated[AppState, Depends(get_state)]
-MemoryIdPath = Annotated[str, Path(min_length=1, max_length=200, pattern=S.ID_PATTERN)]
-NamespacePath = Annotated[str, Path(min_length=1, max_length=128, pattern=S.NAMESPACE_PATTERN)]
 Auth = Annotated[Caller, Depends(caller)]
 operations = APIRouter(tags=["operations"])
 proxy = APIRouter(prefix="/v1", tags=["proxy"], responses={s: ERRORS[s] for s in (401, 403, 422, 429)})
@@ -126,141 +126,66 @@ def document_routes(app: Any, *, guarded: bool) -> None:
         return page()
 
 
-# --------------------------------------------------------------------------- memories
-@v1.post("/memories", status_code=201, response_model=S.CreatedOne, tags=["memories"])
-async def create_memory(body: S.MemoryIn, state: State, who: Auth) -> dict[str, Any]:
-    """Save one memory; acknowledged once committed, and searchable from then on."""
-    return (await ops.save(state, who, [body.record()]))["one"]
+# --------------------------------------------------------------------------- the operations
+_PATH_FIELD = re.compile(r"{(\w+)(?::path)?}")
 
 
-@v1.post("/memories/batch", status_code=201, response_model=S.CreatedBatch, tags=["memories"])
-async def create_memories(body: S.MemoryBatchIn, state: State, who: Auth) -> dict[str, Any]:
-    """Save several memories in one commit; each is reported created or duplicate (already stored)."""
-    got = await ops.save(state, who, [m.record() for m in body.memories])
-    return {"memories": got["memories"], "version": got["version"]}
+def part_model(op: Operation, fields: list[str], suffix: str) -> Any:
+    """The input model restricted to ``fields`` (the body, or the query), same limits and config."""
+    if len(fields) == len(op.input.model_fields):
+        return op.input
+    return create_model(f"{op.input.__name__}{suffix}", __config__=op.input.model_config,
+                        **{f: (op.input.model_fields[f].annotation, op.input.model_fields[f]) for f in fields})
 
 
-@v1.get("/memories/{memory_id:path}", response_model=S.Memory, tags=["memories"])
-def get_memory(memory_id: MemoryIdPath, state: State, who: Auth) -> dict[str, Any]:
-    return ops.get(state, who, memory_id)
+def endpoint(op: Operation) -> Any:
+    """A FastAPI endpoint for ``op``: its signature says where each input field comes from."""
+    rest = op.rest
+    in_path = _PATH_FIELD.findall(rest.path)
+    others = [f for f in op.input.model_fields if f not in in_path]
+    params = [inspect.Parameter("state", inspect.Parameter.KEYWORD_ONLY, annotation=State),
+              inspect.Parameter("who", inspect.Parameter.KEYWORD_ONLY, annotation=Auth)]
+    for name in in_path:
+        info = op.input.model_fields[name]
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[
+            info.annotation, *info.metadata, Path(description=info.description)]))
+    part = None
+    if others:
+        part = part_model(op, others, "Body" if rest.method in ("POST", "PATCH") else "Query")
+        where = Body() if rest.method in ("POST", "PATCH") else Query()
+        params.append(inspect.Parameter("part", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[part, where]))
+    run_sync = not inspect.iscoroutinefunction(op.function)
+
+    async def call(*, state: AppState, who: Caller, part: Any = None, **path: Any) -> Response:
+        given = part.model_dump(exclude_unset=True) if part is not None else {}
+        body = op.input.model_validate({**given, **path})
+        if run_sync:
+            out = await run_in_threadpool(op.function, state, who, body)
+        else:
+            out = await op.function(state, who, body)
+        return Response(out.model_dump_json(), status_code=rest.status, media_type="application/json")
+
+    call.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    call.__name__ = op.name
+    call.__doc__ = op.summary
+    return call
 
 
-@v1.patch("/memories/{memory_id:path}", response_model=S.Memory, tags=["memories"])
-async def patch_memory(memory_id: MemoryIdPath, body: S.MemoryPatch, state: State, who: Auth) -> dict[str, Any]:
-    """Change fields; a new content, title or tags re-embeds the memory before this returns."""
-    return await ops.update(state, who, memory_id, body.changes())
+def known_fields(request: Request, loc: tuple) -> list[str]:
+    """The fields an operation's body or query accepts, for an error naming an unknown one."""
+    route = request.scope.get("route")
+    op = BY_NAME.get(getattr(route, "name", ""))
+    if op is None or op.rest is None or len(loc) != 2:
+        return []
+    in_path = _PATH_FIELD.findall(op.rest.path)
+    return sorted(f for f in op.input.model_fields if f not in in_path)
 
 
-@v1.delete("/memories/{memory_id:path}", response_model=S.Deleted, tags=["memories"])
-async def delete_memory(memory_id: MemoryIdPath, state: State, who: Auth,
-                        hard: Annotated[bool, Query(description="remove it for good (default: mark invalid)")] = False,
-                        ) -> dict[str, Any]:
-    return await ops.forget(state, who, memory_id, hard)
-
-
-def encode_cursor(row: dict[str, Any]) -> str:
-    raw = json.dumps([row["created_at"].isoformat(), row["id"]]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        at, last = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return datetime.fromisoformat(at), str(last)
-    except (ValueError, TypeError):
-        raise ApiError(422, "query.cursor: not a cursor this server issued", field="query.cursor") from None
-
-
-@v1.get("/memories", response_model=S.MemoryPage, tags=["memories"])
-def list_memories(
-    state: State, who: Auth,
-    namespace: Annotated[str, Query(min_length=1, max_length=128, pattern=S.NAMESPACE_PATTERN)],
-    type: Annotated[Optional[list[S.MemoryType]], Query()] = None,
-    tag: Annotated[Optional[list[str]], Query()] = None,
-    valid: Optional[bool] = None,
-    since: Optional[datetime] = None,
-    until: Optional[datetime] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    cursor: Annotated[Optional[str], Query(max_length=1000)] = None,
-) -> dict[str, Any]:
-    """Memories of one namespace, newest first; follow ``next_cursor`` for the next page."""
-    after = decode_cursor(cursor) if cursor else None
-    items, last = ops.list_page(state, who, namespace, types=type, tags=tag, valid=valid, since=since, until=until,
-                                limit=limit, after=after)
-    return {"items": items, "next_cursor": encode_cursor(last) if last else None}
-
-
-# --------------------------------------------------------------------------- edges
-@v1.post("/edges", status_code=201, response_model=S.EdgesAdded, tags=["edges"])
-async def add_edges(body: S.EdgeBatchIn, state: State, who: Auth) -> dict[str, Any]:
-    """Add typed edges between memories of one namespace (edges already there are skipped)."""
-    return await ops.link(state, who, [e.model_dump() for e in body.edges])
-
-
-@v1.get("/edges", response_model=S.EdgeList, tags=["edges"])
-def list_edges(state: State, who: Auth, namespace: Annotated[str, Query(min_length=1, max_length=128, pattern=S.NAMESPACE_PATTERN)],
-               memory_id: Annotated[Optional[str], Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)] = None,
-               relation: Optional[S.Relation] = None) -> dict[str, Any]:
-    who.require(namespace)
-    ops.require_namespace(state, namespace)
-    frame = state.service.read(lambda: state.service.store.edges(namespace, memory_id=memory_id, relation=relation))
-    return {"items": [{k: ops.iso(v) for k, v in r.items()} for r in frame.rows(named=True)]}
-
-
-@v1.delete("/edges", response_model=S.EdgesAdded, tags=["edges"])
-async def delete_edges(state: State, who: Auth, src: Annotated[str, Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)],
-                       dst: Annotated[str, Query(min_length=1, max_length=200, pattern=S.ID_PATTERN)],
-                       relation: Optional[S.Relation] = None) -> dict[str, Any]:
-    """Remove the edges src -> dst (of one relation, or every relation); reported as ``added: -n``."""
-    ops.memory_for(state, who, src, write=True)
-    n = await ops.queued(state.service.submit_write(W.RemoveEdges(src, dst, relation)))
-    return {"added": -n}
-
-
-# --------------------------------------------------------------------------- namespaces
-@v1.post("/namespaces", status_code=201, response_model=S.NamespaceOut, tags=["namespaces"])
-async def create_namespace(body: S.NamespaceIn, state: State, who: Auth) -> dict[str, Any]:
-    await ops.create_namespace(state, who, body.name, body.description)
-    return {"name": body.name}
-
-
-@v1.get("/namespaces", response_model=S.NamespaceList, tags=["namespaces"])
-def list_namespaces(state: State, who: Auth) -> dict[str, Any]:
-    """The namespaces this key may read."""
-    return {"items": ops.namespaces(state, who)}
-
-
-@v1.get("/namespaces/{namespace:path}/stats", response_model=S.NamespaceStats, tags=["namespaces"])
-def namespace_stats(namespace: NamespacePath, state: State, who: Auth) -> dict[str, Any]:
-    return ops.stats(state, who, namespace)
-
-
-@v1.delete("/namespaces/{namespace:path}", response_model=S.NamespaceDeleted, tags=["namespaces"])
-async def delete_namespace(namespace: NamespacePath, state: State, who: Auth) -> dict[str, Any]:
-    """Delete a namespace with its memories, edges and index."""
-    counts = await ops.delete_namespace(state, who, namespace)
-    return {"name": namespace, "memories": counts["memories"]}
-
-
-# --------------------------------------------------------------------------- search and context
-def filters_of(filters: S.Filters | None) -> dict[str, Any] | None:
-    return filters.model_dump(exclude_none=True) if filters is not None else None
-
-
-@v1.post("/search", response_model=S.SearchOut, tags=["search"])
-async def search(body: S.SearchIn, state: State, who: Auth) -> JSONResponse:
-    """Hybrid search of one namespace with the served configuration."""
-    # returned as a response: the dict already has the documented shape (SearchOut), and skipping
-    # FastAPI's second validation of it saves about a millisecond per request
-    return JSONResponse(await ops.search(state, who, body.query, body.namespace, body.k, filters_of(body.filters),
-                                         body.explain))
-
-
-@v1.post("/context", response_model=S.ContextOut, tags=["search"])
-async def context(body: S.ContextIn, state: State, who: Auth) -> JSONResponse:
-    """Search, then assemble the results into a zoned context within the token budget."""
-    return JSONResponse(await ops.context(state, who, body.query, body.namespace, budget=body.budget, fmt=body.format,
-                                          candidates=body.candidates, filters=filters_of(body.filters)))
+for _op in OPERATIONS:
+    if _op.rest is not None:
+        v1.add_api_route(_op.rest.path.removeprefix("/v1"), endpoint(_op), methods=[_op.rest.method],
+                         status_code=_op.rest.status, response_model=_op.output, tags=[_op.rest.tag],
+                         name=_op.name, summary=_op.summary.split(";")[0].rstrip("."), description=_op.summary)
 
 
 # --------------------------------------------------------------------------- the chat proxy
