@@ -45,7 +45,7 @@ def check_number(name: str, value: Any, *, low: float | None = None, high: float
         lo = f"> {above:g}" if above is not None else (f">= {low:g}" if low is not None else "")
         hi = f"<= {high:g}" if high is not None else ""
         allowed = " and ".join(p for p in (lo, hi) if p) or "any finite number"
-        raise ValidationError(f"{name} must be a finite number {allowed}, got {value!r}")
+        raise ValidationError(f"{name} must be a finite number {allowed}, got {value!r}", field=name)
 
 
 def parse_time(value: Any, field: str) -> datetime:
@@ -635,6 +635,11 @@ class SearchConfig:
 ZONES: tuple[str, ...] = ("critical", "middle", "recency")
 
 
+# tokens of an assembled context: the one definition of the budget's bounds (the config, the
+# command line and every served face check against it)
+BUDGET_RANGE = (1, 1_000_000)
+
+
 @dataclass(frozen=True)
 class AssembleConfig:
     """Position-aware context assembly: a token budget split into critical / middle / recency zones.
@@ -657,7 +662,7 @@ class AssembleConfig:
     neighbours: int = 0  # adjacent turns of the same episode added around placed items (0 = off)
 
     def __post_init__(self) -> None:
-        check_number("assemble.budget", self.budget, low=0)
+        check_number("assemble.budget", self.budget, low=BUDGET_RANGE[0], high=BUDGET_RANGE[1])
         for name in ("critical_ratio", "middle_ratio", "recency_ratio"):
             check_number(f"assemble.{name}", getattr(self, name), low=0, high=1)
         ratios = (self.critical_ratio, self.middle_ratio, self.recency_ratio)

@@ -126,3 +126,25 @@ def test_metadata_with_non_finite_numbers_is_refused():
     with pytest.raises(ValidationError, match="metadata' is not JSON-serialisable"):
         normalize_memory({"content": "x", "namespace": "n", "metadata": {"score": float("inf")}},
                          now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+
+
+def test_the_budget_and_content_limits_are_declared_once():
+    """The assembly config's budget bounds are the served faces' and the command line's; the
+    store's content limit is the served faces'. A config error names its field."""
+    import argparse
+
+    from lab.cli.search import _check_before_loading
+    from lab.config import BUDGET_RANGE, AssembleConfig
+    from lab.serve import contract as C
+    from lab.store.records import MAX_CONTENT_CHARS
+
+    for low_or_high in (BUDGET_RANGE[0] - 1, BUDGET_RANGE[1] + 1):
+        with pytest.raises(ValidationError, match="assemble.budget must be") as refused:
+            AssembleConfig(budget=low_or_high)
+        assert refused.value.field == "assemble.budget"
+        with pytest.raises(ValidationError, match=f"--budget must be >= {BUDGET_RANGE[0]} and <= {BUDGET_RANGE[1]}"):
+            _check_before_loading(argparse.Namespace(query="x", store="nowhere", k=None, candidates=None,
+                                                     budget=low_or_high, neighbours=None))
+    schema = C.ContextIn.model_json_schema()["properties"]["budget"]["anyOf"][0]
+    assert (schema["minimum"], schema["maximum"]) == BUDGET_RANGE
+    assert C.MemoryIn.model_json_schema()["properties"]["content"]["maxLength"] == MAX_CONTENT_CHARS

@@ -22,15 +22,20 @@ def _check_before_loading(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from lab.errors import NotFoundError, ValidationError
+    from lab.store.layout import is_store
 
-    for flag, least in (("k", 1), ("candidates", 1), ("budget", 0), ("neighbours", 0)):
+    from lab.config import BUDGET_RANGE
+
+    for flag, least, most in (("k", 1, None), ("candidates", 1, None), ("budget", *BUDGET_RANGE),
+                              ("neighbours", 0, None)):
         value = getattr(args, flag, None)
-        if value is not None and value < least:
-            raise ValidationError(f"--{flag} must be >= {least}, got {value}")
+        if value is not None and (value < least or (most is not None and value > most)):
+            allowed = f">= {least}" + (f" and <= {most}" if most is not None else "")
+            raise ValidationError(f"--{flag} must be {allowed}, got {value}")
     if not args.query.strip():
         raise ValidationError("the query is empty: give the text to search for")
     store = Path(args.store)
-    if not (store / "lab-store.json").is_file():
+    if not is_store(store):
         raise NotFoundError(f"no lab store at {store} (create one with `lab init --store {store}`, "
                             "or name another with --store)")
     for flag in ("preset", "assemble"):

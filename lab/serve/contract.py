@@ -12,7 +12,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lab.config import BUDGET_RANGE
 from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
+from lab.store.records import MAX_CONTENT_CHARS
 
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
 Relation = Literal[EDGE_RELATIONS]  # type: ignore[valid-type]
@@ -22,9 +24,9 @@ Format = Literal["text", "markdown"]
 # the same rules
 NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}){0,3}$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$"
-CONTENT_MAX = 1_000_000  # characters of one memory's text
+CONTENT_MAX = MAX_CONTENT_CHARS  # characters of one memory's text (the store's own rule)
 QUERY_MAX = 4000  # characters of a query (or a text to check)
-BUDGET_MAX = 1_000_000  # tokens of an assembled context
+BUDGET_MIN, BUDGET_MAX = BUDGET_RANGE  # tokens of an assembled context (the assembly config's rule)
 
 
 def Namespace(description: str = "one to four segments joined by '/': team-a/notes", default: Any = ...) -> Any:
@@ -321,7 +323,7 @@ class SearchOut(BaseModel):
 class ContextIn(Strict):
     query: str = QueryText()
     namespace: str = Namespace()
-    budget: Optional[int] = Field(None, ge=1, le=BUDGET_MAX, description="tokens (default: the served budget)")
+    budget: Optional[int] = Field(None, ge=BUDGET_MIN, le=BUDGET_MAX, description="tokens (default: the served budget)")
     format: Format = Field("text", description="how the context is rendered")
     candidates: int = Field(50, ge=1, le=500, description="search results offered to assembly")
     filters: Optional[Filters] = Field(None, description="types, tags, since, until, valid_only")
@@ -416,5 +418,5 @@ class ProxyOptions(Strict):
                                      description="where memory is searched (and saved); default: the key's one")
     position: Optional[Literal["system", "first_user", "before_last_user"]] = Field(
         None, description="where memory is injected (default: the server's proxy_position)")
-    budget: Optional[int] = Field(None, ge=1, le=BUDGET_MAX, description="tokens of memory (default: served)")
+    budget: Optional[int] = Field(None, ge=BUDGET_MIN, le=BUDGET_MAX, description="tokens of memory (default: served)")
     save: Optional[bool] = Field(None, description="save the question and the complete answer as memories")
