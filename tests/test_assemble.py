@@ -128,10 +128,10 @@ def test_a_long_id_does_not_leave_a_stub_the_minimum_counts_the_text_kept():
     assert item.truncated and len(item.text.split()) > 8
 
 
-def test_budget_zero_and_empty_results_give_an_empty_context():
+def test_a_budget_too_small_for_any_item_and_empty_results_give_an_empty_context():
     assert assemble([], cfg()).items == []
     assert assemble([], cfg()).render() == ""
-    ctx = assemble([Item("a", "text", 1.0, OLD)], cfg(budget=0))
+    ctx = assemble([Item("a", "text", 1.0, OLD)], cfg(budget=1))  # the least budget there is (BUDGET_RANGE)
     assert ctx.items == [] and ctx.used == 0
 
 
@@ -242,7 +242,7 @@ item_st = st.builds(
 def configs(draw):
     a = draw(st.integers(0, 100))
     b = draw(st.integers(0, 100 - a))
-    return cfg(budget=draw(st.integers(0, 600)), critical_ratio=a / 100, middle_ratio=b / 100,
+    return cfg(budget=draw(st.integers(1, 600)), critical_ratio=a / 100, middle_ratio=b / 100,
                recency_ratio=(100 - a - b) / 100, critical_threshold=draw(st.floats(0, 1)),
                recency_threshold=draw(st.floats(0, 1)), oversize=draw(st.sampled_from(["truncate", "skip"])),
                dedupe_threshold=draw(st.sampled_from([0.5, 0.9, 1.0])))

@@ -40,7 +40,7 @@ configs = st.builds(
         budget=budget, critical_ratio=ratios[0], middle_ratio=round(1 - ratios[0] - ratios[1], 10),
         recency_ratio=ratios[1], critical_threshold=ct, recency_threshold=rt, recent_hours=hours,
         oversize=oversize, dedupe_threshold=dedupe, reference_time=ref),
-    st.sampled_from([0, 12, 30, 60, 120, 400]), st.sampled_from([(0.15, 0.2), (0.5, 0.0), (0.0, 0.5), (1.0, 0.0)]),
+    st.sampled_from([1, 12, 30, 60, 120, 400]), st.sampled_from([(0.15, 0.2), (0.5, 0.0), (0.0, 0.5), (1.0, 0.0)]),
     st.sampled_from([0.0, 0.5, 0.7, 1.0]), st.sampled_from([0.0, 0.3, 1.0]), st.sampled_from([0.0, 6.0, 24.0, 1e4]),
     st.sampled_from(["truncate", "skip"]), st.sampled_from([0.5, 0.9, 1.0]),
     st.sampled_from([None, None, "2024-05-01T10:00:00+00:00"]))

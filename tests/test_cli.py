@@ -87,8 +87,10 @@ def test_context_command_renders_zones_within_the_budget(tmp_path: Path):
     assert text.startswith("=== ")
     proc = run(*args, "--ratios", "10/10/10", check=False)
     assert proc.returncode == 2 and "--ratios '10/10/10': the three shares must sum to 100 (or to 1), got 30" in proc.stderr
-    empty = run("context", "x", "--store", store, "--namespace", "atlas", "--budget", "0", "--format", "json").stdout
-    assert json.loads(empty)["items"] == []
+    empty = run("context", "x", "--store", store, "--namespace", "atlas", "--budget", "1", "--format", "json").stdout
+    assert json.loads(empty)["items"] == []  # no item fits in one token
+    zero = run("context", "x", "--store", store, "--namespace", "atlas", "--budget", "0", check=False)
+    assert zero.returncode == 2 and "--budget must be >= 1 and <= 1000000, got 0" in zero.stderr
 
 
 @pytest.mark.slow
