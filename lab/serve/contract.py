@@ -41,6 +41,22 @@ def Content(description: str = "the memory's text", default: Any = ...) -> Any:
     return Field(default, min_length=1, max_length=CONTENT_MAX, description=description)
 
 
+TITLE_MAX = 10_000  # characters of a title, a source or a description
+TAGS_MAX = 100  # tags on one memory (or in one filter)
+
+
+def Title(description: str) -> Any:
+    return Field(None, max_length=TITLE_MAX, description=description)
+
+
+def Tags(description: str) -> Any:
+    return Field(None, max_length=TAGS_MAX, description=description)
+
+
+def Importance(description: str) -> Any:
+    return Field(None, ge=0, le=1, description=description)
+
+
 def QueryText(description: str = "what to look for, in plain words", default: Any = ...) -> Any:
     return Field(default, min_length=1, max_length=QUERY_MAX, description=description)
 
@@ -73,12 +89,12 @@ class MemoryFields(Strict):
     """What a memory is saved with, besides its namespace."""
     content: str = Content()
     id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN, description=CHOSEN_ID)
-    title: Optional[str] = Field(None, max_length=10_000, description="a short title, indexed with the text")
-    tags: Optional[list[str]] = Field(None, max_length=100, description="labels to filter by, indexed with the text")
+    title: Optional[str] = Title("a short title, indexed with the text")
+    tags: Optional[list[str]] = Tags("labels to filter by, indexed with the text")
     type: Optional[MemoryType] = Field(None, description="kind of memory (default semantic)")
-    source: Optional[str] = Field(None, max_length=10_000, description="where it came from (default api)")
+    source: Optional[str] = Title("where it came from (default api)")
     created_at: Optional[str] = Field(None, description="ISO 8601, when it happened (default: now)")
-    importance: Optional[float] = Field(None, ge=0, le=1, description="0 to 1; high values reach the critical zone")
+    importance: Optional[float] = Importance("0 to 1; high values reach the critical zone")
     pinned: Optional[bool] = Field(None, description="always a candidate for context")
     metadata: Optional[dict[str, Any]] = Field(None, description="any JSON object, kept with the memory")
 
@@ -120,12 +136,12 @@ class MemoryPatch(Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
     content: Optional[str] = Content("new text (re-indexed before the answer)", None)
-    title: Optional[str] = Field(None, max_length=10_000, description="new title (re-indexed)")
-    tags: Optional[list[str]] = Field(None, max_length=100, description="new tags (re-indexed)")
+    title: Optional[str] = Title("new title (re-indexed)")
+    tags: Optional[list[str]] = Tags("new tags (re-indexed)")
     type: Optional[MemoryType] = Field(None, description="new kind of memory")
-    source: Optional[str] = Field(None, max_length=10_000, description="where it came from")
+    source: Optional[str] = Title("where it came from")
     created_at: Optional[str] = Field(None, description="ISO 8601, when it happened")
-    importance: Optional[float] = Field(None, ge=0, le=1, description="0 to 1")
+    importance: Optional[float] = Importance("0 to 1")
     pinned: Optional[bool] = Field(None, description="always a candidate for context")
     valid: Optional[bool] = Field(None, description="false marks it wrong without deleting it")
     superseded_by: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
@@ -154,7 +170,7 @@ class ForgetIn(Strict):
 class ListIn(Strict):
     namespace: str = Namespace()
     type: Optional[list[MemoryType]] = Field(None, max_length=len(MEMORY_TYPES), description="only these kinds")
-    tag: Optional[list[str]] = Field(None, max_length=100, description="only memories with one of these tags")
+    tag: Optional[list[str]] = Tags("only memories with one of these tags")
     valid: Optional[bool] = Field(None, description="only valid (true) or only invalidated (false) memories")
     since: Optional[str] = Field(None, description="ISO 8601, created at or after")
     until: Optional[str] = Field(None, description="ISO 8601, created before")
@@ -238,7 +254,7 @@ class EdgeList(BaseModel):
 # --------------------------------------------------------------------------- namespaces
 class NamespaceIn(Strict):
     name: str = Namespace("the new namespace: one to four segments joined by '/'")
-    description: str = Field("", max_length=10_000, description="what it holds")
+    description: str = Field("", max_length=TITLE_MAX, description="what it holds")
 
 
 class NamespaceRef(Strict):
@@ -273,7 +289,7 @@ class NamespaceStats(BaseModel):
 # --------------------------------------------------------------------------- search and context
 class Filters(Strict):
     types: Optional[list[MemoryType]] = Field(None, max_length=len(MEMORY_TYPES), description="only these kinds")
-    tags: Optional[list[str]] = Field(None, max_length=100, description="only memories with one of these tags")
+    tags: Optional[list[str]] = Tags("only memories with one of these tags")
     since: Optional[str] = Field(None, description="ISO 8601, inclusive")
     until: Optional[str] = Field(None, description="ISO 8601, exclusive")
     valid_only: Optional[bool] = Field(None, description="leave out invalidated memories")
