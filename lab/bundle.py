@@ -22,12 +22,13 @@ from typing import Any
 
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, from_dict, to_json
 from lab.errors import ConflictError, NotFoundError, ValidationError
+from lab.store.layout import WRITE_LOCK, is_store
 
 BUNDLE_FORMAT = 1  # manifest.json's "format"; a bundle without one was written before it existed (1)
 CONFIG, ASSEMBLE, SAVE, MANIFEST = "config.json", "assemble.json", "save.json", "manifest.json"
 PACKED_STORE = "store"  # the packed copy of the judged store, inside the bundle folder
 PACK_LIMIT_BYTES = 512 * 2**20  # stores up to this size travel inside the bundle
-_NOT_PACKED = (".lab-write.lock", "__pycache__")  # process state, not data
+_NOT_PACKED = (WRITE_LOCK, "__pycache__")  # process state, not data
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,12 @@ class Bundle:
         """Where the judged store is read: the packed copy inside the bundle, else the recorded path
         (NotFoundError naming the URI and version where it is not there)."""
         rec = self.store
-        if rec.get("packed") and (self.folder / rec["packed"] / "lab-store.json").is_file():
+        if rec.get("packed") and is_store(self.folder / rec["packed"]):
             return self.folder / rec["packed"]
         if not rec.get("path"):
             raise NotFoundError(f"bundle {self.folder} records no store")
         path = Path(rec["path"])
-        if not (path / "lab-store.json").is_file():
+        if not is_store(path):
             raise NotFoundError(
                 f"the store this bundle was exported with is not reachable: {rec.get('uri') or path.as_uri()} "
                 f"(pinned version {rec.get('version')}); it was larger than the "

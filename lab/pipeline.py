@@ -23,7 +23,8 @@ from lab.index.namespace import NamespaceIndex
 from lab.index.snapshot import indexed_config
 from lab.retriever import Retriever, require_model
 from lab.search.engine import Result
-from lab.store.store import Store, StoreVersion
+from lab.store.layout import StoreVersion, is_store
+from lab.store.store import Store
 from lab.write import EDITABLE, IngestReport, Writer
 from lab.write.writer import Records
 from lab.workspace import current
@@ -67,7 +68,7 @@ class Pipeline:
         parameters may change: indexes are then rebuilt. With ``pin`` the store is read-only.
         """
         path = Path(path)
-        exists = (path / "lab-store.json").is_file()
+        exists = is_store(path)
         if not exists and not create:
             raise NotFoundError(f"no lab store at {path} (create one with `lab init --store {path}`)")
         stored = None

@@ -30,8 +30,9 @@ from lab.search.candidates import NamespaceSnapshot, Query, candidates, encoder_
 from lab.search.engine import Result, SearchRequest, SearchResponse, search, search_many
 from lab.search.presets import resolve
 from lab.search.view import NamespaceView, build_view
+from lab.store.layout import StoreVersion
 from lab.store.records import item_text, validate_namespace
-from lab.store.store import Store, StoreVersion
+from lab.store.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -145,10 +145,11 @@ def test_a_store_recorded_before_context_turns_existed_keeps_indexing_without_co
 
     from lab.embed.fake import FakeEmbedder
     from lab.pipeline import Pipeline
+    from lab.store.layout import info_path
 
     with Pipeline.open(tmp_path / "old", embedder=FakeEmbedder(), create=True):
         pass
-    meta = tmp_path / "old" / "lab-store.json"
+    meta = info_path(tmp_path / "old")
     info = json.loads(meta.read_text())
     del info["save_config"]["chunk"]["context_turns"]  # as written by earlier versions
     meta.write_text(json.dumps(info))

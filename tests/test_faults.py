@@ -19,7 +19,8 @@ from lab.index.namespace import NamespaceIndex
 from lab.index.vector import GraphShortfall
 from lab.pipeline import Pipeline
 from lab.serve.settings import load_settings
-from lab.store.store import Store, recover_torn_commits
+from lab.store.repair import recover_torn_commits
+from lab.store.store import Store
 from lab.write.check import check_store
 
 from tests.conftest import SHARED

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.index.namespace import collapse
+from lab.index.view_index import collapse
 from lab.search import signals as sig
 from lab.search.view import NamespaceView
 

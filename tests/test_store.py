@@ -142,11 +142,11 @@ def test_list_filters_and_pagination(pipe):
 def test_namespaces_create_list_delete(pipe):
     seed(pipe)
     assert pipe.store.namespaces() == ["alpha", "beta"]
-    assert pipe.store.create_namespace("gamma", "empty one")
+    assert pipe.store.namespaces_table.create("gamma", "empty one")
     with pytest.raises(ConflictError):
-        pipe.store.create_namespace("gamma")
+        pipe.store.namespaces_table.create("gamma")
     with pytest.raises(ValidationError):
-        pipe.store.create_namespace("../x")
+        pipe.store.namespaces_table.create("../x")
     pipe.search("dentist", "beta")
     pipe.close()  # persists the beta index on disk
     assert (pipe.store.root / "indexes" / "beta" / "manifest.json").is_file()
@@ -187,9 +187,9 @@ def test_edges_add_list_remove(pipe):
         pipe.add_edge("a1", "b1")
     with pytest.raises(NotFoundError, match="'zz'"):
         pipe.add_edge("a1", "zz")
-    assert pipe.store.remove_edges("a3", "a1") == 1
+    assert pipe.store.edges_table.remove("a3", "a1") == 1
     with pytest.raises(NotFoundError):
-        pipe.store.remove_edges("a3", "a1")
+        pipe.store.edges_table.remove("a3", "a1")
     assert pipe.store.edges("alpha").height == 1
 
 
@@ -235,7 +235,7 @@ def test_compact_merges_files_and_drops_stale_chunks(pipe, monkeypatch):
         pipe.save(f"memory {i}", namespace="alpha")
     pipe.update(pipe.list("alpha")["id"][0], content="changed")
     # an update killed after its memories commit, before it deleted the chunks it replaced
-    monkeypatch.setattr(pipe.store, "_drop_superseded_chunks", lambda rows: None)
+    monkeypatch.setattr(pipe.store.chunks_table, "drop_superseded", lambda rows: None)
     pipe.update(pipe.list("alpha")["id"][1], content="changed again")
     monkeypatch.undo()
     files_before = pipe.store.file_counts()
@@ -265,7 +265,7 @@ def test_an_update_killed_before_it_deleted_the_old_chunks_is_named_by_check(pip
     from lab.write.check import check_store
 
     seed(pipe)
-    monkeypatch.setattr(pipe.store, "_drop_superseded_chunks", lambda rows: None)  # killed right there
+    monkeypatch.setattr(pipe.store.chunks_table, "drop_superseded", lambda rows: None)  # killed right there
     pipe.update("a1", content="the billing service moved to mysql")
     assert pipe.get("a1")["content"] == "the billing service moved to mysql"  # its memories commit landed
     pipe.close()
@@ -318,7 +318,8 @@ def test_a_store_creation_killed_half_way_is_started_over(tmp_path):
     import subprocess
     import sys
 
-    from lab.store.store import INFO_FILE, Store
+    from lab.store.layout import INFO_FILE
+    from lab.store.store import Store
 
     root = tmp_path / "s"
     # a creation killed after writing the info file's temporary copy, while making the tables
@@ -361,3 +362,33 @@ def test_messages_name_the_file_and_the_real_command(tmp_path):
         load_config(SearchConfig, bad)
     with pytest.raises(NotFoundError, match=r"create one with `lab init --store "):
         Pipeline.open(tmp_path / "nowhere", embedder=FakeEmbedder())
+
+
+def _classes_over(limit: int, folder):
+    """(file, class, lines) of each class in ``folder``'s modules longer than ``limit`` lines."""
+    import ast
+
+    out = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > limit:
+                out.append((path.name, node.name, node.end_lineno - node.lineno + 1))
+    return out
+
+
+def test_the_store_is_a_thin_lifecycle_over_classes_of_under_200_lines(tmp_path):
+    from tests.conftest import ROOT
+
+    assert _classes_over(200, ROOT / "lab" / "store") == []
+    planted = tmp_path / "big.py"  # the check can fail: a class of 201 lines is found
+    planted.write_text("class Big:\n" + "    x = 1\n" * 200, encoding="utf-8")
+    assert _classes_over(200, tmp_path) == [("big.py", "Big", 201)]
+
+
+def test_the_store_marker_is_named_once_in_lab():
+    from tests.conftest import ROOT
+    from lab.store.layout import INFO_FILE
+
+    spelled = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "lab").rglob("*.py"))
+               if INFO_FILE in p.read_text(encoding="utf-8")]
+    assert spelled == ["lab/store/layout.py"]  # everything else asks lab.store.layout (is_store, info_path)

@@ -10,6 +10,7 @@ import pytest
 from lab.config import ChunkConfig, FusionConfig, SaveConfig, SearchConfig
 from lab.embed.fake import FakeEmbedder
 from lab.errors import ValidationError
+from lab.index.view_index import ViewIndex
 from lab.pipeline import Pipeline
 from lab.search.candidates import Query
 from lab.store.records import chunk_id, chunk_view
@@ -65,6 +66,7 @@ def test_the_plain_view_indexes_each_memory_without_its_context(plain_pipe):
     idx = plain_pipe.index("c")
     assert set(idx.memory_of) == {f"c:t{i}" for i in range(6)}
     assert set(idx.views["plain"].memory_of) == {f"c:t{i}" for i in range(1, 6)}
+    assert type(idx.views["plain"]) is ViewIndex  # a view's index is a type of its own: it holds no views
     assert all(chunk_view(c) == "" for c in idx.chunk_ids)
     assert all(chunk_view(c) == "plain" for c in idx.views["plain"].chunk_ids)
 
@@ -89,6 +91,7 @@ def test_views_survive_a_reload_updates_and_deletes(plain_pipe):
     try:
         idx = reopened.index("c")
         assert "plain" in idx.views and idx.views["plain"].n_live == 5
+        assert type(idx.views["plain"]) is ViewIndex  # loaded from its snapshot as built
         assert lists(reopened, "seals kayak", config) == before
         reopened.update("c:t3", content="Ben: an albatross over the harbour")
         got = lists(reopened, "albatross", config)

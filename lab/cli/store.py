@@ -21,12 +21,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     from lab.config import ChunkConfig, EmbedConfig, SaveConfig
     from lab.errors import ConflictError
     from lab.pipeline import Pipeline
+    from lab.store.layout import info_path
 
     config = SaveConfig(
         chunk=ChunkConfig(size=args.chunk_size, overlap=args.chunk_overlap),
         embed=EmbedConfig(model=args.model),
     )
-    if (Path(args.store) / "lab-store.json").exists():
+    if info_path(args.store).exists():
         raise ConflictError(f"a store exists already at {args.store}")
     with Pipeline.open(args.store, config, create=True) as pipe:
         print(f"created store at {args.store} (model {pipe.embedder.model_id}, version {pipe.store.version()})")
@@ -39,10 +40,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     from lab.errors import NotFoundError
     from lab.pipeline import Pipeline
+    from lab.store.layout import is_store
 
     if not Path(args.path).exists():  # before a store is opened or created
         raise NotFoundError(f"input not found: {args.path}")
-    new_store = args.create and not (Path(args.store) / "lab-store.json").is_file()
+    new_store = args.create and not is_store(args.store)
     try:
         with Pipeline.open(args.store, create=args.create) as pipe:
             report = pipe.ingest(args.path, args.namespace, progress=not args.quiet)
@@ -138,7 +140,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     from lab.pipeline import Pipeline
-    from lab.store.store import recover_torn_commits
+    from lab.store.repair import recover_torn_commits
     from lab.write.check import check_store
 
     torn = recover_torn_commits(args.store)  # before opening: a torn log file stops any open

@@ -37,12 +37,12 @@ def candidate_config(config: SearchConfig, depth: int) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def search_code() -> str:
     """A digest of the code that produces candidate lists (search, index, the read side and the
-    store's record rules): a cached
+    store: its record rules and the table classes reads go through): a cached
     table made by other code is never reused, so a change to a signal cannot hide behind the cache."""
     base = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     files = [*base.joinpath("search").rglob("*.py"), *base.joinpath("index").rglob("*.py"),
-             base / "retriever.py", base / "store" / "records.py", base / "store" / "store.py"]
+             base / "retriever.py", *base.joinpath("store").rglob("*.py")]
     for f in sorted(files):
         h.update(f.relative_to(base).as_posix().encode())
         h.update(f.read_bytes())

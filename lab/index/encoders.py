@@ -20,7 +20,8 @@ from lab.config import ENCODERS, EmbedConfig
 from lab.embed.base import Embedder
 from lab.embed.cache import EmbeddingCache, SparseCache
 from lab.embed.registry import lookup, make_embedder
-from lab.index.namespace import NamespaceIndex, collapse
+from lab.index.namespace import NamespaceIndex
+from lab.index.view_index import collapse
 from lab.progress import progress as reporter
 
 FLUSH_EVERY = 256  # texts embedded between cache writes: what a killed build loses at most

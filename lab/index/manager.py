@@ -17,8 +17,9 @@ from lab.config import IndexConfig
 from lab.errors import ConflictError
 from lab.index.namespace import NamespaceIndex
 from lab.index.snapshot import IndexDamaged, load_index, save_index
+from lab.store.layout import StoreVersion
 from lab.store.records import namespace_folder
-from lab.store.store import Store, StoreVersion
+from lab.store.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -1,47 +1,12 @@
-"""One namespace's indexes: vector + lexical main index, a lexical delta, views; snapshots on disk are
-`lab.index.snapshot`'s."""
+"""One namespace's indexes: its main view's and those of its extra views (``ChunkConfig.views``), each a
+``ViewIndex``; snapshots on disk are `lab.index.snapshot`'s."""
 from __future__ import annotations
 
-import math
-import threading
-from datetime import datetime, timezone
-
-import numpy as np
 import polars as pl
 
 from lab.config import IndexConfig
-from lab.index.lexical import LexicalAnalyzer, LexicalIndex
-from lab.index.vector import GraphShortfall, VectorIndex
+from lab.index.view_index import ViewIndex, build_view
 from lab.store.records import CHUNK_VIEW_PATTERN, chunk_view
-
-def embedding_matrix(frame: pl.DataFrame, dim: int) -> np.ndarray:
-    if frame.height == 0:
-        return np.zeros((0, dim), dtype=np.float32)
-    return np.asarray(frame["embedding"].to_numpy(), dtype=np.float32).reshape(-1, dim)
-
-
-def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: int) -> list[tuple[str, float]]:
-    """Chunk hits -> memory hits (max score over a memory's chunks), best first, ties by id.
-
-    Only the best chunks are folded in Python: every chunk scoring at least the m-th best score is
-    kept, so once those hold k distinct memories no memory left out can beat (or tie) them.
-    """
-    n = len(scores)
-    m = max(4 * k, 16)
-    while True:
-        if n > m:
-            cut = np.partition(scores, n - m)[n - m]
-            sel = np.flatnonzero(scores >= cut)
-        else:
-            sel = np.arange(n)
-        sc = scores[sel]
-        mids = np.array([memory_of[label] for label in labels[sel].tolist()])
-        order = np.lexsort((mids, -sc))  # best score first, ties by memory id
-        _, first = np.unique(mids[order], return_index=True)  # each memory's best chunk
-        if len(first) >= k or len(sel) == n:
-            best = order[np.sort(first)[:k]]
-            return list(zip(mids[best].tolist(), sc[best].tolist()))
-        m *= 4
 
 
 def split_views(chunks: pl.DataFrame) -> dict[str, pl.DataFrame]:
@@ -60,52 +25,17 @@ def _by_view(chunk_ids: list[str]) -> dict[str, list[str]]:
     return out
 
 
-# widening graph fetches (x4 each) a vector search tries before it scans the allowed chunks exactly
-GRAPH_ROUNDS = 3
+class NamespaceIndex(ViewIndex):
+    """The index of a namespace's main view, with a child ``ViewIndex`` per extra view in ``views``.
 
+    Chunks of an extra index view (``ChunkConfig.views``; the view is in the chunk id) go to that
+    view's index, built, updated, merged, saved and loaded with this one; searches of the main view
+    are this index's own (``ViewIndex``)."""
 
-class NamespaceIndex:
-    """Chunk labels 0..n-1 shared by both indexes; deletions are masks until the next rebuild.
+    def __init__(self, namespace: str, dim: int, config: IndexConfig, embed_model: str) -> None:
+        super().__init__(namespace, dim, config, embed_model)
+        self.views: dict[str, ViewIndex] = {}
 
-    Vectors are added to hnswlib incrementally. BM25 (bm25s) cannot grow, so chunks saved after
-    the last lexical build go to a small delta index that is rebuilt on demand; past
-    ``delta_merge_threshold`` chunks the delta is folded into the main index in a background
-    thread. A saved memory is therefore found by the very next search.
-
-    Chunks of an extra index view (``ChunkConfig.views``; the view is in the chunk id) go to a
-    child index of that view in ``views``, built, updated, merged, saved and loaded with this one.
-    """
-
-    def __init__(self, namespace: str, dim: int, config: IndexConfig, embed_model: str, view: str = "") -> None:
-        self.namespace = namespace
-        self.view = view  # "" for the main index; a child index's view name otherwise
-        self.views: dict[str, NamespaceIndex] = {}
-        self.dim = dim
-        self.config = config
-        self.embed_model = embed_model
-        self.chunk_ids: list[str] = []
-        self.memory_of: list[str] = []
-        self._ratio, self._ratio_at = 1.0, 0  # chunks per memory, and len(memory_of) when counted
-        self.texts: list[str] = []
-        self.live = np.zeros(0, dtype=bool)
-        self.label_of: dict[str, int] = {}
-        self.vector = VectorIndex(dim, config.vector)
-        # a plain copy of the chunk vectors by label: exact cosines for any memory without
-        # hnswlib's per-item get_items (~18 us per vector), at 1.5 kB per chunk of memory
-        self._vectors = np.zeros((0, dim), dtype=np.float32)
-        self.analyzer = LexicalAnalyzer(config.lexical)
-        self.lexical = LexicalIndex(config.lexical, self.analyzer)
-        self.lexical_labels = np.zeros(0, dtype=np.int64)
-        self.delta_labels: list[int] = []
-        self._delta: LexicalIndex | None = None
-        self._delta_for = 0  # how many delta labels the cached delta index covers
-        self.store_version = ""
-        self.built_at = ""
-        self._lock = threading.RLock()
-        self._merge_thread: threading.Thread | None = None
-        self.merges = 0
-
-    # ------------------------------------------------------------------ building
     @classmethod
     def build(
         cls, namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
@@ -113,62 +43,16 @@ class NamespaceIndex:
     ) -> "NamespaceIndex":
         """The index of a namespace's chunks (every view's), stamped with ``store_version``."""
         parts = split_views(chunks)
-        idx = cls._build_view(namespace, parts.pop(""), dim, config, embed_model, store_version, "")
+        idx = cls(namespace, dim, config, embed_model)
+        idx._fill(parts.pop(""), store_version)
         for view, part in parts.items():
-            idx.views[view] = cls._build_view(namespace, part, dim, config, embed_model, store_version, view)
+            idx.views[view] = build_view(namespace, part, dim, config, embed_model, store_version, view)
         return idx
-
-    @classmethod
-    def _build_view(cls, namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
-                    store_version: str, view: str) -> "NamespaceIndex":
-        idx = cls(namespace, dim, config, embed_model, view)
-        chunks = chunks.sort("chunk_id")  # label order independent of file order: reproducible
-        idx.vector = VectorIndex(dim, config.vector, capacity=max(chunks.height, 16))
-        idx._append(chunks)
-        idx.lexical = LexicalIndex(config.lexical, idx.analyzer).build(idx.texts)
-        idx.lexical_labels = np.arange(len(idx.texts), dtype=np.int64)
-        idx.delta_labels = []
-        idx.store_version = store_version
-        idx.built_at = datetime.now(timezone.utc).isoformat()
-        return idx
-
-    def _append(self, chunks: pl.DataFrame) -> list[int]:
-        start = len(self.chunk_ids)
-        labels = list(range(start, start + chunks.height))
-        self.chunk_ids.extend(chunks["chunk_id"].to_list())
-        self.memory_of.extend(chunks["memory_id"].to_list())
-        self.texts.extend(chunks["text"].to_list())
-        self.live = np.concatenate([self.live, np.ones(chunks.height, dtype=bool)])
-        for label, cid in zip(labels, chunks["chunk_id"].to_list()):
-            self.label_of[cid] = label
-        vectors = embedding_matrix(chunks, self.dim)
-        self._store_vectors(start, vectors)
-        self.vector.add(vectors, np.asarray(labels, dtype=np.int64))
-        return labels
-
-    def locked(self) -> threading.RLock:
-        """The index's lock (re-entrant): held, nothing changes the index (a snapshot being saved)."""
-        return self._lock
-
-    def restore_vectors(self, vectors: np.ndarray) -> None:
-        """The stored vectors by label, as a loaded snapshot has them (the exact cosine's source)."""
-        self._vectors = vectors
-
-    def _store_vectors(self, start: int, vectors: np.ndarray) -> None:
-        needed = start + len(vectors)
-        if needed > len(self._vectors):
-            grown = np.zeros((max(needed, 2 * len(self._vectors)), self.dim), dtype=np.float32)
-            grown[: len(self._vectors)] = self._vectors
-            self._vectors = grown
-        self._vectors[start:needed] = vectors
 
     def apply(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
         """Fold a store change in: new chunks into the vector index and lexical delta, removals masked
         (each view's chunks into its own index)."""
         with self._lock:
-            if self.view:
-                self._apply_own(added, removed, store_version)
-                return
             parts = split_views(added) if added is not None else {}
             gone = _by_view(removed)
             for view in sorted((set(parts) | set(gone) | set(self.views)) - {""}):
@@ -176,223 +60,37 @@ class NamespaceIndex:
                 if child is None:
                     if view not in parts:
                         continue  # nothing of this view was ever indexed
-                    child = self._build_view(self.namespace, parts[view].clear(), self.dim, self.config,
-                                             self.embed_model, store_version, view)
+                    child = build_view(self.namespace, parts[view].clear(), self.dim, self.config,
+                                       self.embed_model, store_version, view)
                     self.views[view] = child
                 child.apply(parts.get(view), gone.get(view, []), store_version)
-            self._apply_own(parts.get("", added), gone.get("", []), store_version)
-
-    def _apply_own(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
-        with self._lock:
-            if added is not None and self.label_of:
-                live = [c for c in added["chunk_id"].to_list() if c in self.label_of and self.live[self.label_of[c]]]
-                # a chunk id masked earlier and visible again (content reverted) needs a new label
-                for cid in added["chunk_id"].to_list():
-                    if cid in self.label_of and not self.live[self.label_of[cid]]:
-                        del self.label_of[cid]
-                added = added.filter(~pl.col("chunk_id").is_in(live))
-            if added is not None and added.height:
-                self.delta_labels.extend(self._append(added.sort("chunk_id")))
-            dead = [self.label_of[c] for c in removed if c in self.label_of and self.live[self.label_of[c]]]
-            if dead:
-                self.live[dead] = False
-                self.vector.remove(dead)
-            self.store_version = store_version
+            self._fold_in(parts.get("", added), gone.get("", []), store_version)
 
     def sync(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
         """Bring the index (and its views') to the store's visible chunks; returns the main view's
         (added, removed)."""
         with self._lock:
-            if self.view:
-                return self._sync_own(chunks, store_version)
             parts = split_views(chunks)
             for view in sorted((set(parts) | set(self.views)) - {""}):
                 if view not in self.views:
-                    self.views[view] = self._build_view(self.namespace, parts[view].clear(), self.dim, self.config,
-                                                        self.embed_model, store_version, view)
-                self.views[view]._sync_own(parts.get(view, chunks.clear()), store_version)
-            return self._sync_own(parts[""], store_version)
-
-    def _sync_own(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
-        with self._lock:
-            visible = set(chunks["chunk_id"].to_list())
-            live_ids = {cid for cid, label in self.label_of.items() if self.live[label]}
-            removed = sorted(live_ids - visible)
-            added = chunks.filter(~pl.col("chunk_id").is_in(list(live_ids)))
-            # a chunk id masked earlier and visible again (e.g. content reverted) needs a new label
-            revived = [c for c in added["chunk_id"].to_list() if c in self.label_of]
-            for cid in revived:
-                del self.label_of[cid]
-            self._apply_own(added, removed, store_version)
-            return added.height, len(removed)
+                    self.views[view] = build_view(self.namespace, parts[view].clear(), self.dim, self.config,
+                                                  self.embed_model, store_version, view)
+                self.views[view].sync(parts.get(view, chunks.clear()), store_version)
+            return super().sync(parts[""], store_version)
 
     def chunk_owners(self) -> list[tuple[str, str]]:
         """(chunk id, memory id) of every label of this index and its views, live or not."""
         with self._lock:
-            out = list(zip(self.chunk_ids, self.memory_of))
+            out = super().chunk_owners()
             for view in sorted(self.views):
                 out.extend(self.views[view].chunk_owners())
             return out
 
-    def labels_of(self, memory_id: str) -> list[int]:
-        """Live chunk labels of a memory."""
-        with self._lock:
-            if getattr(self, "_labels_of_n", -1) != len(self.chunk_ids):
-                by_memory: dict[str, list[int]] = {}
-                for label, mid in enumerate(self.memory_of):
-                    by_memory.setdefault(mid, []).append(label)
-                self._labels_of, self._labels_of_n = by_memory, len(self.chunk_ids)
-            return [label for label in self._labels_of.get(memory_id, []) if self.live[label]]
-
-    def cosines(self, query_vector: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Cosine between the query and the chunks at ``labels`` (exact, from stored vectors)."""
-        return self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
-
-    def best_cosine(self, query_vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:
-        """Cosine between the query and each memory's best chunk (exact, from stored vectors)."""
-        owners, labels = [], []
-        for mid in memory_ids:
-            got = self.labels_of(mid)
-            owners.extend([mid] * len(got))
-            labels.extend(got)
-        if not labels:
-            return {}
-        sims = self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
-        out: dict[str, float] = {}
-        for mid, sim in zip(owners, sims.tolist()):
-            if sim > out.get(mid, -np.inf):
-                out[mid] = sim
-        return out
-
-    def _chunks_per_memory(self) -> float:
-        """Labels per distinct memory (1 to 2), recounted when the labels grew by a tenth (they only
-        grow: a rebuild makes a new index).
-
-        The vector search fetches twice this many chunks per memory wanted: hnswlib's cost grows
-        with the fetch (its ef), and where every memory is one chunk, four chunks per memory made
-        it twice what the configured ef asks for. Too few is still correct, only slower: the
-        search fetches again, four times as many."""
-        n = len(self.memory_of)
-        if n > 1.1 * self._ratio_at or not self._ratio_at:
-            self._ratio = min(max(n / max(len(set(self.memory_of)), 1), 1.0), 2.0)
-            self._ratio_at = n
-        return self._ratio
-
-    @property
-    def n_live(self) -> int:
-        return int(self.live.sum())
-
-    @property
-    def delta_size(self) -> int:
-        return len(self.delta_labels)
-
     def needs_merge(self) -> bool:
-        return (self.delta_size > self.config.delta_merge_threshold
-                or any(v.needs_merge() for v in self.views.values()))
+        return super().needs_merge() or any(v.needs_merge() for v in self.views.values())
 
-    # ------------------------------------------------------------------ merging
     def merge(self) -> None:
         """Rebuild the lexical main index over every live chunk (of every view); the deltas become empty."""
         for view in sorted(self.views):
             self.views[view].merge()
-        self._merge_own()
-
-    def _merge_own(self) -> None:
-        with self._lock:
-            labels = np.flatnonzero(self.live).astype(np.int64)
-            texts = [self.texts[i] for i in labels]
-            covered = set(self.delta_labels)
-        fresh = LexicalIndex(self.config.lexical, self.analyzer).build(texts)
-        with self._lock:
-            self.lexical = fresh
-            self.lexical_labels = labels
-            # delta entries added while we were building stay in the delta
-            self.delta_labels = [label for label in self.delta_labels if label not in covered]
-            self._delta = None
-            self._delta_for = 0
-            self.merges += 1
-
-    def merge_in_background(self) -> threading.Thread | None:
-        """Start a merge thread unless one is running; searches keep working meanwhile."""
-        with self._lock:
-            if self._merge_thread is not None and self._merge_thread.is_alive():
-                return None
-            thread = threading.Thread(target=self.merge, name=f"lab-merge-{self.namespace}", daemon=True)
-            self._merge_thread = thread
-        thread.start()
-        return thread
-
-    def wait_for_merge(self) -> None:
-        thread = self._merge_thread
-        if thread is not None:
-            thread.join()
-
-    # ------------------------------------------------------------------ search
-    def _lexical_delta(self) -> tuple[LexicalIndex | None, np.ndarray]:
-        with self._lock:
-            labels = np.asarray(self.delta_labels, dtype=np.int64)
-            if len(labels) == 0:
-                return None, labels
-            if self._delta is None or self._delta_for != len(labels):
-                self._delta = LexicalIndex(self.config.lexical, self.analyzer).build(
-                    [self.texts[i] for i in labels]
-                )
-                self._delta_for = len(labels)
-            return self._delta, labels
-
-    def search_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters).
-
-        The graph is asked in at most ``GRAPH_ROUNDS`` widening fetches. When those do not yield
-        ``k`` allowed memories (a selective filter, many deleted chunks) or hnswlib cannot return
-        as many neighbours as asked (its graph does not reach every live element), the allowed
-        live chunks are scanned exactly instead: a filter never makes a search fail or come up short.
-        """
-        if k <= 0 or self.n_live == 0:
-            return []
-        fetch = min(self.vector.n_live, max(k + 16, math.ceil(2 * self._chunks_per_memory() * k)))
-        for _ in range(GRAPH_ROUNDS):
-            try:
-                labels, sims = self.vector.search(query_vector, fetch)
-            except GraphShortfall:
-                break
-            keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
-            hits = collapse(labels[keep], sims[keep], self.memory_of, k)
-            if len(hits) >= k or fetch >= self.vector.n_live:
-                return hits
-            fetch = min(self.vector.n_live, fetch * 4)
-        return self.exact_vector(query_vector, k, allowed)
-
-    def exact_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top ``k`` memories by an exact scan of the live (and allowed) chunks' stored vectors."""
-        with self._lock:
-            mask = self.live if allowed is None else self.live & allowed[: len(self.live)]
-            labels = np.flatnonzero(mask)
-            sims = self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
-            return collapse(labels, sims.astype(np.float32), self.memory_of, k)
-
-    def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top ``k`` memories by the BM25 score of their best chunk (main and delta merged by score).
-
-        The delta's BM25 statistics are its own until the next merge, so its scores are
-        approximate relative to the main index's; merging makes them exact again.
-        """
-        if k <= 0:
-            return []
-        with self._lock:
-            main, main_labels = self.lexical, self.lexical_labels
-        delta, delta_labels = self._lexical_delta()
-        label_parts, score_parts = [], []
-        for index, labels in ((main, main_labels), (delta, delta_labels)):
-            if index is None or len(labels) == 0:
-                continue
-            scores = index.scores(query)
-            nonzero = np.flatnonzero(scores > 0)
-            label_parts.append(labels[nonzero])
-            score_parts.append(scores[nonzero])
-        if not label_parts:
-            return []
-        labels = np.concatenate(label_parts)
-        scores = np.concatenate(score_parts)
-        keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
-        return collapse(labels[keep], scores[keep], self.memory_of, k)
+        super().merge()

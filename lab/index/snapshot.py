@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 from lab.config import IndexConfig, to_dict
 from lab.index.lexical import LexicalIndex
-from lab.index.namespace import NamespaceIndex, embedding_matrix, split_views
+from lab.index.namespace import NamespaceIndex, split_views
+from lab.index.view_index import ViewIndex, embedding_matrix
 from lab.index.vector import VectorIndex
 from lab.version import __version__
 
@@ -74,7 +75,7 @@ def indexed_config(config: IndexConfig) -> dict[str, Any]:
     return out
 
 
-def manifest(idx: NamespaceIndex) -> dict[str, Any]:
+def manifest(idx: ViewIndex, views: list[str]) -> dict[str, Any]:
     return {
         "namespace": idx.namespace,
         "lab_version": __version__,
@@ -87,7 +88,7 @@ def manifest(idx: NamespaceIndex) -> dict[str, Any]:
         "n_live": idx.n_live,
         "n_lexical_main": int(len(idx.lexical_labels)),
         "n_delta": idx.delta_size,
-        "views": sorted(idx.views),
+        "views": views,
     }
 
 def save_index(idx: NamespaceIndex, directory: Path) -> None:
@@ -95,6 +96,10 @@ def save_index(idx: NamespaceIndex, directory: Path) -> None:
 
     The temporary and old folders start with a dot, which no namespace can, and carry the
     process id: they never collide with another namespace's index or another process's save."""
+    _save(idx, directory, idx.views)
+
+
+def _save(idx: ViewIndex, directory: Path, views: dict[str, ViewIndex]) -> None:
     with idx.locked():
         tag = f".{directory.name}.{os.getpid()}"
         tmp = directory.with_name(tag + ".tmp")
@@ -112,11 +117,11 @@ def save_index(idx: NamespaceIndex, directory: Path) -> None:
         )
         np.save(tmp / "lexical_labels.npy", idx.lexical_labels)
         np.save(tmp / "delta_labels.npy", np.asarray(idx.delta_labels, dtype=np.int64))
-        for view in sorted(idx.views):
+        for view in sorted(views):
             # each view's index is saved whole (with its own manifest) inside this one's folder
             (tmp / "views").mkdir(exist_ok=True)
-            save_index(idx.views[view], tmp / "views" / view)
-        described = {**manifest(idx), "files": _file_digests(tmp)}
+            _save(views[view], tmp / "views" / view, {})
+        described = {**manifest(idx, sorted(views)), "files": _file_digests(tmp)}
         (tmp / MANIFEST).write_text(json.dumps(described, indent=2, sort_keys=True), encoding="utf-8")
         old = directory.with_name(tag + ".old")
         shutil.rmtree(old, ignore_errors=True)
@@ -147,12 +152,15 @@ def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
     if set(parts) - {""} - set(views):
         return None  # the store holds a view this index was saved without: rebuild
     try:
-        idx = _load_view(directory, parts[""], config, manifest)
+        idx = _load_into(NamespaceIndex(manifest["namespace"], manifest["dim"], config, manifest["embed_model"]),
+                         directory, parts[""], config, manifest)
         for view in views:
             sub = directory / "views" / view
             if not (sub / MANIFEST).is_file():
                 raise IndexDamaged(f"the index of view {view!r} is missing")
-            child = _load_view(sub, parts.get(view, chunks.clear()), config, verify(sub, namespace), view)
+            described = verify(sub, namespace)
+            child = _load_into(ViewIndex(described["namespace"], described["dim"], config, described["embed_model"], view),
+                               sub, parts.get(view, chunks.clear()), config, described)
             if idx is None or child is None:
                 return None
             idx.views[view] = child
@@ -162,12 +170,13 @@ def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
     except Exception as exc:  # hnswlib, bm25s, pyarrow and numpy raise many types on a bad file
         raise IndexDamaged(f"cannot be read: {type(exc).__name__}: {exc}") from None
 
-def _load_view(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
-               manifest: dict[str, Any], view: str = "") -> NamespaceIndex | None:
+
+def _load_into(idx: ViewIndex, directory: Path, chunks: pl.DataFrame, config: IndexConfig,
+               manifest: dict[str, Any]) -> ViewIndex | None:
+    """Fill the empty ``idx`` (made from ``manifest``) from the index saved in ``directory``."""
     labels = pq.read_table(directory / "labels.parquet")
     if labels.num_rows != manifest.get("n_labels"):
         raise IndexDamaged(f"labels.parquet has {labels.num_rows} rows, the manifest says {manifest.get('n_labels')}")
-    idx = NamespaceIndex(manifest["namespace"], manifest["dim"], config, manifest["embed_model"], view)
     idx.chunk_ids = labels["chunk_id"].to_pylist()
     idx.memory_of = labels["memory_id"].to_pylist()
     idx.live = labels["live"].to_numpy(zero_copy_only=False).astype(bool)

@@ -16,6 +16,7 @@ from lab.bundle import Bundle, read_bundle, require_go
 from lab.config import AssembleConfig, SaveConfig, SearchConfig
 from lab.embed.registry import require_recorded
 from lab.errors import ConflictError, NotFoundError, ValidationError
+from lab.store.layout import WRITE_LOCK, is_store
 from lab.store.store import Store
 
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
@@ -75,7 +76,7 @@ def seed_store(served: Served, store: str | Path) -> str | None:
     import shutil
 
     store = Path(store)
-    if (store / "lab-store.json").is_file():
+    if is_store(store):
         return None
     if served.folder is None:
         raise NotFoundError("the served configuration names no bundle folder to seed a store from")
@@ -84,7 +85,7 @@ def seed_store(served: Served, store: str | Path) -> str | None:
     if store.exists() and any(store.iterdir()):
         raise ConflictError(f"{store} exists and is not a lab store: cannot seed it with the demo data")
     store.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source, store, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".lab-write.lock"))
+    shutil.copytree(source, store, dirs_exist_ok=True, ignore=shutil.ignore_patterns(WRITE_LOCK))
     return f"seeded from the store the champion was judged on (version {bundle.store.get('version')})"
 
 
@@ -95,6 +96,6 @@ def served_save_config(served: Served) -> SaveConfig | None:
         return served.save
 
     path = (served.manifest.get("store") or {}).get("path")
-    if path and (Path(path) / "lab-store.json").is_file():
+    if path and is_store(path):
         return Store.open(path, read_only=True).recorded_config()
     return None

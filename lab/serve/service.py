@@ -44,6 +44,7 @@ from lab.search.engine import SearchRequest
 from lab.serve.bundle import Served, served_save_config
 from lab.serve.settings import Settings
 from lab.serve.work import Context, Create, Read, Write
+from lab.store.layout import is_store
 from lab.store.store import Store
 
 log = logging.getLogger("lab.serve")
@@ -71,7 +72,7 @@ def store_config(path: Path, served: Served) -> SaveConfig:
     created with other chunking or another model is refused (its chunks would not be what the
     gate measured)."""
     gated = served_save_config(served)
-    if not (path / "lab-store.json").is_file():
+    if not is_store(path):
         return gated or SaveConfig()
     stored = Store.open(path, read_only=True).recorded_config()
     if gated is None:

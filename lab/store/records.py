@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from lab.config import parse_time
@@ -27,6 +27,11 @@ MEMORY_FIELDS = (
     "accessed_at", "access_count", "importance", "pinned", "valid", "superseded_by", "metadata",
 )
 EDGE_FIELDS = ("namespace", "src", "dst", "relation", "weight", "created_at")
+
+
+def utcnow() -> datetime:
+    """The clock stored times are read from (UTC, aware)."""
+    return datetime.now(timezone.utc)
 
 
 def validate_namespace(name: Any) -> str:

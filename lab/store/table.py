@@ -18,14 +18,68 @@ from lab.store.delta_log import log_damage, torn_commit
 FULL_CHECK_SECONDS = 1.0
 
 
-class DeltaFrame:
-    """A Delta table plus a cached DataFrame of its rows at ``version``.
+class FileCache:
+    """The rows of a Delta table at one version, kept per data file: a new version (ours or another
+    process's) reads only the files that version added and drops the ones it removed, so a writer
+    sharing the store with another does not reload whole tables on every foreign commit. Files are
+    read with pyarrow, so a missing or corrupt file is a StoreError naming it (never a crash)."""
 
-    Every write is one Delta commit (atomic). The cache is kept per data file: a new version
-    (ours or another process's) reads only the files that version added and drops the ones it
-    removed, so a writer sharing the store with another does not reload whole tables on every
-    foreign commit. Files are read with pyarrow, so a missing or corrupt file is a StoreError
-    naming it (never a crash of the process).
+    def __init__(self, name: str, schema: pa.Schema) -> None:
+        self.name = name  # the table's, for error messages
+        self.schema = schema
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every cached row (the table's files were rewritten outside a commit's adds and removes)."""
+        self._frame: pl.DataFrame | None = None
+        self._frame_version = -1
+        self._parts: dict[str, pl.DataFrame] = {}  # data file -> its rows
+        self._files: list[str] = []  # the files of the cached frame, in table order
+
+    def frame(self, dt: DeltaTable, version: int) -> pl.DataFrame:
+        """The rows of ``dt``, which stands at ``version``."""
+        if self._frame is None or self._frame_version != version:
+            self._reload(dt, version)
+        return self._frame
+
+    def _reload(self, dt: DeltaTable, version: int) -> None:
+        if dt.protocol().reader_features:  # e.g. deletion vectors: only deltalake reads those right
+            table = dt.to_pyarrow_table()
+            self._frame = pl.from_arrow(table.cast(self.schema)) if table.num_rows else self._empty()
+            self._parts, self._files, self._frame_version = {}, [], version
+            return
+        files = dt.file_uris()
+        parts = {f: self._parts[f] if f in self._parts else self._read_file(f) for f in files}
+        if self._frame is not None and files[:len(self._files)] == self._files:
+            # appends only: the cached frame stays, the new files' rows go after it
+            fresh = [parts[f] for f in files[len(self._files):]]
+            frame = pl.concat([self._frame, *fresh], how="vertical", rechunk=False) if fresh else self._frame
+        else:
+            frame = (pl.concat([parts[f] for f in files], how="vertical", rechunk=False) if files else self._empty())
+        self._frame, self._parts, self._files, self._frame_version = frame, parts, files, version
+
+    def _read_file(self, uri: str) -> pl.DataFrame:
+        import pyarrow.parquet as pq
+
+        path = uri_path(uri)
+        try:
+            table = pq.read_table(path, schema=self.schema)
+        except FileNotFoundError:
+            raise StoreError(f"table {self.name}: data file {Path(path).name} is missing "
+                             f"(run `lab store check` and `lab store repair`)") from None
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise StoreError(f"table {self.name}: data file {Path(path).name} is unreadable: {exc} "
+                             f"(run `lab store check` and `lab store repair`)") from None
+        return pl.from_arrow(table) if table.num_rows else self._empty()
+
+    def _empty(self) -> pl.DataFrame:
+        return pl.from_arrow(self.schema.empty_table())
+
+
+class DeltaFrame:
+    """A Delta table plus a cached DataFrame of its rows at ``version`` (a ``FileCache``).
+
+    Every write is one Delta commit (atomic).
     """
 
     def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None, create: bool = True,
@@ -54,10 +108,7 @@ class DeltaFrame:
         # move ``_dt`` at once) re-reads the log at most this often; 0 = on every version check
         self.refresh_seconds = 0.0
         self._checked_at = float("-inf")
-        self._frame: pl.DataFrame | None = None
-        self._frame_version = -1
-        self._parts: dict[str, pl.DataFrame] = {}  # data file -> its rows
-        self._files: list[str] = []  # the files of the cached frame, in table order
+        self._rows = FileCache(path.name, schema)
 
     def hold(self) -> None:
         """The store's writer lock is held: read the log tail once; until ``unhold`` no one else
@@ -109,53 +160,13 @@ class DeltaFrame:
 
     def frame(self) -> pl.DataFrame:
         version = self.version
-        if self._frame is None or self._frame_version != version:
-            self._reload(version)
-        return self._frame
-
-    def _reload(self, version: int) -> None:
-        if self._dt.protocol().reader_features:  # e.g. deletion vectors: only deltalake reads those right
-            table = self._dt.to_pyarrow_table()
-            self._frame = pl.from_arrow(table.cast(self.schema)) if table.num_rows else self._empty()
-            self._parts, self._files, self._frame_version = {}, [], version
-            return
-        files = self._dt.file_uris()
-        parts = {f: self._parts[f] if f in self._parts else self._read_file(f) for f in files}
-        if self._frame is not None and files[:len(self._files)] == self._files:
-            # appends only: the cached frame stays, the new files' rows go after it
-            fresh = [parts[f] for f in files[len(self._files):]]
-            frame = pl.concat([self._frame, *fresh], how="vertical", rechunk=False) if fresh else self._frame
-        else:
-            frame = (pl.concat([parts[f] for f in files], how="vertical", rechunk=False) if files else self._empty())
-        self._frame, self._parts, self._files, self._frame_version = frame, parts, files, version
-
-    def _read_file(self, uri: str) -> pl.DataFrame:
-        import pyarrow.parquet as pq
-
-        path = uri_path(uri)
-        try:
-            table = pq.read_table(path, schema=self.schema)
-        except FileNotFoundError:
-            raise StoreError(f"table {self.path.name}: data file {Path(path).name} is missing "
-                             f"(run `lab store check` and `lab store repair`)") from None
-        except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise StoreError(f"table {self.path.name}: data file {Path(path).name} is unreadable: {exc} "
-                             f"(run `lab store check` and `lab store repair`)") from None
-        return pl.from_arrow(table) if table.num_rows else self._empty()
-
-    def _empty(self) -> pl.DataFrame:
-        return pl.from_arrow(self.schema.empty_table())
+        return self._rows.frame(self._dt, version)
 
     def _check_writable(self) -> None:
         if self.pinned:
             raise ConflictError(f"{self.path.name} is pinned at version {self._dt.version()}: read-only")
         if self.read_only:
             raise ConflictError(f"{self.path} is opened read-only: writes go through a writer (Pipeline)")
-
-    def _commit_props(self, metadata: dict[str, Any] | None) -> CommitProperties | None:
-        if not metadata:
-            return None
-        return CommitProperties(custom_metadata={k: str(v) for k, v in metadata.items()})
 
     def append(self, table: pa.Table, metadata: dict[str, Any] | None = None) -> int:
         """Append rows in one commit; returns the new version."""
@@ -165,7 +176,7 @@ class DeltaFrame:
         table = table.select(self.schema.names).cast(self.schema)
         # write_deltalake moves self._dt to the version it committed; the next frame() reads only
         # the file it added (and those of anyone who committed in between)
-        write_deltalake(self._dt, table, mode="append", commit_properties=self._commit_props(metadata))
+        write_deltalake(self._dt, table, mode="append", commit_properties=_commit_props(metadata))
         return self._dt.version()
 
     def upsert(self, table: pa.Table, key: str, metadata: dict[str, Any] | None = None) -> int:
@@ -180,7 +191,7 @@ class DeltaFrame:
                 predicate=f"t.{key} = s.{key}",
                 source_alias="s",
                 target_alias="t",
-                commit_properties=self._commit_props(metadata),
+                commit_properties=_commit_props(metadata),
             )
             .when_matched_update_all()
             .when_not_matched_insert_all()
@@ -191,7 +202,7 @@ class DeltaFrame:
     def delete(self, predicate: str, metadata: dict[str, Any] | None = None) -> int:
         """Delete the rows matching a SQL predicate in one commit."""
         self._check_writable()
-        self._dt.delete(predicate, commit_properties=self._commit_props(metadata))
+        self._dt.delete(predicate, commit_properties=_commit_props(metadata))
         return self._dt.version()
 
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
@@ -254,11 +265,18 @@ class DeltaFrame:
         if damaged:
             self._dt.repair(dry_run=False)
             self._dt.update_incremental()
-            self._frame, self._parts, self._files, self._frame_version = None, {}, [], -1
+            self._rows.clear()
         return [name for name, _ in damaged]
 
     def n_files(self) -> int:
         return len(self._dt.file_uris())
+
+
+def _commit_props(metadata: dict[str, Any] | None) -> CommitProperties | None:
+    """A commit's custom metadata (values as strings), or none."""
+    if not metadata:
+        return None
+    return CommitProperties(custom_metadata={k: str(v) for k, v in metadata.items()})
 
 
 def uri_path(uri: str) -> str:

@@ -26,7 +26,8 @@ import polars as pl
 
 from lab.index.snapshot import IndexDamaged, verify
 from lab.store.records import namespace_folder
-from lab.store.store import Store, log_damages
+from lab.store.repair import log_damages
+from lab.store.store import Store
 
 
 @dataclass
@@ -87,7 +88,7 @@ def check_store(root: str | Path) -> CheckReport:
     if unlisted:
         report.problems.append(Problem("error", "table namespaces", f"namespace(s) {unlisted[:5]} hold memories but are "
                                        "not listed (their rows were lost); repair lists them again"))
-    stale, twice = store.orphan_chunks()
+    stale, twice = store.chunks_table.orphans()
     if stale or twice:
         # an update deletes the rows it replaced in its own last commit, so rows no memory shows are
         # what a cut-off write left: a save killed before its memories commit, or an update or hard
@@ -128,8 +129,8 @@ def repair_tables(store: Store) -> dict[str, Any]:
     listed = set(store.namespaces())
     done["namespaces_relisted"] = sorted(set(store.memories()["namespace"].unique().to_list()) - listed)
     for ns in done["namespaces_relisted"]:  # their rows were in a dropped file or a torn commit
-        store.create_namespace(ns, exist_ok=True)
-    done.update(store.remove_orphan_chunks())
+        store.namespaces_table.create(ns, exist_ok=True)
+    done.update(store.chunks_table.remove_orphans())
     index_root = store.root / "indexes"
     if index_root.is_dir():
         present = {namespace_folder(ns) for ns in store.namespaces()}

@@ -16,8 +16,9 @@ from lab.embed.cache import EmbeddingCache
 from lab.errors import ConflictError, NotFoundError, ValidationError
 from lab.index.manager import IndexManager
 from lab.store.ingest import find_dataset_files, read_records
-from lab.store.records import chunk_index_hash, normalize_edge, normalize_memory, validate_id
-from lab.store.store import Store, StoreVersion, utcnow
+from lab.store.layout import StoreVersion
+from lab.store.records import chunk_index_hash, normalize_edge, normalize_memory, utcnow, validate_id
+from lab.store.store import Store
 from lab.write.check import repair_tables
 from lab.write.rows import chunk_records, chunk_rows
 from lab.progress import progress
@@ -179,7 +180,7 @@ class Writer:
             dup = sorted(i for i, n in Counter(ids).items() if n > 1)[0]
             places = [where.rstrip(": ") for where, row in located if row["id"] == dup]
             raise ValidationError(f"id {dup!r} is used for different contents at {', '.join(places[:5])}")
-        clash = self.store.has_ids(ids)
+        clash = self.store.memories_table.has_ids(ids)
         if clash:
             raise ConflictError(f"memory id(s) {sorted(clash)[:5]} exist already with other content; use update")
         if progress and self.cache is not None and len(fresh) >= EMBED_AHEAD_MIN:
@@ -234,7 +235,7 @@ class Writer:
         for edge in edges:
             edge["src"] = report.id_map.get(edge["src"], edge["src"])
             edge["dst"] = report.id_map.get(edge["dst"], edge["dst"])
-        report.edges = self.store.add_edges(edges)
+        report.edges = self.store.edges_table.add(edges)
         report.version = str(self.store.version())
         return report
 
@@ -262,7 +263,7 @@ class Writer:
         )}
         raw["metadata"] = json.loads(current["metadata"])
         # access_count in the memory row is the base; the log's accesses are added on read
-        raw["access_count"] = self.store.stored_access_count(memory_id)
+        raw["access_count"] = self.store.memories_table.stored_access_count(memory_id)
         raw.update(changes)
         row = normalize_memory(raw, now=utcnow(), where=f"update {memory_id}: ")
         if changes.get("superseded_by") is not None:
@@ -294,7 +295,7 @@ class Writer:
                                   field="superseded_by")
         # one answer whether the id is absent or in another namespace: no caller learns of a
         # memory in a namespace it may not read
-        if not self.store.has_ids([superseder]) or self.store.get(superseder)["namespace"] != namespace:
+        if not self.store.memories_table.has_ids([superseder]) or self.store.get(superseder)["namespace"] != namespace:
             raise NotFoundError(f"field 'superseded_by': no memory {superseder!r} in namespace {namespace!r} "
                                 "(a memory is superseded only by one of its own namespace)", field="superseded_by")
 
@@ -304,12 +305,12 @@ class Writer:
         ids = [ids] if isinstance(ids, str) else list(ids)
         for i in ids:
             validate_id(i)
-        present = self.store.has_ids(ids)
+        present = self.store.memories_table.has_ids(ids)
         missing = sorted(set(ids) - present)
         if missing:
             raise NotFoundError(f"no memory with id(s) {missing[:5]}")
         if hard:
-            namespaces = set(self.store.get_many(ids)["namespace"].to_list())
+            namespaces = set(self.store.memories_table.get_many(ids)["namespace"].to_list())
             loaded = self.indexes.loaded()
             chunk_ids = {ns: [c for c, m in loaded[ns].chunk_owners() if m in present]
                          for ns in namespaces if ns in loaded}
@@ -321,7 +322,7 @@ class Writer:
                 else:
                     self.indexes.mark_written(ns)
             return n
-        rows = self.store.invalidate(ids)
+        rows = self.store.memories_table.invalidate(ids)
         version = self.store.known_version()
         for ns in sorted({r["namespace"] for r in rows}):
             self.indexes.touch(ns, version)
@@ -338,17 +339,17 @@ class Writer:
     def add_edges(self, edges: Iterable[Mapping[str, Any]], namespace: str | None = None) -> int:
         now = utcnow()
         rows = [normalize_edge(e, now=now, namespace=namespace, where=f"edge {i}: ") for i, e in enumerate(edges)]
-        return self.store.add_edges(rows)
+        return self.store.edges_table.add(rows)
 
     @_locked
     def remove_edges(self, src: str, dst: str, relation: str | None = None) -> int:
         """Remove the edges src -> dst (of one relation, or all); NotFoundError when there is none."""
-        return self.store.remove_edges(src, dst, relation)
+        return self.store.edges_table.remove(src, dst, relation)
 
     @_locked
     def create_namespace(self, name: str, description: str = "") -> bool:
         """Create an empty namespace (ConflictError when it exists)."""
-        return self.store.create_namespace(name, description)
+        return self.store.namespaces_table.create(name, description)
 
     @_locked
     def record_access(self, ids: Sequence[str], *, context: str = "search") -> int:
@@ -371,7 +372,7 @@ class Writer:
     def rechunk(self, ids: Sequence[str]) -> int:
         """Chunk, embed and index memories again from their stored rows (repair, after the chunks
         they had were lost); the rows themselves are written back unchanged."""
-        rows = self.store.memory_rows(ids)
+        rows = self.store.memories_table.rows(ids)
         if not rows:
             return 0
         chunks, _ = self._chunks(rows)

@@ -1,0 +1,338 @@
+"""One index of a namespace's chunks (its main view, or an extra view): hnswlib vectors and a bm25s
+main index plus delta over shared chunk labels, deletions as masks; exact cosines from stored vectors."""
+from __future__ import annotations
+
+import math
+import threading
+from datetime import datetime, timezone
+
+import numpy as np
+import polars as pl
+
+from lab.config import IndexConfig
+from lab.index.lexical import LexicalAnalyzer, LexicalIndex
+from lab.index.vector import GraphShortfall, VectorIndex
+
+
+def embedding_matrix(frame: pl.DataFrame, dim: int) -> np.ndarray:
+    if frame.height == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.asarray(frame["embedding"].to_numpy(), dtype=np.float32).reshape(-1, dim)
+
+
+def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: int) -> list[tuple[str, float]]:
+    """Chunk hits -> memory hits (max score over a memory's chunks), best first, ties by id.
+
+    Only the best chunks are folded in Python: every chunk scoring at least the m-th best score is
+    kept, so once those hold k distinct memories no memory left out can beat (or tie) them.
+    """
+    n = len(scores)
+    m = max(4 * k, 16)
+    while True:
+        if n > m:
+            cut = np.partition(scores, n - m)[n - m]
+            sel = np.flatnonzero(scores >= cut)
+        else:
+            sel = np.arange(n)
+        sc = scores[sel]
+        mids = np.array([memory_of[label] for label in labels[sel].tolist()])
+        order = np.lexsort((mids, -sc))  # best score first, ties by memory id
+        _, first = np.unique(mids[order], return_index=True)  # each memory's best chunk
+        if len(first) >= k or len(sel) == n:
+            best = order[np.sort(first)[:k]]
+            return list(zip(mids[best].tolist(), sc[best].tolist()))
+        m *= 4
+
+
+# widening graph fetches (x4 each) a vector search tries before it scans the allowed chunks exactly
+GRAPH_ROUNDS = 3
+
+
+
+
+class ViewIndex:
+    """Chunk labels 0..n-1 shared by both indexes; deletions are masks until the next rebuild.
+
+    Vectors are added to hnswlib incrementally. BM25 (bm25s) cannot grow, so chunks saved after
+    the last lexical build go to a small delta index that is rebuilt on demand; past
+    ``delta_merge_threshold`` chunks the delta is folded into the main index in a background
+    thread. A saved memory is therefore found by the very next search.
+
+    One view's chunks only: a namespace's main index and its extra views are a ``NamespaceIndex``.
+    """
+
+    def __init__(self, namespace: str, dim: int, config: IndexConfig, embed_model: str, view: str = "") -> None:
+        self.namespace = namespace
+        self.view = view  # "" for a namespace's main index; the view's name otherwise
+        self.dim = dim
+        self.config = config
+        self.embed_model = embed_model
+        self.chunk_ids: list[str] = []
+        self.memory_of: list[str] = []
+        self._ratio, self._ratio_at = 1.0, 0  # chunks per memory, and len(memory_of) when counted
+        self.texts: list[str] = []
+        self.live = np.zeros(0, dtype=bool)
+        self.label_of: dict[str, int] = {}
+        self.vector = VectorIndex(dim, config.vector)
+        # a plain copy of the chunk vectors by label: exact cosines for any memory without
+        # hnswlib's per-item get_items (~18 us per vector), at 1.5 kB per chunk of memory
+        self._vectors = np.zeros((0, dim), dtype=np.float32)
+        self.analyzer = LexicalAnalyzer(config.lexical)
+        self.lexical = LexicalIndex(config.lexical, self.analyzer)
+        self.lexical_labels = np.zeros(0, dtype=np.int64)
+        self.delta_labels: list[int] = []
+        self._delta: LexicalIndex | None = None
+        self._delta_for = 0  # how many delta labels the cached delta index covers
+        self.store_version = ""
+        self.built_at = ""
+        self._lock = threading.RLock()
+        self._merge_thread: threading.Thread | None = None
+        self.merges = 0
+
+    # ------------------------------------------------------------------ building
+    def _fill(self, chunks: pl.DataFrame, store_version: str) -> None:
+        """Index ``chunks`` into this empty index (a fresh build), stamped with ``store_version``."""
+        chunks = chunks.sort("chunk_id")  # label order independent of file order: reproducible
+        self.vector = VectorIndex(self.dim, self.config.vector, capacity=max(chunks.height, 16))
+        self._append(chunks)
+        self.lexical = LexicalIndex(self.config.lexical, self.analyzer).build(self.texts)
+        self.lexical_labels = np.arange(len(self.texts), dtype=np.int64)
+        self.delta_labels = []
+        self.store_version = store_version
+        self.built_at = datetime.now(timezone.utc).isoformat()
+
+    def _append(self, chunks: pl.DataFrame) -> list[int]:
+        start = len(self.chunk_ids)
+        labels = list(range(start, start + chunks.height))
+        self.chunk_ids.extend(chunks["chunk_id"].to_list())
+        self.memory_of.extend(chunks["memory_id"].to_list())
+        self.texts.extend(chunks["text"].to_list())
+        self.live = np.concatenate([self.live, np.ones(chunks.height, dtype=bool)])
+        for label, cid in zip(labels, chunks["chunk_id"].to_list()):
+            self.label_of[cid] = label
+        vectors = embedding_matrix(chunks, self.dim)
+        self._store_vectors(start, vectors)
+        self.vector.add(vectors, np.asarray(labels, dtype=np.int64))
+        return labels
+
+    def locked(self) -> threading.RLock:
+        """The index's lock (re-entrant): held, nothing changes the index (a snapshot being saved)."""
+        return self._lock
+
+    def restore_vectors(self, vectors: np.ndarray) -> None:
+        """The stored vectors by label, as a loaded snapshot has them (the exact cosine's source)."""
+        self._vectors = vectors
+
+    def _store_vectors(self, start: int, vectors: np.ndarray) -> None:
+        needed = start + len(vectors)
+        if needed > len(self._vectors):
+            grown = np.zeros((max(needed, 2 * len(self._vectors)), self.dim), dtype=np.float32)
+            grown[: len(self._vectors)] = self._vectors
+            self._vectors = grown
+        self._vectors[start:needed] = vectors
+
+    def apply(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
+        """Fold a store change in: new chunks into the vector index and lexical delta, removals masked."""
+        self._fold_in(added, removed, store_version)
+
+    def _fold_in(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
+        """``apply`` on this index alone (``sync`` calls it: a subclass's ``apply`` may do more)."""
+        with self._lock:
+            if added is not None and self.label_of:
+                live = [c for c in added["chunk_id"].to_list() if c in self.label_of and self.live[self.label_of[c]]]
+                # a chunk id masked earlier and visible again (content reverted) needs a new label
+                for cid in added["chunk_id"].to_list():
+                    if cid in self.label_of and not self.live[self.label_of[cid]]:
+                        del self.label_of[cid]
+                added = added.filter(~pl.col("chunk_id").is_in(live))
+            if added is not None and added.height:
+                self.delta_labels.extend(self._append(added.sort("chunk_id")))
+            dead = [self.label_of[c] for c in removed if c in self.label_of and self.live[self.label_of[c]]]
+            if dead:
+                self.live[dead] = False
+                self.vector.remove(dead)
+            self.store_version = store_version
+
+    def sync(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
+        """Bring the index to ``chunks`` (the store's visible chunks of this view); returns (added, removed)."""
+        with self._lock:
+            visible = set(chunks["chunk_id"].to_list())
+            live_ids = {cid for cid, label in self.label_of.items() if self.live[label]}
+            removed = sorted(live_ids - visible)
+            added = chunks.filter(~pl.col("chunk_id").is_in(list(live_ids)))
+            # a chunk id masked earlier and visible again (e.g. content reverted) needs a new label
+            revived = [c for c in added["chunk_id"].to_list() if c in self.label_of]
+            for cid in revived:
+                del self.label_of[cid]
+            self._fold_in(added, removed, store_version)
+            return added.height, len(removed)
+
+    def chunk_owners(self) -> list[tuple[str, str]]:
+        """(chunk id, memory id) of every label, live or not."""
+        with self._lock:
+            return list(zip(self.chunk_ids, self.memory_of))
+
+    def labels_of(self, memory_id: str) -> list[int]:
+        """Live chunk labels of a memory."""
+        with self._lock:
+            if getattr(self, "_labels_of_n", -1) != len(self.chunk_ids):
+                by_memory: dict[str, list[int]] = {}
+                for label, mid in enumerate(self.memory_of):
+                    by_memory.setdefault(mid, []).append(label)
+                self._labels_of, self._labels_of_n = by_memory, len(self.chunk_ids)
+            return [label for label in self._labels_of.get(memory_id, []) if self.live[label]]
+
+    def cosines(self, query_vector: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Cosine between the query and the chunks at ``labels`` (exact, from stored vectors)."""
+        return self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
+
+    def best_cosine(self, query_vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:
+        """Cosine between the query and each memory's best chunk (exact, from stored vectors)."""
+        owners, labels = [], []
+        for mid in memory_ids:
+            got = self.labels_of(mid)
+            owners.extend([mid] * len(got))
+            labels.extend(got)
+        if not labels:
+            return {}
+        sims = self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
+        out: dict[str, float] = {}
+        for mid, sim in zip(owners, sims.tolist()):
+            if sim > out.get(mid, -np.inf):
+                out[mid] = sim
+        return out
+
+    def _chunks_per_memory(self) -> float:
+        """Labels per distinct memory (1 to 2), recounted when the labels grew by a tenth (they only
+        grow: a rebuild makes a new index).
+
+        The vector search fetches twice this many chunks per memory wanted: hnswlib's cost grows
+        with the fetch (its ef), and where every memory is one chunk, four chunks per memory made
+        it twice what the configured ef asks for. Too few is still correct, only slower: the
+        search fetches again, four times as many."""
+        n = len(self.memory_of)
+        if n > 1.1 * self._ratio_at or not self._ratio_at:
+            self._ratio = min(max(n / max(len(set(self.memory_of)), 1), 1.0), 2.0)
+            self._ratio_at = n
+        return self._ratio
+
+    @property
+    def n_live(self) -> int:
+        return int(self.live.sum())
+
+    @property
+    def delta_size(self) -> int:
+        return len(self.delta_labels)
+
+    def needs_merge(self) -> bool:
+        return self.delta_size > self.config.delta_merge_threshold
+
+    # ------------------------------------------------------------------ merging
+    def merge(self) -> None:
+        """Rebuild the lexical main index over every live chunk; the delta becomes empty."""
+        with self._lock:
+            labels = np.flatnonzero(self.live).astype(np.int64)
+            texts = [self.texts[i] for i in labels]
+            covered = set(self.delta_labels)
+        fresh = LexicalIndex(self.config.lexical, self.analyzer).build(texts)
+        with self._lock:
+            self.lexical = fresh
+            self.lexical_labels = labels
+            # delta entries added while we were building stay in the delta
+            self.delta_labels = [label for label in self.delta_labels if label not in covered]
+            self._delta = None
+            self._delta_for = 0
+            self.merges += 1
+
+    def merge_in_background(self) -> threading.Thread | None:
+        """Start a merge thread unless one is running; searches keep working meanwhile."""
+        with self._lock:
+            if self._merge_thread is not None and self._merge_thread.is_alive():
+                return None
+            thread = threading.Thread(target=self.merge, name=f"lab-merge-{self.namespace}", daemon=True)
+            self._merge_thread = thread
+        thread.start()
+        return thread
+
+    def wait_for_merge(self) -> None:
+        thread = self._merge_thread
+        if thread is not None:
+            thread.join()
+
+    # ------------------------------------------------------------------ search
+    def _lexical_delta(self) -> tuple[LexicalIndex | None, np.ndarray]:
+        with self._lock:
+            labels = np.asarray(self.delta_labels, dtype=np.int64)
+            if len(labels) == 0:
+                return None, labels
+            if self._delta is None or self._delta_for != len(labels):
+                self._delta = LexicalIndex(self.config.lexical, self.analyzer).build(
+                    [self.texts[i] for i in labels]
+                )
+                self._delta_for = len(labels)
+            return self._delta, labels
+
+    def search_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters).
+
+        The graph is asked in at most ``GRAPH_ROUNDS`` widening fetches. When those do not yield
+        ``k`` allowed memories (a selective filter, many deleted chunks) or hnswlib cannot return
+        as many neighbours as asked (its graph does not reach every live element), the allowed
+        live chunks are scanned exactly instead: a filter never makes a search fail or come up short.
+        """
+        if k <= 0 or self.n_live == 0:
+            return []
+        fetch = min(self.vector.n_live, max(k + 16, math.ceil(2 * self._chunks_per_memory() * k)))
+        for _ in range(GRAPH_ROUNDS):
+            try:
+                labels, sims = self.vector.search(query_vector, fetch)
+            except GraphShortfall:
+                break
+            keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
+            hits = collapse(labels[keep], sims[keep], self.memory_of, k)
+            if len(hits) >= k or fetch >= self.vector.n_live:
+                return hits
+            fetch = min(self.vector.n_live, fetch * 4)
+        return self.exact_vector(query_vector, k, allowed)
+
+    def exact_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top ``k`` memories by an exact scan of the live (and allowed) chunks' stored vectors."""
+        with self._lock:
+            mask = self.live if allowed is None else self.live & allowed[: len(self.live)]
+            labels = np.flatnonzero(mask)
+            sims = self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
+            return collapse(labels, sims.astype(np.float32), self.memory_of, k)
+
+    def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top ``k`` memories by the BM25 score of their best chunk (main and delta merged by score).
+
+        The delta's BM25 statistics are its own until the next merge, so its scores are
+        approximate relative to the main index's; merging makes them exact again.
+        """
+        if k <= 0:
+            return []
+        with self._lock:
+            main, main_labels = self.lexical, self.lexical_labels
+        delta, delta_labels = self._lexical_delta()
+        label_parts, score_parts = [], []
+        for index, labels in ((main, main_labels), (delta, delta_labels)):
+            if index is None or len(labels) == 0:
+                continue
+            scores = index.scores(query)
+            nonzero = np.flatnonzero(scores > 0)
+            label_parts.append(labels[nonzero])
+            score_parts.append(scores[nonzero])
+        if not label_parts:
+            return []
+        labels = np.concatenate(label_parts)
+        scores = np.concatenate(score_parts)
+        keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
+        return collapse(labels[keep], scores[keep], self.memory_of, k)
+
+
+def build_view(namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
+               store_version: str, view: str) -> ViewIndex:
+    """The index of one extra view's chunks, stamped with ``store_version``."""
+    idx = ViewIndex(namespace, dim, config, embed_model, view)
+    idx._fill(chunks, store_version)
+    return idx
