@@ -94,6 +94,11 @@ def test_405_lists_every_method_of_the_path_and_patterns_are_in_the_document(sec
         r = c.post("/v1/memories/some-id")
         assert r.status_code == 405
         assert set(r.headers["allow"].split(", ")) == {"GET", "PATCH", "DELETE"}  # no HEAD: not answered
+        # the most specific path decides: a route of its own, a namespace's statistics
+        assert c.put("/v1/memories/batch").headers["allow"] == "POST"
+        stats = c.delete("/v1/namespaces/team-a/x/stats")
+        assert stats.status_code == 405 and stats.headers["allow"] == "GET" and "read-only" in stats.text
+        assert c.put("/v1/namespaces/team-a/x/stats").headers["allow"] == "GET"
         doc = c.get("/openapi.json").json()
         params = {p["name"]: p["schema"] for p in doc["paths"]["/v1/memories/{id}"]["get"]["parameters"]}
         assert "pattern" in params["id"]

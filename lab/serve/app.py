@@ -137,13 +137,14 @@ def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
     table = getattr(app.state, "method_table", None)
     if table is None:
         table = [(re.compile("^" + re.sub(r"\\{[^}]+\\}", ".+", re.escape(path)) + "$"),
-                  {m.upper() for m in ops})
+                  len(re.sub(r"{[^}]+}", "", path)), {m.upper() for m in ops})
                  for path, ops in app.openapi().get("paths", {}).items()]
         app.state.method_table = table
-    methods: set[str] = set()
-    for pattern, ops in table:
-        if pattern.match(scope.get("path", "")):
-            methods |= ops
+    # the most specific paths that match: /v1/memories/batch is that route's own, not a memory
+    # id; /v1/namespaces/a/stats is a's statistics, not a namespace named a/stats to delete
+    matched = [(literal, ops) for pattern, literal, ops in table if pattern.match(scope.get("path", ""))]
+    most = max((literal for literal, _ in matched), default=0)
+    methods = set().union(*(ops for literal, ops in matched if literal == most))
     return sorted(methods)  # no HEAD: the API's routes do not answer it (405), so it is not offered
 
 

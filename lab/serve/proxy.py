@@ -275,6 +275,9 @@ async def chat_completions(request: Request, state: AppState) -> Response:
         except httpx.TimeoutException:
             raise ApiError(504, f"the upstream {shown} did not finish its answer within "
                                 f"{state.settings.proxy_timeout_s:g} s") from None
+        except httpx.HTTPError as exc:  # e.g. a body cut short of its Content-Length
+            log.warning("the upstream %s broke off its answer (%s)", shown, type(exc).__name__)
+            raise ApiError(502, f"the upstream {shown} broke off its answer ({type(exc).__name__})") from None
         finally:
             await reply.aclose()
         if opts.save and reply.status_code < 400:
