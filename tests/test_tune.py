@@ -158,12 +158,12 @@ def test_gate_verdicts_export_and_the_champion(workspace, tmp_path):
     passing = _gate_file(tmp_path, min={"recall@10": 0.3}, non_regression=["recall@10"],
                          signal_health={"vector": 0.9}, save_then_search={"recall@10": 0.0})
     first = _gate(passing, "lab", workspace, uri, export=True)
-    assert first.verdict == "GO" and str(first.export["version"]) == "1"
+    assert first.verdict == "GO" and str(first.export.version) == "1"
     again = _gate(passing, "lab", workspace, uri)
     strip = lambda r: [c.as_dict() for c in r.checks if "champion" not in c.name and "non-regression" not in c.name]  # noqa: E731
     assert strip(first) == strip(again)  # same candidate, data and seed: the same numbers, bit for bit
     assert str(track.champion("lab-test", uri)["version"]) == "1"
-    manifest = json.loads((Path(first.export["bundle"]) / "manifest.json").read_text())
+    manifest = json.loads((Path(first.export.bundle) / "manifest.json").read_text())
     assert manifest["store"]["version"] and manifest["run_id"] == first.run_id
 
     # the fake embedder cannot bridge the goldens' paraphrases ("queue pile-up" for "backlog"), so a
@@ -234,8 +234,8 @@ def test_a_candidate_file_carries_its_index_and_assembly_settings_through_gate_a
     default = _gate(gate, "lab", workspace, uri)
     got = _gate(gate, str(candidate), workspace, uri, export=True)
     assert got.verdict == "GO"
-    assert got.suites["demo"]["store"] != default.suites["demo"]["store"]  # judged on its own index
-    bundle = Path(got.export["bundle"])
+    assert got.suites["demo"].store != default.suites["demo"].store  # judged on its own index
+    bundle = Path(got.export.bundle)
     assert json.loads((bundle / "save.json").read_text())["chunk"]["context_turns"] == 0
     assert json.loads((bundle / "assemble.json").read_text())["budget"] == 777
     assert track.champion("lab-test", uri)["save"]["chunk"]["context_turns"] == 0
@@ -287,7 +287,7 @@ def test_the_gate_refuses_a_delta_over_data_changed_since_the_champion_was_judge
 
     # the champion's record now says it was judged on other labels (as if the goldens were edited since)
     _, client, _ = track.client(uri)
-    client.set_model_version_tag("lab-test", first.export["version"], "lab.data",
+    client.set_model_version_tag("lab-test", first.export.version, "lab.data",
                                  json.dumps({"demo": {**judged, "gold": "0123456789abcdef"}}))
     with pytest.raises(ConflictError, match=f"gold 0123456789abcdef -> {judged['gold']}.*--rebaseline"):
         _gate(gate, "lab", workspace, uri)

@@ -10,29 +10,29 @@ from lab.cli.common import print_hits
 def _print_done(step) -> None:
     r = step.result
     if step.name == "ingest":
-        d = r["ingest"]
-        print(f"    {d['created']} new, {d['duplicates']} already stored, {d['edges']} new edges, "
-              f"{d['embedded']} texts embedded in {d['seconds']} s")
-        print(f"    sample search [{r['namespace']}] {r['query']!r}")
-        print_hits(r["hits"])
+        d = r.report
+        print(f"    {len(d.created)} new, {len(d.duplicates)} already stored, {d.edges} new edges, "
+              f"{d.embedded} texts embedded in {round(d.seconds, 3)} s")
+        print(f"    sample search [{r.namespace}] {r.query!r}")
+        print_hits(r.hits)
     elif step.name == "evaluate":
-        m = r["metrics"]
-        print(f"    recall@10 {m['recall@10']:.4f}  ndcg@10 {m['ndcg@10']:.4f}  mrr {m['mrr']:.4f}  -> {r['folder']}")
+        m = r.result.metrics["metrics"]
+        print(f"    recall@10 {m['recall@10']:.4f}  ndcg@10 {m['ndcg@10']:.4f}  mrr {m['mrr']:.4f}  -> {r.folder}")
     elif step.name == "sweep":
-        sweep = r["sweep"]
+        sweep = r.sweep
         obj = sweep.spec.objective
         print(f"    {sweep.info['scored']} configurations; best {obj} {sweep.best[f'tune/{obj}']:.4f} on tune, "
               f"{sweep.best[f'validation/{obj}']:.4f} on validation  -> {sweep.folder}")
     elif step.name == "gate":
         from lab.gate.run import report_table
 
-        print("    " + report_table(r["report"]).replace("\n", "\n    "))
+        print("    " + report_table(r.report).replace("\n", "\n    "))
     elif step.name == "export":
-        report = r["report"]
+        report = r.report
         if report.export:
-            again = ": the same bundle as before, not registered again" if report.export.get("reused") else ""
-            print(f"    GO: registered {report.export['uri']} (version {report.export['version']}{again})")
-            print(f"    bundle: {report.export['bundle']}")
+            again = ": the same bundle as before, not registered again" if report.export.reused else ""
+            print(f"    GO: registered {report.export.uri} (version {report.export.version}{again})")
+            print(f"    bundle: {report.export.bundle}")
         else:
             print("    NO-GO: export refused; failed checks:")
             for line in report.refused:
@@ -42,26 +42,27 @@ def _print_done(step) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from lab.flow.demo import STEPS, run_demo
 
-    done: dict[str, dict] = {}
+    done = {}
     for step in run_demo(args.store, args.data, args.out, args.tracking_uri):
         if not step.done:
             print(f"{step.number}/{STEPS} {step.name}" + (f": {step.title}" if step.title else ""), flush=True)
             continue
         _print_done(step)
         done[step.name] = step.result
-    m, sweep, report = done["evaluate"]["metrics"], done["sweep"]["sweep"], done["gate"]["report"]
+    evaluated, sweep, report = done["evaluate"], done["sweep"].sweep, done["gate"].report
+    m = evaluated.result.metrics["metrics"]
     obj = sweep.spec.objective
     print(f"\nverdict: {report.verdict}   demo recall@10 {m['recall@10']:.4f} (lab preset), "
           f"sweep best {sweep.best[f'all/{obj}']:.4f} ({obj}, all questions)")
-    print(f"look at: {done['evaluate']['folder']} (evaluation), {sweep.folder} (sweep: results, best.yaml, plots), "
+    print(f"look at: {evaluated.folder} (evaluation), {sweep.folder} (sweep: results, best.yaml, plots), "
           f"{report.folder} (gate report)")
-    print(f"runs:    {done['export']['ui']}   (eval run {done['evaluate']['run_id']})")
+    print(f"runs:    {done['export'].ui}   (eval run {evaluated.run_id})")
     if report.export:
         from lab.track import env_line, load_line
 
         print(f"serve:   .venv/bin/lab serve --demo   (the demo champion over a store seeded with the demo data)\n"
               f"load:    {env_line(args.tracking_uri)}   # then, from any folder:\n"
-              f"         {load_line(report.export['uri'])}")
+              f"         {load_line(report.export.uri)}")
     return 0
 
 

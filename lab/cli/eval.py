@@ -7,7 +7,6 @@ import sys
 from dataclasses import replace
 
 from lab.cli.common import print_json
-
 from lab.config import DEFAULT_KS
 
 DEFAULT_BUDGET = 2000
@@ -38,12 +37,7 @@ def _check_before_loading(args: argparse.Namespace) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     _check_before_loading(args)  # before the heavy imports, too
     from lab.errors import ValidationError
-    from lab.eval.goldens import load_dataset
     from lab.eval.regressions import run_regressions
-    from lab.eval.report import candidate_from, config_from
-    from lab.eval.runs import DatasetOptions, evaluate_to_folder
-    from lab.embed.registry import check_models
-    from lab.eval.stores import eval_retriever, save_config
 
     if args.check:
         failed = 0
@@ -64,53 +58,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
     if args.system:
         return eval_systems(args)
-    loaded = DatasetOptions(args.observations, args.summaries)
+    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+
     options = _options(args)
-    save = save_config(args.context_turns, args.time_in_text)
-    if args.preset:
-        configs = [config_from(p, None) for p in args.preset]
-    else:
-        # a candidate file (a sweep's best.yaml) brings the index-time and assembly settings it was
-        # chosen with; --context-turns / --time-in-text / --counter / --budget override one field each
-        candidate = candidate_from(None, args.config)
-        configs = [candidate.search]
-        if candidate.save is not None:
-            chunk = candidate.save.chunk
-            if args.context_turns is not None:
-                chunk = replace(chunk, context_turns=args.context_turns)
-            if args.time_in_text:
-                chunk = replace(chunk, time_in_text=True)
-            save = replace(candidate.save, chunk=chunk)
-        if candidate.assemble is not None:
-            counter = args.counter or candidate.assemble.counter
-            options = replace(options, assemble=replace(candidate.assemble, counter=counter),
-                              budget=(candidate.assemble.budget if args.budget is None else args.budget) or None)
-    if args.model:
-        save = replace(save, embed=replace(save.embed, model=args.model))
-    if args.encoders:  # carried by the store, ranked by every configuration evaluated
-        from lab.config import ENCODERS
-
-        save = replace(save, index=replace(save.index, models=tuple(args.encoders)))
-        lists = tuple(ENCODERS[m] for m in args.encoders)
-        configs = [replace(c, encoders=tuple(dict.fromkeys((*c.encoders, *lists)))) for c in configs]
-    # every input above is checked before the dataset is loaded and indexed (the long part)
-    check_models(save.embed, args.query_model)
-    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
-                           summaries=args.summaries)
-    retriever = eval_retriever(dataset, save, progress=not args.quiet, query_model=args.query_model)
-    for config in configs:
-        result, out = evaluate_to_folder(retriever, dataset, config, options, args.out, loaded)
-        m = result.metrics["metrics"]
-        run_id = None
-        if not args.no_track:
-            from lab.track import log_eval
-
-            run_id = log_eval(result, out, dataset=dataset, store_version=str(retriever.version), uri=args.tracking_uri)
+    candidate = EvalCandidate(tuple(args.preset or ()), None if args.preset else args.config)
+    overrides = Overrides(args.context_turns, args.time_in_text, args.model, tuple(args.encoders or ()),
+                          args.counter, args.budget, args.query_model)
+    data = EvalData(args.dataset, args.datasets, args.split, args.observations, args.summaries)
+    for done in evaluate(candidate, overrides, data, options, out=args.out, tracked=not args.no_track,
+                         uri=args.tracking_uri, progress=not args.quiet):
+        metrics = done.result.metrics
         if args.json:
-            print_json({"run": str(out), "mlflow_run_id": run_id, **result.metrics})
+            print_json({"run": str(done.folder), "mlflow_run_id": done.run_id, **metrics})
             continue
+        m = metrics["metrics"]
         head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
-        print(f"{dataset.name:<10} {config.name:<12} {result.metrics['questions']:>5} q  {head}  -> {out}")
+        print(f"{done.dataset:<10} {done.config.name:<12} {metrics['questions']:>5} q  {head}  -> {done.folder}")
     return 0
 
 

@@ -7,11 +7,33 @@ import argparse
 from lab.flow import STAGES
 
 
+def describe(result) -> str:
+    """One line saying what a stage made."""
+    from lab.flow import stages as s
+
+    match result:
+        case s.Prepared():
+            return f"{result.dataset}: {result.memories} memories, {result.questions} questions -> {result.folder}"
+        case s.Indexed():
+            return f"store {result.store}"
+        case s.CandidatesMade():
+            return f"{result.rows} candidate rows; {result.preset} recall@10 {result.recall_at_10:.4f}"
+        case s.Swept():
+            return (f"best {result.objective} {result.tune:.4f} on tune, {result.validation:.4f} on validation "
+                    f"-> {result.best}")
+        case s.Gated():
+            return f"verdict {result.report.verdict} ({len(result.report.checks)} checks)"
+        case s.ExportedModel():
+            again = " (the same bundle as before: not registered again)" if result.export.reused else ""
+            return f"exported {result.model} version {result.export.version}{again} -> {result.bundle}"
+    raise TypeError(f"no wording for a stage result of type {type(result).__name__}")
+
+
 def cmd_stage(args: argparse.Namespace) -> int:
     from lab.flow.stages import StageOptions, load_params, run_stage
 
     opts = StageOptions(datasets=args.datasets, track=not args.no_track, progress=not args.quiet)
-    print(f"{args.stage}: {run_stage(args.stage, load_params(args.params), opts=opts)}", flush=True)
+    print(f"{args.stage}: {describe(run_stage(args.stage, load_params(args.params), opts=opts))}", flush=True)
     return 0
 
 

@@ -213,9 +213,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print(report_table(report))
         print(f"report: {report.folder / 'gate.json'}" + (f"   MLflow run {report.run_id}" if report.run_id else ""))
         if report.export:
-            again = "; the same bundle as before, not registered again" if report.export.get("reused") else ""
-            print(f"exported: {report.export['uri']} (version {report.export['version']}{again}), "
-                  f"bundle {report.export['bundle']}")
+            again = "; the same bundle as before, not registered again" if report.export.reused else ""
+            print(f"exported: {report.export.uri} (version {report.export.version}{again}), "
+                  f"bundle {report.export.bundle}")
             from lab.track import env_line
 
             print(f"from another folder: {env_line(args.tracking_uri)}")

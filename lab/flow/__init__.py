@@ -3,7 +3,9 @@ that runs them end to end. `lab stage` (and DVC through it), `lab demo` and the 
 these; they return what they made and print nothing, so the shells only parse and print.
 
 Modules: `stages` (the DVC pipeline's stages over a `Layout` of folders, their parameters from
-params.yaml) and `demo` (ingest, evaluate, sweep, gate, export on the embedded demo data). Import
+params.yaml), `evaluate` (`lab eval`'s path: presets or a candidate file, overrides merged in) and
+`demo` (ingest, evaluate, sweep, gate, export on the embedded demo data). Each returns small typed
+values (frozen dataclasses); the shells word them. Import
 them by name (`from lab.flow.stages import run_stage`): this package imports nothing itself, so a
 shell that only builds its parser stays instant.
 """

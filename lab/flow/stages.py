@@ -4,7 +4,7 @@ Each reads only what the stage before it wrote (under the `Layout`'s folder, ``.
 writes only its own outputs, so `dvc repro` reruns exactly the stages whose code, data or
 parameters changed, and a second `dvc repro` does nothing. Question and memory vectors go to a
 shared embedding cache outside every stage's outputs (the workspace's), so nothing is embedded
-twice. Each stage returns one line saying what it made.
+twice. Each stage returns what it made as a small typed value (`StageResult`); the shell words it.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import json
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from lab.config import DEFAULT_KS, SaveConfig, read_yaml
 from lab.errors import ValidationError
@@ -27,12 +27,55 @@ from lab.eval.tables import read_tables
 from lab.eval.tables import write_tables
 from lab.flow import STAGES
 from lab.gate.checks import load_gate
-from lab.gate.run import GateReport, export_gated, load_report, run_gate
+from lab.gate.run import Exported, GateReport, export_gated, load_report, run_gate
 from lab.tune.spec import parse_spec
 from lab.tune.sweep import run_sweep
 from lab.workspace import current, use
 
 PARAM_KEYS = {"dataset", "preset", "index", "profiles", "model"}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    dataset: str
+    memories: int
+    questions: int
+    folder: Path
+
+
+@dataclass(frozen=True)
+class Indexed:
+    store: Path
+
+
+@dataclass(frozen=True)
+class CandidatesMade:
+    rows: int
+    preset: str
+    recall_at_10: float
+
+
+@dataclass(frozen=True)
+class Swept:
+    objective: str
+    tune: float
+    validation: float
+    best: Path  # the candidate file
+
+
+@dataclass(frozen=True)
+class Gated:
+    report: GateReport
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    model: str
+    export: Exported
+    bundle: Path
+
+
+StageResult = Prepared | Indexed | CandidatesMade | Swept | Gated | ExportedModel
 
 
 @dataclass(frozen=True)
@@ -72,7 +115,19 @@ class StageOptions:
     progress: bool = True
 
 
-def load_params(path: str | Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StageParams:
+    """params.yaml, checked: the dataset, the baseline preset, the index-time levers, the model
+    family, and the dataset's profile (its sweep and gate files)."""
+    dataset: str
+    preset: str
+    index: Mapping[str, Any]  # context_turns, time_in_text, views (each optional)
+    model: str
+    sweep: str  # the profile's sweep file
+    gate: str  # the profile's gate file
+
+
+def load_params(path: str | Path) -> StageParams:
     """params.yaml, checked: every problem names its key."""
     p = Path(path)
     data = read_yaml(p, "params file")
@@ -95,11 +150,11 @@ def load_params(path: str | Path) -> dict[str, Any]:
     index = data.get("index") or {}
     if not isinstance(index, dict) or set(index) - {"context_turns", "time_in_text", "views"}:
         raise ValidationError(f"{p}: index takes context_turns, time_in_text and views only, got {index!r}")
-    return {**data, "index": index, "profile": profile}
+    return StageParams(data["dataset"], data["preset"], index, data["model"], profile["sweep"], profile["gate"])
 
 
-def _save(params: dict[str, Any]) -> SaveConfig:
-    index = params["index"]
+def _save(params: StageParams) -> SaveConfig:
+    index = params.index
     return save_config(index.get("context_turns"), bool(index.get("time_in_text", False)), index.get("views"))
 
 
@@ -135,17 +190,17 @@ def _portable(value: Any, datasets: str | Path | None) -> Any:
     return value
 
 
-def stage_prepare(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
-    dataset = load_dataset(params["dataset"], opts.datasets)
+def stage_prepare(params: StageParams, layout: Layout, opts: StageOptions) -> Prepared:
+    dataset = load_dataset(params.dataset, opts.datasets)
     # the load report names its files relative to the project (or $LAB_DATASETS): the prepared
     # folder, and so dvc.lock's record of it, is the same in every checkout
     dataset = replace(dataset, report={k: _portable(v, opts.datasets) for k, v in dataset.report.items()})
     write_tables(dataset, _fresh(layout.prepared))
     s = dataset.summary()
-    return f"{dataset.name}: {s['memories']} memories, {s['questions']} questions -> {layout.prepared}"
+    return Prepared(dataset.name, s["memories"], s["questions"], layout.prepared)
 
 
-def stage_index(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+def stage_index(params: StageParams, layout: Layout, opts: StageOptions) -> Indexed:
     import time
 
 
@@ -154,17 +209,17 @@ def stage_index(params: dict[str, Any], layout: Layout, opts: StageOptions) -> s
     path = eval_store(dataset, _save(params), root=layout.eval_root, progress=opts.progress)
     seconds = round(time.perf_counter() - started, 2)
     _write_metrics(layout, "index", {"dataset": dataset.name, "memories": len(dataset.memories),
-                                     "store": path.name, "build_seconds": seconds, "index": params["index"]},
+                                     "store": path.name, "build_seconds": seconds, "index": params.index},
                    ("memories", "build_seconds"))
-    return f"store {path}"
+    return Indexed(path)
 
 
-def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+def stage_candidates(params: StageParams, layout: Layout, opts: StageOptions) -> CandidatesMade:
     import polars as pl
 
 
     dataset = _prepared(layout)
-    search = candidate_from(params["preset"], None).search
+    search = candidate_from(params.preset, None).search
     retriever = eval_retriever(dataset, _save(params), root=layout.eval_root, progress=opts.progress)
     cands, _ = candidate_table(retriever, dataset, search, depth=max(DEFAULT_KS), root=layout.eval_root)
     prepared_for(cands)  # its encodings are written beside the table now, not by a later stage
@@ -187,7 +242,7 @@ def stage_candidates(params: dict[str, Any], layout: Layout, opts: StageOptions)
     _svg(layout.plots / "by_category.svg", f"recall@10 of {search.name} by question category",
          lambda ax: (ax.barh([r["category"] for r in by_cat], [r["recall@10"] for r in by_cat]),
                      ax.set_xlabel("recall@10"), ax.set_xlim(0, 1), ax.grid(axis="x", alpha=0.3)))
-    return f"{cands.height} candidate rows; {search.name} recall@10 {m['metrics']['recall@10']:.4f}"
+    return CandidatesMade(cands.height, search.name, m["metrics"]["recall@10"])
 
 
 def _write_metrics(layout: Layout, name: str, details: dict[str, Any], headline: tuple[str, ...]) -> None:
@@ -213,17 +268,17 @@ def _svg(path: Path, title: str, draw: Callable[[Any], Any]) -> None:
     plt.close(fig)
 
 
-def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+def stage_sweep(params: StageParams, layout: Layout, opts: StageOptions) -> Swept:
     import polars as pl
 
 
-    source = read_yaml(Path(params["profile"]["sweep"]), "sweep file")
+    source = read_yaml(Path(params.sweep), "sweep file")
     # the prepared dataset and the index-time parameters, pinned (one store: the index stage's)
     chunk = _save(params).chunk
     index_dims = {"index.context_turns": [int(chunk.context_turns)], "index.time_in_text": [bool(chunk.time_in_text)]}
-    spec = parse_spec({**source, "dataset": str(layout.prepared), "base": params["preset"],
+    spec = parse_spec({**source, "dataset": str(layout.prepared), "base": params.preset,
                        "space": {**index_dims, **{k: v for k, v in source["space"].items() if not k.startswith("index.")}}},
-                      where=params["profile"]["sweep"])
+                      where=params.sweep)
     out = _fresh(layout.out / "sweep")
     result = run_sweep(spec, out_root=out, progress=opts.progress, root=layout.eval_root, track=opts.track)
     shutil.copy(result.folder / "best.yaml", out / "best.yaml")
@@ -243,7 +298,7 @@ def stage_sweep(params: dict[str, Any], layout: Layout, opts: StageOptions) -> s
                          ax.scatter(points["fusion.k"], points[f"validation/{obj}"], s=14, label="validation",
                                     alpha=0.7, marker="x"),
                          ax.set_xlabel("RRF k"), ax.set_ylabel(obj), ax.legend(), ax.grid(alpha=0.3)))
-    return f"best {obj} {summary['tune']:.4f} on tune, {summary['validation']:.4f} on validation -> {out / 'best.yaml'}"
+    return Swept(obj, summary["tune"], summary["validation"], out / "best.yaml")
 
 
 def gate_candidate(gate_file: str | Path, candidate: str | Path, *, out_root: str | Path, track: bool = True,
@@ -260,48 +315,48 @@ def gate_candidate(gate_file: str | Path, candidate: str | Path, *, out_root: st
                     root=root, progress=progress, export=export, uri=uri, embedder=embedder)
 
 
-def pipeline_model(params: dict[str, Any]) -> str:
+def pipeline_model(params: StageParams) -> str:
     """The registered model of the DVC pipeline on this dataset: one champion per dataset, apart
     from `lab demo`'s and the user's own."""
-    return f"{params['model']}-{params['dataset']}"
+    return f"{params.model}-{params.dataset}"
 
 
-def stage_gate(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+def stage_gate(params: StageParams, layout: Layout, opts: StageOptions) -> Gated:
     out = _fresh(layout.out / "gate")
-    report = gate_candidate(params["profile"]["gate"], layout.out / "sweep" / "best.yaml", out_root=out,
+    report = gate_candidate(params.gate, layout.out / "sweep" / "best.yaml", out_root=out,
                             track=opts.track, datasets=opts.datasets, root=layout.gate_root, progress=opts.progress,
                             model=pipeline_model(params))
     shutil.copy(report.folder / "gate.json", out / "gate.json")
     _write_json(layout.metrics / "gate.json", {"verdict": report.verdict, "go": int(report.verdict == "GO"),
                                                "checks_failed": sum(not c.passed for c in report.checks),
                                                **{f"{s}.{k}": v for s, d in report.suites.items()
-                                                  for k, v in d["metrics"].items()}})
-    return f"verdict {report.verdict} ({len(report.checks)} checks)"
+                                                  for k, v in d.metrics.items()}})
+    return Gated(report)
 
 
-def stage_export(params: dict[str, Any], layout: Layout, opts: StageOptions) -> str:
+def stage_export(params: StageParams, layout: Layout, opts: StageOptions) -> ExportedModel:
     reports = sorted((layout.out / "gate").glob("*/gate.json"))
     if not reports:
         raise ValidationError(f"no gate report under {layout.out / 'gate'}: run `lab stage gate` first")
     report = load_report(reports[0].parent)
-    gate = replace(load_gate(params["profile"]["gate"]), model=pipeline_model(params))
+    gate = replace(load_gate(params.gate), model=pipeline_model(params))
     store = json.loads((layout.metrics / "details" / "index.json").read_text(encoding="utf-8"))["store"]
     bundle = _fresh(layout.out / "bundle")
     got = export_gated(report, str(layout.out / "sweep" / "best.yaml"), gate, layout.eval_root / "stores" / store,
                        bundle=bundle)
-    _write_json(layout.out / "export.json", {k: v for k, v in got.items() if k != "bundle"} | {"bundle": str(bundle)})
-    again = " (the same bundle as before: not registered again)" if got.get("reused") else ""
-    return f"exported {gate.model} version {got.get('version')}{again} -> {bundle}"
+    _write_json(layout.out / "export.json", got.as_dict() | {"bundle": str(bundle)})
+    return ExportedModel(gate.model, got, bundle)
 
 
-RUN: dict[str, Callable[[dict[str, Any], Layout, StageOptions], str]] = {
+RUN: dict[str, Callable[[StageParams, Layout, StageOptions], StageResult]] = {
     "prepare": stage_prepare, "index": stage_index, "candidates": stage_candidates, "sweep": stage_sweep,
     "gate": stage_gate, "export": stage_export,
 }
 
 
-def run_stage(name: str, params: dict[str, Any], layout: Layout = Layout(), opts: StageOptions = StageOptions()) -> str:
-    """Run one stage; returns the line saying what it made."""
+def run_stage(name: str, params: StageParams, layout: Layout = Layout(),
+              opts: StageOptions = StageOptions()) -> StageResult:
+    """Run one stage; returns what it made."""
     if name not in RUN:
         raise ValidationError(f"unknown stage {name!r}; known: {list(STAGES)}")
     # every stage shares one embedding cache outside the stages' outputs (nothing embedded twice)

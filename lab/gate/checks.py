@@ -50,7 +50,7 @@ class GateConfig:
     path: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
     suite: str
     name: str

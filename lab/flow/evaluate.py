@@ -1,0 +1,118 @@
+"""`evaluate`: presets or a candidate file, with `lab eval`'s one-field overrides merged in, evaluated
+on a dataset; each configuration's run folder written (and logged to MLflow when asked).
+
+A candidate file (a sweep's best.yaml) brings the index-time and assembly settings it was chosen
+with; an override changes one field of them and leaves the rest as the candidate set it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from lab import track
+from lab.config import ENCODERS, SaveConfig, SearchConfig
+from lab.embed.registry import check_models
+from lab.eval.goldens import load_dataset
+from lab.eval.report import candidate_from, config_from
+from lab.eval.runner import EvalOptions, EvalResult
+from lab.eval.runs import DatasetOptions, evaluate_to_folder
+from lab.eval.stores import eval_retriever, save_config
+
+
+@dataclass(frozen=True)
+class EvalCandidate:
+    """What is evaluated: preset names, else a candidate file (a SearchConfig, optionally with
+    save and assemble sections)."""
+    presets: tuple[str, ...] = ()
+    file: str | Path | None = None
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """One field each over the candidate's own settings (None, False or empty: the candidate's)."""
+    context_turns: int | None = None  # index time
+    time_in_text: bool = False  # index time
+    model: str | None = None  # index time: the store's embedding model
+    encoders: tuple[str, ...] = ()  # index time: extra encoders, each also ranked by every configuration
+    counter: str | None = None  # assembly: the token counter
+    budget: int | None = None  # assembly: the token budget (0: no context metrics)
+    query_model: str | None = None  # encode the questions with this model instead
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Which dataset, and how it is loaded."""
+    name: str
+    root: str | Path | None = None  # the datasets root (None: the workspace's)
+    split: str = "train"
+    observations: bool = False
+    summaries: bool = False
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """What an evaluation runs: the search configurations over one store, and the options."""
+    configs: tuple[SearchConfig, ...]
+    save: SaveConfig
+    options: EvalOptions
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One configuration evaluated: its result, its run folder and its MLflow run (None: not tracked)."""
+    dataset: str
+    config: SearchConfig
+    result: EvalResult
+    folder: Path
+    run_id: str | None
+
+
+def plan(candidate: EvalCandidate, overrides: Overrides, options: EvalOptions) -> EvalPlan:
+    """The configurations, the store's save settings and the options, overrides merged in; every
+    input checked before any dataset is loaded and indexed (the long part)."""
+    save = save_config(overrides.context_turns, overrides.time_in_text)
+    if candidate.presets:
+        configs = [config_from(p, None) for p in candidate.presets]
+    else:
+        chosen = candidate_from(None, candidate.file)
+        configs = [chosen.search]
+        if chosen.save is not None:
+            chunk = chosen.save.chunk
+            if overrides.context_turns is not None:
+                chunk = replace(chunk, context_turns=overrides.context_turns)
+            if overrides.time_in_text:
+                chunk = replace(chunk, time_in_text=True)
+            save = replace(chosen.save, chunk=chunk)
+        if chosen.assemble is not None:
+            counter = overrides.counter or chosen.assemble.counter
+            budget = chosen.assemble.budget if overrides.budget is None else overrides.budget
+            options = replace(options, assemble=replace(chosen.assemble, counter=counter), budget=budget or None)
+    if overrides.model:
+        save = replace(save, embed=replace(save.embed, model=overrides.model))
+    if overrides.encoders:  # carried by the store, ranked by every configuration evaluated
+        save = replace(save, index=replace(save.index, models=tuple(overrides.encoders)))
+        lists = tuple(ENCODERS[m] for m in overrides.encoders)
+        configs = [replace(c, encoders=tuple(dict.fromkeys((*c.encoders, *lists)))) for c in configs]
+    check_models(save.embed, overrides.query_model)
+    return EvalPlan(tuple(configs), save, options)
+
+
+def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, options: EvalOptions, *, out: str | Path = "runs",
+             tracked: bool = True, uri: str | None = None, progress: bool = False,
+             embedder: Any = None) -> Iterator[Evaluated]:
+    """Evaluate each configuration of ``candidate`` (``overrides`` merged in) on ``data``, yielding
+    each as its run folder is written (and its MLflow run logged, when ``tracked``); ``embedder``: an
+    embedder already loaded (the demo's), else the store's own."""
+    chosen = plan(candidate, overrides, options)
+    dataset = load_dataset(data.name, data.root, split=data.split, observations=data.observations,
+                           summaries=data.summaries)
+    retriever = eval_retriever(dataset, chosen.save, embedder=embedder, progress=progress,
+                               query_model=overrides.query_model)
+    for config in chosen.configs:
+        result, folder = evaluate_to_folder(retriever, dataset, config, chosen.options, out,
+                                            DatasetOptions(data.observations, data.summaries))
+        run_id = None
+        if tracked:
+            run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version), uri=uri)
+        yield Evaluated(dataset.name, config, result, folder, run_id)
