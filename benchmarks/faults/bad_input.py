@@ -79,6 +79,13 @@ SETTINGS: list[tuple[str, dict[str, Any], dict[str, str], dict[str, Any] | None,
     ("settings: auth word", {"auth": "maybe"}, {}, None, "auth"),
     ("settings: log level word", {"log_level": "loud"}, {}, None, "log_level"),
     ("settings: batch not an integer", {"query_batch": "2.5"}, {}, None, "query_batch"),
+    ("settings: rate 1e-300", {"rate": "1e-300"}, {}, None, "rate"),
+    ("settings: refresh_seconds 0", {}, {"LAB_SERVE_REFRESH_SECONDS": "0"}, None, "refresh_seconds"),
+    ("settings: snapshot_seconds 0", {}, {}, {"snapshot_seconds": 0}, "snapshot_seconds"),
+    ("settings: embed_timeout_s 1e-300", {}, {"LAB_SERVE_EMBED_TIMEOUT_S": "1e-300"}, None, "embed_timeout_s"),
+    ("settings: port 0", {"port": 0}, {}, None, "port"),
+    ("settings: mcp_sessions_per_key 0", {"mcp_sessions_per_key": 0}, {}, None, "mcp_sessions_per_key"),
+    ("settings: mcp_session_idle_s 0", {"mcp_session_idle_s": 0}, {}, None, "mcp_session_idle_s"),
 ]
 
 
@@ -143,6 +150,7 @@ def model_cases(tmp: Path, pipe: Any) -> list[Outcome]:
 def http_cases(client: Any) -> list[Outcome]:
     """Bodies a hostile or careless client sends to a running server (namespace 'bad' exists)."""
     post = client.post
+    mid = post("/v1/memories", json={"namespace": "bad", "content": "a memory the bad bodies aim at"}).json()["id"]
     out = [
         status("input", "http: content empty", post("/v1/memories", json={"namespace": "bad", "content": ""}),
                {422}, "content"),
@@ -150,7 +158,10 @@ def http_cases(client: Any) -> list[Outcome]:
                {422}, "content"),
         status("input", "http: importance NaN (not JSON)",
                post("/v1/memories", content=b'{"namespace": "bad", "content": "x", "importance": NaN}',
-                    headers={"Content-Type": "application/json"}), {422}),
+                    headers={"Content-Type": "application/json"}), {422}, "importance"),
+        status("input", "http: metadata NaN (not JSON)",
+               post("/v1/memories", content=b'{"namespace": "bad", "content": "x", "metadata": {"s": NaN}}',
+                    headers={"Content-Type": "application/json"}), {422}, "metadata"),
         status("input", "http: importance 2", post("/v1/memories", json={**GOOD, "importance": 2}), {422}, "importance"),
         status("input", "http: unknown field", post("/v1/memories", json={**GOOD, "colour": "red"}), {422}, "colour"),
         status("input", "http: namespace traversal", post("/v1/memories", json={"namespace": "../../etc", "content": "x"}),
@@ -164,28 +175,57 @@ def http_cases(client: Any) -> list[Outcome]:
         status("input", "http: budget negative",
                post("/v1/context", json={"namespace": "bad", "query": "x", "budget": -5}), {422}, "budget"),
         status("input", "http: body not JSON", post("/v1/search", content=b"k=3",
-                                                    headers={"Content-Type": "application/json"}), {422}),
+                                                    headers={"Content-Type": "application/json"}), {422}, "JSON"),
         status("input", "http: body not UTF-8", post("/v1/memories", content=b'{"namespace": "bad", "content": "\xff\xfe"}',
-                                                     headers={"Content-Type": "application/json"}), {400, 422}),
+                                                     headers={"Content-Type": "application/json"}), {400, 422}, "body"),
         status("input", "http: deeply nested metadata",
                post("/v1/memories", content=b'{"namespace": "bad", "content": "x", "metadata": ' + b"[" * 5000
                     + b"]" * 5000 + b"}", headers={"Content-Type": "application/json"}), {413, 422}, "body"),
-        status("input", "http: oversized body", post("/v1/memories", json={**GOOD, "content": "x" * 2_000_000}), {413}),
+        status("input", "http: oversized body", post("/v1/memories", json={**GOOD, "content": "x" * 2_000_000}), {413},
+               "1048576 bytes"),
         status("input", "http: oversized streamed body",
                post("/v1/memories", content=iter([b'{"content": "' + b"x" * 500_000] * 5),
-                    headers={"Content-Type": "application/json"}), {413}),
+                    headers={"Content-Type": "application/json"}), {413}, "1048576 bytes"),
         status("input", "http: unknown namespace", post("/v1/search", json={"namespace": "nowhere", "query": "x"}),
                {404}, "nowhere"),
-        status("input", "http: empty patch", client.patch("/v1/memories/bad:x", json={}), {404, 422}),
+        status("input", "http: empty patch", client.patch(f"/v1/memories/{mid}", json={}), {422}, "body"),
         status("input", "http: tags too many", post("/v1/memories", json={**GOOD, "tags": ["t"] * 1000}), {422}, "tags"),
         status("input", "http: edge to nowhere",
-               post("/v1/edges", json={"namespace": "bad", "edges": [{"src": "bad:a", "dst": "bad:b",
-                                                                      "relation": "related_to"}]}), {404, 422}),
+               post("/v1/edges", json={"edges": [{"src": mid, "dst": "bad:nowhere", "relation": "related_to"}]}),
+               {404}, "bad:nowhere"),
         status("input", "http: unknown relation",
                post("/v1/edges", json={"namespace": "bad", "edges": [{"src": "bad:a", "dst": "bad:b",
                                                                       "relation": "loves"}]}), {422}, "relation"),
-        status("input", "http: Content-Length not a number", _raw_bad_length(client), {400}),
+        status("input", "http: Content-Length not a number", _raw_bad_length(client), {400}, "invalid"),
     ]
+    return out + method_cases(client, mid)
+
+
+def method_cases(client: Any, mid: str) -> list[Outcome]:
+    """405s: a namespace's stats are not deleted through their path, and every 405's Allow header
+    lists exactly the methods the path answers (HEAD included)."""
+    out = []
+    r = client.delete("/v1/namespaces/bad/stats")
+    kept = "bad" in client.get("/v1/namespaces").json()["items"]
+    got = status("input", "http: DELETE a namespace's stats", r, {405}, code="method_not_allowed")
+    got.observed += f"; namespace 'bad' still there: {kept}"
+    got.ok = got.ok and kept
+    out.append(got)
+    throwaway = client.post("/v1/memories", json={"namespace": "bad", "content": "deleted by the Allow probe"}).json()["id"]
+    for path in ("/v1/memories/batch", "/v1/namespaces", "/health", "/v1/search", f"/v1/memories/{throwaway}",
+                 "/v1/namespaces/bad/stats", "/v1/memories?namespace=bad"):
+        r = client.put(path, json={})
+        allow = {m.strip() for m in r.headers.get("allow", "").split(",") if m.strip()}
+        mismatched = []
+        for method in ("GET", "HEAD", "POST", "PATCH", "DELETE"):
+            answered = client.request(method, path, json={} if method in ("POST", "PATCH") else None).status_code != 405
+            if answered != (method in allow):
+                mismatched.append(f"{method} {'answered' if answered else '405'} but {'not ' if answered else ''}listed")
+        out.append(Outcome("input", f"http: Allow of {path.replace(throwaway, '<id>')}",
+                           "405 to PUT; Allow lists exactly the methods answered",
+                           f"{r.status_code}, Allow {sorted(allow)}" + (f"; {'; '.join(mismatched)}" if mismatched else ""),
+                           r.status_code == 405 and bool(allow) and not mismatched
+                           and ("POST" in allow if path.endswith("batch") else True)))
     return out
 
 
@@ -209,3 +249,42 @@ def _raw_bad_length(client: Any) -> Any:
         return json.loads(body.decode("utf-8", "replace"))
 
     return SimpleNamespace(status_code=code, text=body.decode("utf-8", "replace"), json=as_json)
+
+
+def cli_cases(tmp: Path, short: bool) -> list[Outcome]:
+    """`lab eval` and `lab search` refusing a bad option or file before any work: the dataset is
+    one that does not exist, so a refusal that names the option (not the dataset) came first."""
+    import time
+
+    from servers import lab
+
+    (tmp / "since.yaml").write_text("filters:\n  since: garbage\n")
+    (tmp / "empty.yaml").write_text("")
+    (tmp / "blank.yaml").write_text("# nothing but a comment\n")
+    store = tmp / "input-store"
+    cases = [
+        ("lab eval: filters.since garbage", ["eval", "--dataset", "no-such-dataset", "--config", tmp / "since.yaml"],
+         ["filters.since", "garbage"]),
+        ("lab search: an empty preset file", ["search", "billing", "--store", store, "--namespace", "bad", "--preset",
+                                              tmp / "empty.yaml"], ["empty.yaml"]),
+    ]
+    if not short:
+        cases += [
+            ("lab eval: --k -1", ["eval", "--dataset", "no-such-dataset", "--k", "-1"], ["-1"]),
+            ("lab eval: an empty preset file", ["eval", "--dataset", "no-such-dataset", "--config", tmp / "empty.yaml"],
+             ["empty.yaml"]),
+            ("lab search: a preset file of only a comment", ["search", "billing", "--store", store, "--namespace", "bad",
+                                                            "--preset", tmp / "blank.yaml"], ["blank.yaml"]),
+        ]
+    out = []
+    for case, args, names in cases:
+        extra = ["--no-track", "--quiet", "--out", str(tmp / "runs")] if args[0] == "eval" else []
+        t0 = time.perf_counter()
+        got = lab(*args, *extra, timeout=120)
+        said = (got.stdout + got.stderr).strip()
+        last = said.splitlines()[-1] if said else "(nothing)"
+        named = all(n.lower() in said.lower() for n in names) and "no-such-dataset" not in said
+        out.append(Outcome("input", case, f"exit 2 naming {names}, before the dataset",
+                           f"exit {got.returncode} in {time.perf_counter() - t0:.1f} s: {last[:160]}",
+                           got.returncode == 2 and named and "Traceback" not in said))
+    return out

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 @dataclass
 class Outcome:
-    group: str  # kills | writers | damage | input | security
+    group: str  # one of run.PARTS
     case: str
     expected: str
     observed: str
@@ -35,21 +35,51 @@ def refused(group: str, case: str, call: Callable[[], Any], names: str) -> Outco
     return Outcome(group, case, expected, "accepted", False)
 
 
-def status(group: str, case: str, response: Any, want: set[int], names: str | None = None) -> Outcome:
-    """An HTTP answer with one of the ``want`` statuses (and, for an error, a message naming ``names``)."""
-    code = response.status_code
-    ok = code in want
-    observed = str(code)
-    if code >= 400:
-        try:
-            message = response.json()["error"]["message"]
-        except Exception:
-            message = response.text[:100]
-        observed += f" {message[:110]}"
+def error_of(response: Any) -> dict[str, Any]:
+    """lab's error body (``{"error": {"status", "code", "message", "field"}}``) of a response, or {}."""
+    try:
+        got = response.json()["error"]
+        return got if isinstance(got, dict) else {}
+    except Exception:
+        return {}
+
+
+def status(group: str, case: str, response: Any, want: set[int], names: str | None = None, *,
+           field: str | None = None, code: str | None = None, absent: tuple[str, ...] = ()) -> Outcome:
+    """An HTTP answer with one of the ``want`` statuses and, for an error, the reason it gives:
+    a message naming ``names``, an error field ending in ``field``, the error code ``code``; and
+    none of ``absent`` anywhere in the body (a secret, another namespace's text)."""
+    status_code = response.status_code
+    ok = status_code in want
+    observed = str(status_code)
+    if status_code >= 400:
+        err = error_of(response)
+        message = err.get("message") if err else response.text[:100]
+        observed += f" {str(message)[:150]}"
+        if field is not None or code is not None:
+            observed += f" [code {err.get('code')}, field {err.get('field')}]"
         if names is not None:
-            ok = ok and names.lower() in message.lower()
-    expected = "/".join(str(w) for w in sorted(want)) + (f" naming {names!r}" if names else "")
-    return Outcome(group, case, expected, observed, ok and code < 500)
+            ok = ok and names.lower() in str(message).lower()
+        if field is not None:
+            ok = ok and str(err.get("field") or "").endswith(field)
+        if code is not None:
+            ok = ok and err.get("code") == code
+    leaked = [a for a in absent if a in response.text]
+    if leaked:
+        observed += f"; LEAKED {leaked}"
+    expected = "/".join(str(w) for w in sorted(want)) + (f" naming {names!r}" if names else "") + \
+        (f", field ..{field}" if field else "") + (f", code {code}" if code else "")
+    return Outcome(group, case, expected, observed, ok and not leaked and (status_code < 500 or status_code in want))
+
+
+def same_answer(group: str, case: str, a: Any, b: Any, a_id: str, b_id: str, want: set[int]) -> Outcome:
+    """Two answers a caller must not be able to tell apart: the same status and the same message
+    once each names its own id (``a`` about ``a_id``, ``b`` about ``b_id``)."""
+    ma = str(error_of(a).get("message", a.text)).replace(a_id, "<id>")
+    mb = str(error_of(b).get("message", b.text)).replace(b_id, "<id>")
+    ok = a.status_code == b.status_code and a.status_code in want and ma == mb
+    return Outcome(group, case, f"{'/'.join(map(str, sorted(want)))}, the same answer either way",
+                   f"{a.status_code} {ma[:110]} | {b.status_code} {mb[:110]}", ok)
 
 
 def print_table(outcomes: list[Outcome]) -> None:
