@@ -326,13 +326,7 @@ def to_yaml(config: Any) -> str:
 
 
 def from_yaml(cls: type[T], text: str) -> T:
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"invalid YAML: {exc}") from exc
-    return from_dict(cls, data)
+    return from_dict(cls, parse_yaml(text, None, cls.__name__))
 
 
 YAML_ALIAS_NODES = 10_000  # nodes a file's aliases may add, all told (anchors reused, not a bomb)
@@ -341,39 +335,48 @@ YAML_ALIAS_NODES = 10_000  # nodes a file's aliases may add, all told (anchors r
 def read_yaml(path: str | Path, what: str) -> Any:
     """A YAML file's parsed content; a missing file, invalid YAML or aliases that would expand past
     ``YAML_ALIAS_NODES`` nodes (a "billion laughs" bomb) is a ValidationError naming ``what``."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ValidationError(f"{what} not found: {p}")
     try:
-        loader = yaml.SafeLoader(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    return parse_yaml(text, p, what)
+
+
+def parse_yaml(text: str, path: Path | None, what: str) -> Any:
+    """YAML text's content, its aliases bounded (``read_yaml``); errors name ``path`` when given."""
+    import yaml
+
+    where = f"{path}: " if path is not None else ""
+    try:
+        loader = yaml.SafeLoader(text)
         try:
             # composed first, its aliases are still shared nodes: count what they expand to before
             # building values that every later walk (JSON, templates) would expand in full
             node = loader.get_single_node()
             if node is not None:
-                _count_alias_nodes(node, p, what)
+                _count_alias_nodes(node, where, what)
             return None if node is None else loader.construct_document(node)
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
         # the parser names its input "<unicode string>": name the file instead
-        raise ValidationError(f"{p}: invalid YAML: {str(exc).replace('<unicode string>', str(p))}") from None
-    except UnicodeDecodeError as exc:
-        raise ValidationError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        shown = str(exc).replace("<unicode string>", str(path)) if path is not None else str(exc)
+        raise ValidationError(f"{where}invalid YAML: {shown}") from None
     except RecursionError:
-        raise ValidationError(f"{p}: {what} nested too deeply to read") from None
+        raise ValidationError(f"{where}{what} nested too deeply to read") from None
 
 
-def _count_alias_nodes(root: Any, path: Path, what: str) -> None:
+def _count_alias_nodes(root: Any, where: str, what: str) -> None:
     """Refuse a document whose aliases add more than ``YAML_ALIAS_NODES`` nodes, or refer to themselves."""
     sizes: dict[int, int] = {}  # id(node) -> its node count with aliases expanded
     open_nodes: set[int] = set()
     added = 0
 
     def refuse(why: str) -> ValidationError:
-        return ValidationError(f"{path}: {what}: {why}; write the repeated part out instead")
+        return ValidationError(f"{where}{what}: {why}; write the repeated part out instead")
 
     def size(node: Any) -> int:
         nonlocal added

@@ -304,6 +304,12 @@ def test_an_alias_bomb_is_refused_as_the_file_loads_naming_the_file_and_the_limi
     with pytest.raises(ValidationError, match=re.escape(f"bomb.yaml: sweep file: its YAML aliases expand to more "
                                                         f"than {YAML_ALIAS_NODES} nodes")):
         read_yaml(path, "sweep file")
+    # and so does a config parsed from text (a bundle's or a preset's YAML)
+    from lab.config import SearchConfig, from_yaml
+
+    with pytest.raises(ValidationError, match=re.escape(f"SearchConfig: its YAML aliases expand to more than "
+                                                        f"{YAML_ALIAS_NODES} nodes")):
+        from_yaml(SearchConfig, path.read_text())
 
 
 def test_an_alias_inside_its_own_anchor_and_deep_nesting_are_refused(tmp_path):
