@@ -26,6 +26,7 @@ from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
 from lab.serve.errors import public_error
 from lab.serve.guard import RequestGuard
+from lab.serve.ops import RESERVED_LAST_SEGMENT
 from lab.serve.metrics import Metrics
 from lab.serve.service import MemoryService
 from lab.serve.settings import Settings
@@ -137,14 +138,16 @@ def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
     table = getattr(app.state, "method_table", None)
     if table is None:
         table = [(re.compile("^" + re.sub(r"\\{[^}]+\\}", ".+", re.escape(path)) + "$"),
-                  len(re.sub(r"{[^}]+}", "", path)), {m.upper() for m in ops})
+                  {m.upper() for m in ops})
                  for path, ops in app.openapi().get("paths", {}).items()]
         app.state.method_table = table
-    # the most specific paths that match: /v1/memories/batch is that route's own, not a memory
-    # id; /v1/namespaces/a/stats is a's statistics, not a namespace named a/stats to delete
-    matched = [(literal, ops) for pattern, literal, ops in table if pattern.match(scope.get("path", ""))]
-    most = max((literal for literal, _ in matched), default=0)
-    methods = set().union(*(ops for literal, ops in matched if literal == most))
+    path = scope.get("path", "")
+    methods: set[str] = set()
+    for pattern, ops in table:
+        if pattern.match(path):
+            methods |= ops
+    if path.rstrip("/").endswith("/" + RESERVED_LAST_SEGMENT):
+        methods.discard("DELETE")  # a namespace's statistics, read-only: its DELETE answers 405 itself
     return sorted(methods)  # no HEAD: the API's routes do not answer it (405), so it is not offered
 
 
