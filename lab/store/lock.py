@@ -26,37 +26,37 @@ class WriterLock:
 
         if self._lock is None:
             self._lock = FileLock(str(self.root / WRITE_LOCK))
-        return _Held(self, timeout)
+        return _Held(self._lock, self.root, self.tables, timeout)
 
 
 class _Held:
     """One hold of a ``WriterLock``: says which store was busy when the wait runs out."""
 
-    def __init__(self, owner: WriterLock, timeout: float) -> None:
-        self.owner, self.timeout = owner, timeout
+    def __init__(self, lock: Any, root: Path, tables: tuple[DeltaFrame, ...], timeout: float) -> None:
+        self.lock, self.root, self.tables, self.timeout = lock, root, tables, timeout
 
     def __enter__(self) -> None:
         from filelock import Timeout
 
-        lock = self.owner._lock
+        lock = self.lock
         try:
             lock.acquire(timeout=self.timeout, poll_interval=0.002)  # short polls: waiters get their turn
         except Timeout:
-            raise ConflictError(f"store {self.owner.root} is busy: another writer held its lock for over "
+            raise ConflictError(f"store {self.root} is busy: another writer held its lock for over "
                                 f"{self.timeout:g} s (set LAB_WRITE_LOCK_TIMEOUT to wait longer)") from None
         if lock.lock_counter == 1:  # the outermost hold in this thread
             try:
-                for table in self.owner.tables:
+                for table in self.tables:
                     table.hold()
             except BaseException:  # a damaged log: never keep the lock (or a table held) behind
-                for table in self.owner.tables:
+                for table in self.tables:
                     table.unhold()
                 lock.release()
                 raise
 
     def __exit__(self, *exc: Any) -> None:
-        lock = self.owner._lock
+        lock = self.lock
         if lock.lock_counter == 1:
-            for table in self.owner.tables:
+            for table in self.tables:
                 table.unhold()
         lock.release()
