@@ -1,4 +1,5 @@
-"""mkdocs hooks: the results page is generated from the figure files before every build."""
+"""mkdocs hooks: the results page (from the figure files) and the settings reference (from the
+declarations in lab.fields) are generated before every build."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,7 +7,8 @@ from pathlib import Path
 
 
 def on_pre_build(config, **kwargs) -> None:
-    spec = importlib.util.spec_from_file_location("gen_results", Path(__file__).with_name("gen_results.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main()
+    for name in ("gen_results", "gen_settings"):
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main()

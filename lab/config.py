@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import types
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lab.errors import ValidationError
+# check_number and from_dict are lab.fields', imported from here by code that reads configs
+from lab.fields import check_declared, check_number, from_dict, setting  # noqa: F401
 
 T = TypeVar("T")
 
@@ -32,22 +31,6 @@ VIEW_SIGNALS: tuple[str, ...] = ("vector", "lexical")  # the signals a view rank
 ENCODERS: dict[str, str] = {"e5": "vector@e5", "e5-sparse": "sparse@e5", "minilm": "vector@minilm"}
 
 
-def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-                 above: float | None = None) -> None:
-    """A finite number within bounds, or a ValidationError naming the field, the value and the range.
-
-    ``low``/``high`` are inclusive bounds, ``above`` an exclusive lower bound."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = ((low is None or value >= low) and (high is None or value <= high)
-              and (above is None or value > above))
-    if not ok:
-        lo = f"> {above:g}" if above is not None else (f">= {low:g}" if low is not None else "")
-        hi = f"<= {high:g}" if high is not None else ""
-        allowed = " and ".join(p for p in (lo, hi) if p) or "any finite number"
-        raise ValidationError(f"{name} must be a finite number {allowed}, got {value!r}", field=name)
-
-
 def parse_time(value: Any, field: str) -> datetime:
     """ISO 8601 string or datetime -> aware UTC datetime (naive values are taken as UTC)."""
     if isinstance(value, datetime):
@@ -60,10 +43,10 @@ def parse_time(value: Any, field: str) -> datetime:
             dt = datetime.fromisoformat(text)
         except ValueError:
             raise ValidationError(
-                f"{field}: {value!r} is not an ISO 8601 date-time (e.g. 2026-01-14T09:32:00Z)"
+                f"{field}: {value!r} is not an ISO 8601 date-time (e.g. 2026-01-14T09:32:00Z)", field=field
             ) from None
     else:
-        raise ValidationError(f"{field}: expected an ISO 8601 string, got {type(value).__name__}")
+        raise ValidationError(f"{field}: expected an ISO 8601 string, got {type(value).__name__}", field=field)
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.astimezone(timezone.utc)
@@ -100,27 +83,24 @@ class ChunkConfig:
     conversation (benchmarks/quality_cv.py).
     """
 
-    size: int = 350
-    overlap: int = 150
-    prepend_title_tags: bool = True
-    context_turns: int = 2
-    time_in_text: bool = False
-    views: tuple[str, ...] = ("plain",)
+    size: int = setting(350, low=1, doc="tokens per chunk")
+    overlap: int = setting(150, low=0, doc="tokens shared by consecutive chunks (< size)")
+    prepend_title_tags: bool = setting(True, doc="prepend the title and tags to every chunk")
+    context_turns: int = setting(2, low=0, high=20, doc="earlier turns of the episode indexed with each memory")
+    time_in_text: bool = setting(False, doc="index each memory with its date")
+    views: tuple[str, ...] = setting(("plain",), doc=f"extra index-time views, of {list(INDEX_VIEWS)}")
 
     def __post_init__(self) -> None:
-        if self.size < 1:
-            raise ValidationError(f"chunk.size must be >= 1, got {self.size}")
-        if not 0 <= self.overlap < self.size:
-            raise ValidationError(
-                f"chunk.overlap must be >= 0 and < chunk.size ({self.size}), got {self.overlap}"
-            )
-        if not 0 <= self.context_turns <= 20:
-            raise ValidationError(f"chunk.context_turns must be in 0..20, got {self.context_turns}")
+        check_declared(self, "chunk.")
+        if self.overlap >= self.size:
+            raise ValidationError(f"chunk.overlap must be >= 0 and < chunk.size ({self.size}), got {self.overlap}",
+                                  field="chunk.overlap")
         bad = sorted(set(self.views) - set(INDEX_VIEWS))
         if bad:
-            raise ValidationError(f"chunk.views: unknown view(s) {bad}; index-time views: {list(INDEX_VIEWS)}")
+            raise ValidationError(f"chunk.views: unknown view(s) {bad}; index-time views: {list(INDEX_VIEWS)}",
+                                  field="chunk.views")
         if len(set(self.views)) != len(self.views):
-            raise ValidationError(f"chunk.views lists a view twice: {list(self.views)}")
+            raise ValidationError(f"chunk.views lists a view twice: {list(self.views)}", field="chunk.views")
 
     @property
     def indexed_views(self) -> tuple[str, ...]:
@@ -133,27 +113,25 @@ class ChunkConfig:
 class EmbedConfig:
     """Which embedder a store uses; the model id is recorded in the store and checked on open."""
 
-    model: str = DEFAULT_MODEL
-    batch_size: int = 64
-    cache: bool = True
+    model: str = setting(DEFAULT_MODEL, doc="the store's embedding model (`lab models`)")
+    batch_size: int = setting(64, low=1, doc="texts per model call")
+    cache: bool = setting(True, doc="reuse vectors of texts embedded before")
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValidationError(f"embed.batch_size must be >= 1, got {self.batch_size}")
+        check_declared(self, "embed.")
 
 
 @dataclass(frozen=True)
 class VectorIndexConfig:
     """hnswlib parameters; search ef is raised to at least k at query time."""
 
-    m: int = 16
-    ef_construction: int = 200
-    ef_search: int = 100
-    seed: int = 100
+    m: int = setting(16, low=1, doc="hnswlib's links per node")
+    ef_construction: int = setting(200, low=1, doc="hnswlib's candidate list while building")
+    ef_search: int = setting(100, low=1, doc="hnswlib's candidate list while searching")
+    seed: int = setting(100, doc="hnswlib's random seed")
 
     def __post_init__(self) -> None:
-        for name in ("m", "ef_construction", "ef_search"):
-            check_number(f"index.vector.{name}", getattr(self, name), low=1)
+        check_declared(self, "index.vector.")
 
 
 # bm25s's variants: Robertson's, Lucene's (the default), ATIRE's, BM25L and BM25+ (Lv & Zhai 2011)
@@ -171,17 +149,14 @@ class LexicalIndexConfig:
     "her") that "en" keeps.
     """
 
-    k1: float = 0.9
-    b: float = 0.4
-    method: str = "lucene"
-    stopwords: str | None = "en_plus"  # None (or "none"): no stopwords
-    stemmer: str | None = "english"  # None (or "none"): no stemming
+    k1: float = setting(0.9, low=0, doc="BM25 term-frequency saturation")
+    b: float = setting(0.4, low=0, high=1, doc="BM25 length normalisation")
+    method: str = setting("lucene", choices=BM25_METHODS, doc="the BM25 variant")
+    stopwords: str | None = setting("en_plus", doc="stopword list: en, en_plus, a language, or none")
+    stemmer: str | None = setting("english", doc="Snowball stemmer language, or none")
 
     def __post_init__(self) -> None:
-        check_number("index.lexical.k1", self.k1, low=0)
-        check_number("index.lexical.b", self.b, low=0, high=1)
-        if self.method not in BM25_METHODS:
-            raise ValidationError(f"index.lexical.method: unknown BM25 variant {self.method!r}; known: {list(BM25_METHODS)}")
+        check_declared(self, "index.lexical.")
         # one spelling of "off", so equal settings make equal manifests (a saved index is reused)
         for name in ("stopwords", "stemmer"):
             if getattr(self, name) in ("", "none"):
@@ -191,7 +166,7 @@ class LexicalIndexConfig:
 
             if self.stemmer not in Stemmer.algorithms():
                 raise ValidationError(f"index.lexical.stemmer: unknown stemmer {self.stemmer!r}; known: "
-                                      f"{Stemmer.algorithms()} (or none)")
+                                      f"{Stemmer.algorithms()} (or none)", field="index.lexical.stemmer")
         if self.stopwords not in (None, "en", "en_plus", "english"):
             from bm25s.tokenization import _infer_stopwords  # bm25s's own names for its lists
 
@@ -199,22 +174,24 @@ class LexicalIndexConfig:
                 _infer_stopwords(self.stopwords)
             except ValueError:
                 raise ValidationError(f"index.lexical.stopwords: unknown stopword list {self.stopwords!r}; known: "
-                                      "en, en_plus, a language name bm25s knows (de, fr, es, ...) or none") from None
+                                      "en, en_plus, a language name bm25s knows (de, fr, es, ...) or none",
+                                      field="index.lexical.stopwords") from None
 
 
 @dataclass(frozen=True)
 class IndexConfig:
-    vector: VectorIndexConfig = field(default_factory=VectorIndexConfig)
-    lexical: LexicalIndexConfig = field(default_factory=LexicalIndexConfig)
+    vector: VectorIndexConfig = setting(default_factory=VectorIndexConfig, doc="the vector index (hnswlib)")
+    lexical: LexicalIndexConfig = setting(default_factory=LexicalIndexConfig, doc="the lexical index (bm25s)")
     # Writes since the last build go to a delta; past this many chunks the lexical delta is
     # folded into the main index in a background thread.
-    delta_merge_threshold: int = 512
+    delta_merge_threshold: int = setting(512, low=1, doc="chunks written before the lexical delta is merged")
     # encoders the store carries beside its own model (keys of ENCODERS): each ranks a list of its
     # own ("vector@e5") when a search config names it in ``encoders``; their passage vectors live
     # in the embedding cache, so adding one embeds only its own vectors
-    models: tuple[str, ...] = ()
+    models: tuple[str, ...] = setting((), doc=f"extra encoders the store carries, of {list(ENCODERS)}")
 
     def __post_init__(self) -> None:
+        check_declared(self, "index.")
         bad = [m for m in self.models if m not in ENCODERS]
         if bad:
             raise ValidationError(f"index.models: unknown encoder(s) {bad}; known: {list(ENCODERS)}",
@@ -227,9 +204,9 @@ class IndexConfig:
 class SaveConfig:
     """Index-time configuration: changing any of it needs a rebuild."""
 
-    chunk: ChunkConfig = field(default_factory=ChunkConfig)
-    embed: EmbedConfig = field(default_factory=EmbedConfig)
-    index: IndexConfig = field(default_factory=IndexConfig)
+    chunk: ChunkConfig = setting(default_factory=ChunkConfig, doc="how memories are cut into chunks")
+    embed: EmbedConfig = setting(default_factory=EmbedConfig, doc="the embedding model")
+    index: IndexConfig = setting(default_factory=IndexConfig, doc="the indexes built")
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -244,74 +221,6 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    return value
-
-
-def from_dict(cls: type[T], data: dict[str, Any] | None, *, where: str = "") -> T:
-    """Build ``cls`` from a dict; unknown keys and wrong types raise a ValidationError naming them."""
-    data = data or {}
-    if not isinstance(data, dict):
-        raise ValidationError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValidationError(
-            f"{where or cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(known)}"
-        )
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}" if where else name)
-    return cls(**kwargs)
-
-
-def _coerce(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, where=where)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except ValidationError as exc:
-                errors.append(str(exc))
-        raise ValidationError(f"{where}: {value!r} matches none of {args}")
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ValidationError(f"{where}: expected a list, got {value!r}")
-        args = typing.get_args(tp)
-        item_tp = args[0] if args else Any
-        items = [_coerce(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ValidationError(f"{where}: expected a mapping, got {value!r}")
-        _, val_tp = typing.get_args(tp) or (Any, Any)
-        return {str(k): _coerce(val_tp, v, f"{where}.{k}") for k, v in value.items()}
-    if tp is Any:
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValidationError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValidationError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ValidationError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ValidationError(f"{where}: expected a string, got {value!r}")
-        return value
     return value
 
 
@@ -432,7 +341,7 @@ def load_config(cls: type[T], path: str | Path) -> T:
     try:
         return from_dict(cls, data)
     except ValidationError as exc:
-        raise ValidationError(f"{p}: {exc}") from None
+        raise ValidationError(f"{p}: {exc}", field=exc.field) from None
 
 
 # --------------------------------------------------------------------------- search
@@ -455,11 +364,11 @@ def _default_edge_weights() -> dict[str, float]:
 class FilterConfig:
     """Applied before ranking: only memories passing every filter can be candidates."""
 
-    types: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    since: str | None = None  # ISO 8601, inclusive
-    until: str | None = None  # ISO 8601, exclusive
-    valid_only: bool = True
+    types: tuple[str, ...] = setting((), doc="only memories of these kinds")
+    tags: tuple[str, ...] = setting((), doc="only memories with every one of these tags")
+    since: str | None = setting(None, doc="ISO 8601, created at or after")
+    until: str | None = setting(None, doc="ISO 8601, created before")
+    valid_only: bool = setting(True, doc="leave out invalidated memories")
 
     def __post_init__(self) -> None:
         for name in ("since", "until"):
@@ -471,25 +380,25 @@ class FilterConfig:
 class GraphConfig:
     """Breadth-first walk over typed edges from the top vector and lexical hits."""
 
-    seeds: int = 5  # top-n of the vector list and of the lexical list
-    max_depth: int = 2
-    decay: float = 0.5  # per hop
-    edge_weights: dict[str, float] = field(default_factory=_default_edge_weights)
+    seeds: int = setting(5, low=0, doc="top hits of the vector list and of the lexical list walked from")
+    max_depth: int = setting(2, low=0, doc="hops at most")
+    decay: float = setting(0.5, low=0, high=1, doc="score kept per hop")
+    edge_weights: dict[str, float] = setting(default_factory=_default_edge_weights, low=0, doc="weight per relation")
 
     def __post_init__(self) -> None:
-        check_number("graph.seeds", self.seeds, low=0)
-        check_number("graph.max_depth", self.max_depth, low=0)
-        check_number("graph.decay", self.decay, low=0, high=1)
-        for relation, weight in self.edge_weights.items():
-            check_number(f"graph.edge_weights.{relation}", weight, low=0)
+        check_declared(self, "graph.")
 
 
 @dataclass(frozen=True)
 class AnalysisConfig:
     """Rule-based query analysis; each effect can be switched off to measure it."""
 
-    temporal: str = "boost"  # off | boost (a 'temporal' signal) | filter (a hard time window)
-    entities: bool = True  # exact matches of named entities / codes as an 'entity' signal
+    temporal: str = setting("boost", choices=("off", "boost", "filter"),
+                            doc="a question's time: off, boost (a 'temporal' signal) or filter (a hard window)")
+    entities: bool = setting(True, doc="exact matches of named entities and codes as an 'entity' signal")
+
+    def __post_init__(self) -> None:
+        check_declared(self, "analysis.")
 
 
 # the features a learned fuser reads per (query, memory) candidate, besides one rank and one
@@ -515,20 +424,23 @@ class LearnedFusion:
     def __post_init__(self) -> None:
         n = len(self.features)
         if n == 0:
-            raise ValidationError("fusion.learned.features must name at least one feature")
+            raise ValidationError("fusion.learned.features must name at least one feature",
+                                  field="fusion.learned.features")
         for name in ("mean", "scale", "coef"):
             if len(getattr(self, name)) != n:
-                raise ValidationError(f"fusion.learned.{name} has {len(getattr(self, name))} values for {n} features")
+                raise ValidationError(f"fusion.learned.{name} has {len(getattr(self, name))} values for {n} features",
+                                      field=f"fusion.learned.{name}")
         for i, feature in enumerate(self.features):
             kind, _, target = feature.partition(":")
             if not (feature in LEARNED_BASE_FEATURES or (kind in ("rrf", "in") and target in LISTS)):
                 raise ValidationError(f"fusion.learned.features[{i}]: unknown feature {feature!r}; known: "
-                                      f"{list(LEARNED_BASE_FEATURES)}, and rrf:LIST / in:LIST for a list of {list(LISTS)}")
+                                      f"{list(LEARNED_BASE_FEATURES)}, and rrf:LIST / in:LIST for a list of {list(LISTS)}",
+                                      field=f"fusion.learned.features[{i}]")
             check_number(f"fusion.learned.mean[{i}]", self.mean[i])
             check_number(f"fusion.learned.scale[{i}]", self.scale[i], above=0)
             check_number(f"fusion.learned.coef[{i}]", self.coef[i])
         if len(set(self.features)) != n:
-            raise ValidationError("fusion.learned.features repeats a feature")
+            raise ValidationError("fusion.learned.features repeats a feature", field="fusion.learned.features")
         check_number("fusion.learned.intercept", self.intercept)
 
 
@@ -536,111 +448,85 @@ class LearnedFusion:
 class FusionConfig:
     """Query-time parameters: everything here is applied to cached candidates, no re-search."""
 
-    method: str = "rrf"
-    k: float = 60.0  # RRF constant, >= 0
-    intent_gating: bool = False  # scale signal weights by the query's intent (LMA-style)
-    weights: dict[str, float] = field(default_factory=_default_weights)
-    coverage_bonus: float = 0.0  # 0..1: fused * (1 + bonus * query-term coverage)
-    recent_boost: float = 1.0  # multiplier for memories younger than recent_hours
-    recent_hours: float = 24.0
-    superseded: str = "demote"  # demote | hide | keep
-    demote_factor: float = 0.5
-    rerank_depth: int = 0  # re-order the top-n by query-memory cosine before cutting to top_k
+    method: str = setting("rrf", doc="the fuser (`lab fusers`): rrf, combmnz, dbsf, minmax")
+    k: float = setting(60.0, low=0, doc="the RRF constant")
+    intent_gating: bool = setting(False, doc="scale signal weights by the query's intent (LMA-style)")
+    weights: dict[str, float] = setting(default_factory=_default_weights, low=0, doc="weight per ranked list")
+    coverage_bonus: float = setting(0.0, low=0, high=1, doc="fused * (1 + bonus * query-term coverage)")
+    recent_boost: float = setting(1.0, low=0, doc="multiplier for memories younger than recent_hours")
+    recent_hours: float = setting(24.0, low=0, doc="what recent_boost counts as recent")
+    superseded: str = setting("demote", choices=("demote", "hide", "keep"), doc="what happens to a superseded memory")
+    demote_factor: float = setting(0.5, low=0, high=1, doc="a demoted memory's score multiplier")
+    rerank_depth: int = setting(0, low=0, doc="re-order the top n by query-memory cosine before the cut")
     # 0..1: a memory gains this share of the better fused score of the turns just before and after
     # it in its episode (metadata "episode"/"session"), so a question and its answer lift each other
-    neighbour_boost: float = 0.0
+    neighbour_boost: float = setting(0.0, low=0, high=1, doc="share of the better neighbouring turn's score")
     # 0..1: episode diversification; the n-th best candidate of an episode has its score multiplied
     # by (1 - decay) ** (n - 1), so a top k filled from one session makes room for others (evidence
     # spread over sessions, multi-hop). Candidates outside episodes are left as they are. With a
     # learned model it decays the model's probability; a cosine rerank (rerank_depth) re-orders
     # its top after it.
-    episode_decay: float = 0.0
+    episode_decay: float = setting(0.0, low=0, high=1, doc="score decay per earlier pick of the same episode")
     # a learned fuser on top of the above: its probability that a candidate is relevant replaces the
     # fused score (superseded demotion still applies); None: the base fusion's score ranks
-    learned: LearnedFusion | None = None
-    top_k: int = 10
+    learned: LearnedFusion | None = setting(None, doc="a learned model on top of the fusion (`lab learn`)")
+    top_k: int = setting(10, low=1, doc="results returned")
 
     def __post_init__(self) -> None:
-        check_number("fusion.k", self.k, low=0)
-        for signal, weight in self.weights.items():
-            check_number(f"fusion.weights.{signal}", weight, low=0)
-        check_number("fusion.coverage_bonus", self.coverage_bonus, low=0, high=1)
-        check_number("fusion.recent_boost", self.recent_boost, low=0)
-        check_number("fusion.recent_hours", self.recent_hours, low=0)
-        check_number("fusion.demote_factor", self.demote_factor, low=0, high=1)
-        check_number("fusion.rerank_depth", self.rerank_depth, low=0)
-        check_number("fusion.neighbour_boost", self.neighbour_boost, low=0, high=1)
-        check_number("fusion.episode_decay", self.episode_decay, low=0, high=1)
-        if self.superseded not in ("demote", "hide", "keep"):
-            raise ValidationError(f"fusion.superseded must be demote, hide or keep, got {self.superseded!r}")
-        if self.top_k < 1:
-            raise ValidationError(f"fusion.top_k must be >= 1, got {self.top_k}")
+        check_declared(self, "fusion.")
         bad = sorted(set(self.weights) - set(LISTS))
         if bad:
             raise ValidationError(f"fusion.weights: unknown signal(s) {bad}; known: {list(SIGNALS)}, "
-                                  f"and per view {list(LISTS[len(SIGNALS):])}")
+                                  f"and per view {list(LISTS[len(SIGNALS):])}", field="fusion.weights")
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     """A whole retrieval configuration; presets are named instances of it."""
 
-    name: str = "custom"
-    description: str = ""
-    signals: tuple[str, ...] = ("vector", "lexical")
+    name: str = setting("custom", doc="the configuration's name")
+    description: str = setting("", doc="what it is for")
+    signals: tuple[str, ...] = setting(("vector", "lexical"), doc=f"the signals ranked, of {list(SIGNALS)}")
     # extra views ranked as lists of their own, "vector@plain", "lexical@derived"... (see VIEWS):
     # a view ranks those of vector and lexical that ``signals`` enables, weighted like signals
-    views: tuple[str, ...] = ()
+    views: tuple[str, ...] = setting((), doc=f"extra views ranked as lists of their own, of {list(VIEWS)}")
     # derived facts (memories with a derived_from edge): "results", ranked like any memory, or
     # "sources_only", never results themselves: they rank only through the derived view, which
     # credits each hit to its source, so a fact lifts its source without taking a slot beside it
     # (without the derived view in ``views``, "sources_only" leaves facts out of search altogether)
-    derived_facts: str = "results"
+    derived_facts: str = setting("results", choices=DERIVED_FACTS, doc="how derived facts rank")
     # lists of extra encoders the store carries (values of ENCODERS: "vector@e5", "sparse@e5"),
     # fused like the signals' lists (weights by the same names)
-    encoders: tuple[str, ...] = ()
-    depth: int = 50  # candidates per signal
-    half_life_hours: float = 168.0
-    reference_time: str | None = None  # ISO; None = the namespace's latest memory (never the clock)
-    filters: FilterConfig = field(default_factory=FilterConfig)
-    graph: GraphConfig = field(default_factory=GraphConfig)
-    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
-    fusion: FusionConfig = field(default_factory=FusionConfig)
+    encoders: tuple[str, ...] = setting((), doc=f"extra encoders' lists ranked, of {list(ENCODERS.values())}")
+    depth: int = setting(50, low=1, doc="candidates per signal")
+    half_life_hours: float = setting(168.0, above=0, doc="the recency signal's half-life")
+    reference_time: str | None = setting(None, doc="ISO 8601 'now'; none: the namespace's latest memory")
+    filters: FilterConfig = setting(default_factory=FilterConfig, doc="what may be a candidate at all")
+    graph: GraphConfig = setting(default_factory=GraphConfig, doc="the graph signal's walk")
+    analysis: AnalysisConfig = setting(default_factory=AnalysisConfig, doc="rule-based query analysis")
+    fusion: FusionConfig = setting(default_factory=FusionConfig, doc="how the ranked lists are fused")
 
     def __post_init__(self) -> None:
+        check_declared(self)
         bad = sorted(set(self.signals) - set(SIGNALS))
         if bad:
-            raise ValidationError(f"signals: unknown signal(s) {bad}; known: {list(SIGNALS)}")
+            raise ValidationError(f"signals: unknown signal(s) {bad}; known: {list(SIGNALS)}", field="signals")
         bad = sorted(set(self.views) - set(VIEWS))
         if bad:
-            raise ValidationError(f"views: unknown view(s) {bad}; known: {list(VIEWS)}")
+            raise ValidationError(f"views: unknown view(s) {bad}; known: {list(VIEWS)}", field="views")
         if len(set(self.views)) != len(self.views):
-            raise ValidationError(f"views lists a view twice: {list(self.views)}")
+            raise ValidationError(f"views lists a view twice: {list(self.views)}", field="views")
         bad = sorted(set(self.encoders) - set(ENCODERS.values()))
         if bad:
             raise ValidationError(f"encoders: unknown encoder list(s) {bad}; known: {list(ENCODERS.values())}",
                                   field="encoders")
-        if self.derived_facts not in DERIVED_FACTS:
-            raise ValidationError(f"derived_facts must be one of {list(DERIVED_FACTS)}, got {self.derived_facts!r}")
-        if self.depth < 1:
-            raise ValidationError(f"depth must be >= 1, got {self.depth}")
-        check_number("half_life_hours", self.half_life_hours, above=0)
         if self.signals and all(self.fusion.weights.get(s, 1.0) == 0 for s in self.signals):
             raise ValidationError(f"fusion.weights: every enabled signal {list(self.signals)} has weight 0, "
-                                  "so nothing could rank; give at least one a weight > 0")
-        if self.analysis.temporal not in ("off", "boost", "filter"):
-            raise ValidationError(
-                f"analysis.temporal must be off, boost or filter, got {self.analysis.temporal!r}"
-            )
+                                  "so nothing could rank; give at least one a weight > 0", field="fusion.weights")
 
 
 # --------------------------------------------------------------------------- assemble
 ZONES: tuple[str, ...] = ("critical", "middle", "recency")
-
-
-# tokens of an assembled context: the one definition of the budget's bounds (the config, the
-# command line and every served face check against it)
-BUDGET_RANGE = (1, 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -650,45 +536,31 @@ class AssembleConfig:
     Query-time only: changing any of it re-assembles cached results, no re-search.
     """
 
-    budget: int = 2000  # tokens, for the items' rendered lines (citation + text)
-    critical_ratio: float = 0.15
-    middle_ratio: float = 0.65
-    recency_ratio: float = 0.20
-    critical_threshold: float = 0.7  # normalised score (score / best score) at or above -> critical
-    recency_threshold: float = 0.3  # recent items at or above this normalised score -> recency
-    recent_hours: float = 24.0  # "recent" = created within this window before the reference time
-    reference_time: str | None = None  # ISO; None = the namespace's latest memory (never the clock)
-    counter: str = "estimate"  # estimate (max(chars/4, words*1.5)) | exact (the embedding model's tokenizer)
-    dedupe_threshold: float = 0.9  # word-trigram Jaccard at or above -> near-duplicate, the weaker is dropped
-    oversize: str = "truncate"  # an item longer than the whole budget: truncate (to the space left) | skip
-    min_truncated_tokens: int = 16  # a truncated item keeps at least this many tokens, or is skipped
-    neighbours: int = 0  # adjacent turns of the same episode added around placed items (0 = off)
+    # tokens of an assembled context: the one definition of the budget's bounds (the command line
+    # and every served face take theirs from here)
+    budget: int = setting(2000, low=1, high=1_000_000, doc="tokens of context (rendered lines: citation + text)")
+    critical_ratio: float = setting(0.15, low=0, high=1, doc="the critical zone's share of the budget")
+    middle_ratio: float = setting(0.65, low=0, high=1, doc="the middle zone's share of the budget")
+    recency_ratio: float = setting(0.20, low=0, high=1, doc="the recency zone's share of the budget")
+    critical_threshold: float = setting(0.7, low=0, high=1, doc="normalised score (score / best) at or above: critical")
+    recency_threshold: float = setting(0.3, low=0, high=1, doc="recent items at or above this normalised score: recency")
+    recent_hours: float = setting(24.0, low=0, doc="recent: created within this window before the reference time")
+    reference_time: str | None = setting(None, doc="ISO 8601 'now'; none: the namespace's latest memory")
+    counter: str = setting("estimate", choices=("estimate", "exact"),
+                           doc="token counter: estimate (max(chars/4, words*1.5)) or exact (the model's tokenizer)")
+    dedupe_threshold: float = setting(0.9, above=0, high=1, doc="word-trigram Jaccard at or above: near-duplicate")
+    oversize: str = setting("truncate", choices=("truncate", "skip"), doc="an item longer than the whole budget")
+    min_truncated_tokens: int = setting(16, low=1, doc="a truncated item keeps at least this many tokens")
+    neighbours: int = setting(0, low=0, doc="adjacent turns of the same episode added around placed items")
 
     def __post_init__(self) -> None:
-        check_number("assemble.budget", self.budget, low=BUDGET_RANGE[0], high=BUDGET_RANGE[1])
-        for name in ("critical_ratio", "middle_ratio", "recency_ratio"):
-            check_number(f"assemble.{name}", getattr(self, name), low=0, high=1)
+        check_declared(self, "assemble.")
         ratios = (self.critical_ratio, self.middle_ratio, self.recency_ratio)
         if any(r < 0 for r in ratios) or abs(sum(ratios) - 1.0) > 1e-6:
             raise ValidationError(
                 "assemble zone ratios must be >= 0 and sum to 1, got critical "
-                f"{self.critical_ratio} + middle {self.middle_ratio} + recency {self.recency_ratio} = {sum(ratios):g}"
-            )
-        if not 0 < self.dedupe_threshold <= 1:
-            raise ValidationError(f"assemble.dedupe_threshold must be in (0, 1], got {self.dedupe_threshold}")
-        for name in ("critical_threshold", "recency_threshold"):
-            value = getattr(self, name)
-            if not 0 <= value <= 1:
-                raise ValidationError(f"assemble.{name} must be in [0, 1], got {value}")
-        check_number("assemble.recent_hours", self.recent_hours, low=0)
-        if self.counter not in ("estimate", "exact"):
-            raise ValidationError(f"assemble.counter must be estimate or exact, got {self.counter!r}")
-        if self.oversize not in ("truncate", "skip"):
-            raise ValidationError(f"assemble.oversize must be truncate or skip, got {self.oversize!r}")
-        if self.min_truncated_tokens < 1:
-            raise ValidationError(f"assemble.min_truncated_tokens must be >= 1, got {self.min_truncated_tokens}")
-        if self.neighbours < 0:
-            raise ValidationError(f"assemble.neighbours must be >= 0, got {self.neighbours}")
+                f"{self.critical_ratio} + middle {self.middle_ratio} + recency {self.recency_ratio} = {sum(ratios):g}",
+                field="assemble.critical_ratio")
 
 
 # --------------------------------------------------------------------------- candidates
@@ -725,4 +597,4 @@ def load_candidate(path: str | Path) -> Candidate:
                          None if save is None else from_dict(SaveConfig, save, where="save"),
                          None if assemble is None else from_dict(AssembleConfig, assemble, where="assemble"))
     except ValidationError as exc:
-        raise ValidationError(f"{p}: {exc}") from None
+        raise ValidationError(f"{p}: {exc}", field=exc.field) from None

@@ -2,9 +2,11 @@
 
 An edge (the CLI, the server, a notebook's setup cell, a DVC stage, a benchmark) resolves a
 ``Workspace`` once from its flags, the environment and the defaults, and installs it for the
-process (``install``). Everything below the edges asks ``current()``: no layer below reads
-``os.environ`` (a test holds that). Without an installed workspace, library code runs on the
-built-in defaults, whatever the environment says.
+process (``install``). The flow (`lab.flow`) takes the workspace as an argument and passes the
+paths it needs down; the layers below it that are not handed a path ask ``current()`` for the
+installed one. No layer below the edges reads ``os.environ`` or installs a workspace (tests hold
+both). Without an installed workspace, library code runs on the built-in defaults, whatever the
+environment says.
 
 The installed workspace is process-wide on purpose: these are settings of the process (its
 folders, its tracking store, its lock timeout), the same for every thread a server runs.
@@ -15,13 +17,13 @@ Environment variables (read by ``Workspace.resolve`` only):
 """
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, get_type_hints
 
 from lab.errors import ValidationError
+from lab.fields import check_declared, coerce, rule, setting
 
 ENV = {"store": "LAB_STORE", "eval_root": "LAB_EVAL_ROOT", "embed_cache": "LAB_EMBED_CACHE",
        "datasets": "LAB_DATASETS", "project": "LAB_PROJECT", "tracking_uri": "MLFLOW_TRACKING_URI",
@@ -39,18 +41,16 @@ def _default_project() -> Path:
 class Workspace:
     """The folders, tracking store and timeouts of one process."""
 
-    project: Path = field(default_factory=_default_project)  # datasets/demo, goldens/, params.yaml
-    store: Path | None = None  # the store commands use without --store (None: each command's own default)
-    eval_root: Path = Path(".lab/eval")  # evaluation stores, candidate tables
-    embed_cache: Path | None = None  # one embedding cache for every store (None: each store's own / eval_root's)
-    datasets: Path | None = None  # the shared datasets (None: ../shared/datasets beside the project)
-    tracking_uri: str | None = None  # MLflow (None: SQLite under .lab/mlflow)
-    write_lock_timeout: float = 600.0  # seconds a writer waits for a store's lock
+    project: Path = setting(default_factory=_default_project, doc="the folder with datasets/demo, goldens/, params.yaml")
+    store: Path | None = setting(None, doc="the store commands use without --store (none: each command's own default)")
+    eval_root: Path = setting(Path(".lab/eval"), doc="evaluation stores and candidate tables")
+    embed_cache: Path | None = setting(None, doc="one embedding cache for every store (none: each store's own)")
+    datasets: Path | None = setting(None, doc="the shared datasets (none: ../shared/datasets beside the project)")
+    tracking_uri: str | None = setting(None, doc="MLflow (none: SQLite under .lab/mlflow)")
+    write_lock_timeout: float = setting(600.0, above=0, doc="seconds a writer waits for a store's lock")
 
     def __post_init__(self) -> None:
-        t = self.write_lock_timeout
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-            raise ValidationError(f"write_lock_timeout must be a finite number of seconds > 0, got {t!r}")
+        check_declared(self)
 
     @property
     def datasets_root(self) -> Path:
@@ -66,6 +66,7 @@ class Workspace:
         """``given`` values (flags; None means not given), then the environment, then the defaults."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
+        hints = get_type_hints(cls)
         for f in fields(cls):
             if given.get(f.name) is not None:
                 raw, where = given[f.name], f"the value given for {f.name}"
@@ -73,23 +74,12 @@ class Workspace:
                 raw, where = env[ENV[f.name]], f"${ENV[f.name]}"
             else:
                 continue
-            values[f.name] = _coerce(f.name, raw, where)
+            value = coerce(hints[f.name], raw, where, text=True, field=f.name)
+            problem = rule(cls, f.name).problem(value)
+            if problem:
+                raise ValidationError(f"{f.name} from {where} {problem}", field=f.name)
+            values[f.name] = value
         return cls(**values)
-
-
-def _coerce(name: str, raw: Any, where: str) -> Any:
-    if name == "tracking_uri":
-        return str(raw)
-    if name == "write_lock_timeout":
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            raise ValidationError(f"{where}: {raw!r} is not a number of seconds") from None
-        if not math.isfinite(value) or value <= 0:
-            raise ValidationError(f"{where}: the write lock timeout must be a finite number of seconds > 0, "
-                                  f"got {raw!r}")
-        return value
-    return Path(raw)
 
 
 _installed: Workspace | None = None
@@ -108,8 +98,8 @@ def current() -> Workspace:
 
 
 def use(**changes: Any) -> Workspace:
-    """Install the current workspace with ``changes`` (a DVC stage pointing the embedding cache
-    at its own folder, a test at its temporary one)."""
+    """Install the current workspace with ``changes``: for an edge (a test pointing the evaluation
+    root at its temporary folder); library code is handed a workspace instead."""
     return install(replace(current(), **changes))
 
 

@@ -72,3 +72,26 @@ def test_the_models_figures_are_tables_that_follow_their_file(tmp_path, monkeypa
     data["speed"]["e5"]["passages_per_s_short"] = 21.5
     (results / "models.json").write_text(json.dumps(data))
     assert "| e5 | 21.5 | 1.7 |" in gen.render()
+
+
+def test_the_settings_page_lists_every_declared_setting_with_its_range(monkeypatch):
+    """docs/settings.md is generated from lab.fields' declarations: a bound changed on a config
+    field changes the page."""
+    import dataclasses
+
+    from lab import config as C
+    from lab.fields import RULE, Rule
+
+    spec = importlib.util.spec_from_file_location("gen_settings", ROOT / "docs" / "gen_settings.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    page = gen.render()
+    assert "| `fusion.k` | float | `60.0` | >= 0 | the RRF constant |" in page
+    assert "| `assemble.budget` | int | `2000` | >= 1 and <= 1000000 |" in page
+    assert "| `port` | int | `8080` | >= 1 and <= 65535 |" in page
+    for _, prefix, cls in gen._sections():
+        for f in dataclasses.fields(cls):
+            assert f"| `{prefix}{f.name}` |" in page
+    fields = {f.name: f for f in dataclasses.fields(C.FusionConfig)}
+    monkeypatch.setattr(fields["k"], "metadata", {RULE: Rule(low=0, high=500, doc="the RRF constant")})
+    assert "| `fusion.k` | float | `60.0` | >= 0 and <= 500 | the RRF constant |" in gen.render()

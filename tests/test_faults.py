@@ -207,13 +207,13 @@ def test_nan_infinite_and_out_of_range_settings_are_refused_naming_where_they_ca
 
 
 @pytest.mark.parametrize("name,value,allowed", [
-    ("rate", "1e-300", ">= 0.001 and <= 1e+06"), ("refresh_seconds", "0", ">= 0.05 and <= 3600"),
+    ("rate", "1e-300", ">= 0.001 and <= 1000000"), ("refresh_seconds", "0", ">= 0.05 and <= 3600"),
     ("snapshot_seconds", "0", ">= 1 and <= 86400"), ("embed_timeout_s", "1e-300", ">= 1 and <= 86400"),
     ("port", "0", ">= 1 and <= 65535")])
 def test_absurdly_small_settings_are_refused_naming_the_setting_where_and_the_range(tmp_path, name, value, allowed):
     # each would start a server that cannot work: a bucket refilled once an age, the log re-read or
     # every index saved on every request, every query's embedding process killed as hung, a random port
-    want = f"setting {name} from {{}} must be {allowed}, got {float(value) if name != 'port' else int(value)!r}"
+    want = f"setting {name} from {{}} must be a finite number {allowed}, got {float(value) if name != 'port' else int(value)!r}"
     with pytest.raises(ValidationError, match=re.escape(want.format("the command line"))):
         load_settings({name: value}, env={})
     with pytest.raises(ValidationError, match=re.escape(want.format(f"$LAB_SERVE_{name.upper()}"))):
@@ -236,8 +236,10 @@ def test_a_setting_built_directly_is_checked_too():
 
     with pytest.raises(ValidationError, match="setting rate must be a finite number"):
         Settings(rate=float("nan"))
-    with pytest.raises(ValidationError, match="setting log_level must be one of"):
+    with pytest.raises(ValidationError, match="setting log_level must be critical, error, warning, info, debug or "
+                                              "trace, got 'loud'") as refused:
         Settings(log_level="loud")
+    assert refused.value.field == "log_level"
 
 
 # --------------------------------------------------------------------------- 6. inputs checked before work

@@ -268,4 +268,4 @@ def test_a_one_shot_lab_search_encodes_by_int8_and_refuses_bad_k_before_loading(
     assert "Melanie painted a sunrise" in hits and last == "False 0"
     proc = subprocess.run([sys.executable, "-m", "lab", "search", "x", "--store", str(tmp_path / "absent"),
                            "--namespace", "n", "--k", "-3"], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 2 and "--k must be >= 1, got -3" in proc.stderr
+    assert proc.returncode == 2 and "--k must be a finite number >= 1, got -3" in proc.stderr

@@ -134,17 +134,21 @@ def test_the_budget_and_content_limits_are_declared_once():
     import argparse
 
     from lab.cli.search import _check_before_loading
-    from lab.config import BUDGET_RANGE, AssembleConfig
+    from lab.config import AssembleConfig
+    from lab.fields import rule
     from lab.serve import contract as C
     from lab.store.records import MAX_CONTENT_CHARS
 
-    for low_or_high in (BUDGET_RANGE[0] - 1, BUDGET_RANGE[1] + 1):
+    declared = rule(AssembleConfig, "budget")
+    assert (declared.low, declared.high) == (1, 1_000_000)
+    for low_or_high in (declared.low - 1, declared.high + 1):
         with pytest.raises(ValidationError, match="assemble.budget must be") as refused:
             AssembleConfig(budget=low_or_high)
         assert refused.value.field == "assemble.budget"
-        with pytest.raises(ValidationError, match=f"--budget must be >= {BUDGET_RANGE[0]} and <= {BUDGET_RANGE[1]}"):
+        with pytest.raises(ValidationError, match=f"--budget must be a finite number >= 1 and <= 1000000, "
+                                                  f"got {low_or_high}"):
             _check_before_loading(argparse.Namespace(query="x", store="nowhere", k=None, candidates=None,
                                                      budget=low_or_high, neighbours=None))
     schema = C.ContextIn.model_json_schema()["properties"]["budget"]["anyOf"][0]
-    assert (schema["minimum"], schema["maximum"]) == BUDGET_RANGE
+    assert (schema["minimum"], schema["maximum"]) == (declared.low, declared.high)
     assert C.MemoryIn.model_json_schema()["properties"]["content"]["maxLength"] == MAX_CONTENT_CHARS

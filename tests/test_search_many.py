@@ -76,7 +76,7 @@ def test_a_bad_request_in_a_batch_is_named(conversations):
     v = r.embed_queries(["x"])[0]
     with pytest.raises(ValidationError, match=r"request 1 \('who'\) has no query vector"):
         search_many(snap, [SearchRequest("what", v), SearchRequest("who")], config)
-    with pytest.raises(ValidationError, match="k must be >= 1, got 0"):
+    with pytest.raises(ValidationError, match="k must be a finite number >= 1, got 0"):
         search_many(snap, [SearchRequest("what", v), SearchRequest("who", v, k=0)], config)
     with pytest.raises(ValidationError, match="search request 1: query must be a non-empty string"):
         r.search_many([SearchRequest("what"), SearchRequest("  ")], "c")

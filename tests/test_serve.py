@@ -61,12 +61,12 @@ def test_settings_come_from_flags_then_environment_then_file(tmp_path):
     with pytest.raises(ValidationError, match=r"setting port from \$LAB_SERVE_PORT: 'eighty' is not an integer"):
         load_settings({}, env={"LAB_SERVE_PORT": "eighty"})
     assert load_settings({}, env={"LAB_SERVE_QUERY_EMBEDDERS": "0"}).query_embedders == 0  # in process
-    with pytest.raises(ValidationError, match=r"setting query_embedders from \$LAB_SERVE_QUERY_EMBEDDERS must be >= 0 and <= 16, got -1"):
+    with pytest.raises(ValidationError, match=r"setting query_embedders from \$LAB_SERVE_QUERY_EMBEDDERS must be a finite number >= 0 and <= 16, got -1"):
         load_settings({}, env={"LAB_SERVE_QUERY_EMBEDDERS": "-1"})
-    with pytest.raises(ValidationError, match=r"setting model_threads from \$LAB_SERVE_MODEL_THREADS must be > 0 and <= 64, got 0"):
+    with pytest.raises(ValidationError, match=r"setting model_threads from \$LAB_SERVE_MODEL_THREADS must be a finite number > 0 and <= 64, got 0"):
         load_settings({}, env={"LAB_SERVE_MODEL_THREADS": "0"})
     assert load_settings({}, env={"LAB_SERVE_EMBED_TIMEOUT_S": "2.5"}).embed_timeout_s == 2.5
-    with pytest.raises(ValidationError, match=r"setting embed_timeout_s from \$LAB_SERVE_EMBED_TIMEOUT_S must be >= 1 and <= 86400, got -1.0"):
+    with pytest.raises(ValidationError, match=r"setting embed_timeout_s from \$LAB_SERVE_EMBED_TIMEOUT_S must be a finite number >= 1 and <= 86400, got -1.0"):
         load_settings({}, env={"LAB_SERVE_EMBED_TIMEOUT_S": "-1"})
     conf.write_text(yaml.safe_dump({"prot": 1}))
     with pytest.raises(ValidationError, match=r"unknown setting\(s\) \['prot'\]"):

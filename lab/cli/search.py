@@ -24,14 +24,16 @@ def _check_before_loading(args: argparse.Namespace) -> None:
     from lab.errors import NotFoundError, ValidationError
     from lab.store.layout import is_store
 
-    from lab.config import BUDGET_RANGE
+    from lab.config import AssembleConfig, FusionConfig
+    from lab.fields import rule
 
-    for flag, least, most in (("k", 1, None), ("candidates", 1, None), ("budget", *BUDGET_RANGE),
-                              ("neighbours", 0, None)):
+    # each flag is checked by the rule of the config field it sets (lab.fields)
+    for flag, declared in (("k", rule(FusionConfig, "top_k")), ("candidates", rule(FusionConfig, "top_k")),
+                           ("budget", rule(AssembleConfig, "budget")), ("neighbours", rule(AssembleConfig, "neighbours"))):
         value = getattr(args, flag, None)
-        if value is not None and (value < least or (most is not None and value > most)):
-            allowed = f">= {least}" + (f" and <= {most}" if most is not None else "")
-            raise ValidationError(f"--{flag} must be {allowed}, got {value}")
+        problem = None if value is None else declared.problem(value)
+        if problem:
+            raise ValidationError(f"--{flag} {problem}", field=flag)
     if not args.query.strip():
         raise ValidationError("the query is empty: give the text to search for")
     store = Path(args.store)

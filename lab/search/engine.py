@@ -8,8 +8,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from lab.config import SearchConfig
+from lab.config import FusionConfig, SearchConfig
 from lab.errors import ValidationError
+from lab.fields import rule
 from lab.search.analysis import QueryAnalysis
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, query_analysis, reference_time
 from lab.search.fusion import explain_learned, fuse_detailed, prepare
@@ -97,8 +98,9 @@ def search(
 def _check(request: SearchRequest) -> None:
     if not isinstance(request.query, str) or not request.query.strip():
         raise ValidationError("query must be a non-empty string")
-    if request.k is not None and request.k < 1:
-        raise ValidationError(f"k must be >= 1, got {request.k}")
+    problem = None if request.k is None else rule(FusionConfig, "top_k").problem(request.k)
+    if problem:  # a request's k is a top_k: the fusion config's rule
+        raise ValidationError(f"k {problem}", field="k")
 
 
 def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], config: SearchConfig) -> list[SearchResponse]:

@@ -12,8 +12,10 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lab.config import BUDGET_RANGE
+from lab.config import AssembleConfig
+from lab.fields import rule
 from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
+from lab.serve.settings import PROXY_POSITIONS
 from lab.store.records import MAX_CONTENT_CHARS
 
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
@@ -26,7 +28,8 @@ NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$"
 CONTENT_MAX = MAX_CONTENT_CHARS  # characters of one memory's text (the store's own rule)
 QUERY_MAX = 4000  # characters of a query (or a text to check)
-BUDGET_MIN, BUDGET_MAX = BUDGET_RANGE  # tokens of an assembled context (the assembly config's rule)
+# tokens of an assembled context: the assembly config's declared bounds (lab.fields)
+BUDGET_BOUNDS = {k: v for k, v in rule(AssembleConfig, "budget").pydantic().items() if k != "description"}
 
 
 def Namespace(description: str = "one to four segments joined by '/': team-a/notes", default: Any = ...) -> Any:
@@ -339,7 +342,7 @@ class SearchOut(BaseModel):
 class ContextIn(Strict):
     query: str = QueryText()
     namespace: str = Namespace()
-    budget: Optional[int] = Field(None, ge=BUDGET_MIN, le=BUDGET_MAX, description="tokens (default: the served budget)")
+    budget: Optional[int] = Field(None, **BUDGET_BOUNDS, description="tokens (default: the served budget)")
     format: Format = Field("text", description="how the context is rendered")
     candidates: int = Field(50, ge=1, le=500, description="search results offered to assembly")
     filters: Optional[Filters] = Field(None, description="types, tags, since, until, valid_only")
@@ -432,7 +435,7 @@ class ProxyOptions(Strict):
     """The chat proxy's options for one request: the body field ``lab`` or the X-Lab-* headers."""
     namespace: Optional[str] = Field(None, min_length=1, max_length=128, pattern=NAMESPACE_PATTERN,
                                      description="where memory is searched (and saved); default: the key's one")
-    position: Optional[Literal["system", "first_user", "before_last_user"]] = Field(
+    position: Optional[Literal[PROXY_POSITIONS]] = Field(  # type: ignore[valid-type]
         None, description="where memory is injected (default: the server's proxy_position)")
-    budget: Optional[int] = Field(None, ge=BUDGET_MIN, le=BUDGET_MAX, description="tokens of memory (default: served)")
+    budget: Optional[int] = Field(None, **BUDGET_BOUNDS, description="tokens of memory (default: served)")
     save: Optional[bool] = Field(None, description="save the question and the complete answer as memories")

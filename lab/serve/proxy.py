@@ -46,7 +46,6 @@ from lab.serve.state import ApiError, AppState
 
 log = logging.getLogger("lab.serve.proxy")
 
-POSITIONS = ("system", "first_user", "before_last_user")
 OPTIONS = ("namespace", "position", "budget", "save")
 MEMORY_HEADER = "Relevant memories (cite them by their [id]):"
 # request headers passed to the upstream as they are (besides Authorization)

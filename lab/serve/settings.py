@@ -7,14 +7,14 @@ value is checked once, here, and a bad one names the setting, where it came from
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, get_type_hints
 
 from lab.config import read_yaml
 from lab.errors import ValidationError
+from lab.fields import check_declared, coerce, rule, setting
 
 ENV_PREFIX = "LAB_SERVE_"
 DEFAULT_MODEL = "models:/lab-memory@champion"  # the champion `lab gate --export` makes with goldens/gate.yaml
@@ -23,62 +23,61 @@ DEMO_STORE = ".lab/serve/demo"  # `lab serve --demo`: seeded with the demo data 
 DEFAULT_STORE = ".lab/serve/store"
 
 
+PROXY_POSITIONS = ("system", "first_user", "before_last_user")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+# Each numeric setting's allowed range is declared with it; NaN and the infinities are never
+# allowed (a NaN rate compares false with everything and would turn limiting off). The lower bounds
+# keep a server usable: port 0 would bind a random port no client is told of, a rate near 0 refills
+# a bucket once an age, a refresh or snapshot interval of 0 re-reads the log or saves every index
+# on every request, and a query-embedding process given microseconds is killed as hung on every
+# query. query_embedders 0 is a real choice: embed in the server process.
 @dataclass(frozen=True)
 class Settings:
     """What ``lab serve`` runs with. ``bundle`` wins over ``model`` when both are set."""
-    model: str = DEFAULT_MODEL  # a registered model version: models:/NAME@ALIAS or models:/NAME/VERSION
-    bundle: str | None = None  # an exported bundle folder, instead of the registry
-    store: str = DEFAULT_STORE  # the store served (created on first start with the gated index settings)
-    host: str = "127.0.0.1"
-    port: int = 8080
-    auth: str = "auto"  # on | off | auto (on unless bound to loopback)
-    keys_file: str | None = None  # API keys, hashed (``lab keys create`` writes it)
-    rate: float = 50.0  # requests per second per key (per client address without auth), refilled
-    burst: int = 100  # the bucket's size: requests allowed at once
-    max_body_bytes: int = 1_048_576
-    group_max: int = 256  # memories committed together at most
-    group_wait_ms: float = 2.0  # how long a commit waits for more writes to join it
-    query_batch: int = 32  # queries embedded in one model call at most
-    query_embedders: int = 1  # model processes embedding queries (0: in the server process)
-    model_threads: int = 1  # threads per query-embedding model call
-    # the model encoding queries: "auto" (the fastest installed backend of the stored vectors'
-    # space: MiniLM's int8 ONNX export for a MiniLM store), "store" (the store's own model), or a
-    # model id of that space
-    query_model: str = "auto"
-    embed_timeout_s: float = 30.0  # a query-embedding process silent this long is killed (hung)
-    snapshot_seconds: float = 30.0  # idle time after writes before index snapshots are saved
-    refresh_seconds: float = 1.0  # other processes' commits to the store are seen within this
-    tracking_uri: str | None = None
-    log_level: str = "info"
+    model: str = setting(DEFAULT_MODEL, doc="a registered model version: models:/NAME@ALIAS or models:/NAME/VERSION")
+    bundle: str | None = setting(None, doc="an exported bundle folder, instead of the registry")
+    store: str = setting(DEFAULT_STORE, doc="the store served (created on first start with the gated index settings)")
+    host: str = setting("127.0.0.1", doc="the address to bind")
+    port: int = setting(8080, low=1, high=65535, doc="the port to bind")
+    auth: str = setting("auto", choices=("on", "off", "auto"), doc="API keys: on, off or auto (on unless bound to loopback)")
+    keys_file: str | None = setting(None, doc="API keys, hashed (`lab keys create` writes it)")
+    rate: float = setting(50.0, low=0.001, high=1e6, doc="requests per second per key (per client address without auth)")
+    burst: int = setting(100, above=0, high=1e6, doc="the rate bucket's size: requests allowed at once")
+    max_body_bytes: int = setting(1_048_576, above=0, high=1 << 30, doc="the largest request body")
+    group_max: int = setting(256, above=0, high=100_000, doc="memories committed together at most")
+    group_wait_ms: float = setting(2.0, low=0, high=10_000, doc="how long a commit waits for more writes to join it")
+    query_batch: int = setting(32, above=0, high=4096, doc="queries embedded in one model call at most")
+    query_embedders: int = setting(1, low=0, high=16, doc="model processes embedding queries (0: in the server process)")
+    model_threads: int = setting(1, above=0, high=64, doc="threads per query-embedding model call")
+    # "auto": the fastest installed backend of the stored vectors' space (MiniLM's int8 ONNX export
+    # for a MiniLM store); "store": the store's own model; or a model id of that space
+    query_model: str = setting("auto", doc="the model encoding queries: auto, store, or a model id of the store's space")
+    embed_timeout_s: float = setting(30.0, low=1, high=86_400, doc="a query-embedding process silent this long is killed")
+    snapshot_seconds: float = setting(30.0, low=1, high=86_400, doc="idle time after writes before index snapshots are saved")
+    refresh_seconds: float = setting(1.0, low=0.05, high=3_600, doc="other processes' commits are seen within this")
+    tracking_uri: str | None = setting(None, doc="the MLflow tracking URI")
+    log_level: str = setting("info", choices=LOG_LEVELS, doc="the server log's level")
     # the OpenAI-compatible chat proxy (lab.serve.proxy): off unless an upstream is named
-    proxy_upstream: str | None = None  # the upstream's base URL, e.g. https://api.openai.com/v1
-    proxy_timeout_s: float = 120.0  # an upstream silent this long is answered 504
-    proxy_position: str = "system"  # where memory goes: system | first_user | before_last_user
-    proxy_save: str = "off"  # on: save every proxied exchange as episodic memories (a request may ask itself)
+    proxy_upstream: str | None = setting(None, doc="the upstream's base URL, e.g. https://api.openai.com/v1")
+    proxy_timeout_s: float = setting(120.0, above=0, high=86_400, doc="an upstream silent this long is answered 504")
+    proxy_position: str = setting("system", choices=PROXY_POSITIONS, doc="where memory goes in the prompt")
+    proxy_save: str = setting("off", choices=("on", "off"),
+                              doc="on: save every proxied exchange as episodic memories (a request may ask itself)")
     # MCP over HTTP (--mcp): each session is bound to the key that opened it; a key (or, with auth
     # off, the one local caller) holds at most this many at once, and one idle this long is closed
-    mcp_sessions_per_key: int = 32
-    mcp_session_idle_s: float = 1800.0
+    mcp_sessions_per_key: int = setting(32, low=1, high=10_000, doc="MCP sessions one key may hold at once")
+    mcp_session_idle_s: float = setting(1800.0, low=1, high=86_400, doc="an MCP session idle this long is closed")
 
     def __post_init__(self) -> None:
-        for name in RANGES:
-            problem = out_of_range(name, getattr(self, name))
-            if problem:
-                raise ValidationError(f"setting {name} {problem}")
-        if self.auth not in ("on", "off", "auto"):
-            raise ValidationError(f"setting auth must be on, off or auto, got {self.auth!r}")
-        if self.log_level not in LOG_LEVELS:
-            raise ValidationError(f"setting log_level must be one of {list(LOG_LEVELS)}, got {self.log_level!r}")
+        check_declared(self, said="setting ")
         if self.proxy_upstream is not None and not self.proxy_upstream.startswith(("http://", "https://")):
-            raise ValidationError(f"setting proxy_upstream must be an http:// or https:// URL, got {self.proxy_upstream!r}")
-        if self.proxy_position not in PROXY_POSITIONS:
-            raise ValidationError(f"setting proxy_position must be one of {list(PROXY_POSITIONS)}, "
-                                  f"got {self.proxy_position!r}")
-        if self.proxy_save not in ("on", "off"):
-            raise ValidationError(f"setting proxy_save must be on or off, got {self.proxy_save!r}")
+            raise ValidationError(f"setting proxy_upstream must be an http:// or https:// URL, got {self.proxy_upstream!r}",
+                                  field="proxy_upstream")
         if not self.model.startswith("models:/"):
             raise ValidationError(f"setting model must look like models:/NAME@ALIAS or models:/NAME/VERSION, "
-                                  f"got {self.model!r}")
+                                  f"got {self.model!r}", field="model")
 
     @property
     def loopback(self) -> bool:
@@ -93,77 +92,6 @@ class Settings:
     @property
     def auth_on(self) -> bool:
         return self.auth == "on" or (self.auth == "auto" and not self.loopback)
-
-
-PROXY_POSITIONS = ("system", "first_user", "before_last_user")
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-# each numeric setting's allowed range (low, high, whether low itself is allowed); NaN and the
-# infinities are never allowed (a NaN rate compares false with everything and would turn limiting off).
-# The lower bounds keep a server usable: port 0 would bind a random port no client is told of, a
-# rate near 0 refills a bucket once an age, a refresh or snapshot interval of 0 re-reads the log or
-# saves every index on every request, and a query-embedding process given microseconds is killed
-# as hung on every query. query_embedders 0 is a real choice: embed in the server process.
-RANGES: dict[str, tuple[float, float, bool]] = {
-    "port": (1, 65535, True),
-    "rate": (0.001, 1e6, True),
-    "burst": (0, 1e6, False),
-    "max_body_bytes": (0, 1 << 30, False),
-    "group_max": (0, 100_000, False),
-    "group_wait_ms": (0, 10_000, True),
-    "query_batch": (0, 4096, False),
-    "query_embedders": (0, 16, True),
-    "model_threads": (0, 64, False),
-    "embed_timeout_s": (1, 86_400, True),
-    "snapshot_seconds": (1, 86_400, True),
-    "refresh_seconds": (0.05, 3_600, True),
-    "proxy_timeout_s": (0, 86_400, False),
-    "mcp_sessions_per_key": (1, 10_000, True),
-    "mcp_session_idle_s": (1, 86_400, True),
-}
-
-
-def out_of_range(name: str, value: Any) -> str | None:
-    """What is wrong with a numeric setting's value ('must be ...'), or None when it is allowed."""
-    low, high, low_ok = RANGES[name]
-    allowed = f"{'>=' if low_ok else '>'} {low:g} and <= {high:g}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"must be a number {allowed}, got {value!r}"
-    if not math.isfinite(value):
-        return f"must be a finite number {allowed}, got {value!r}"
-    if not ((value >= low if low_ok else value > low) and value <= high):
-        return f"must be {allowed}, got {value!r}"
-    return None
-
-
-def _coerce(name: str, raw: Any, kind: type, where: str) -> Any:
-    if raw is None:
-        return None
-    if kind in (int, float):
-        value: Any = None
-        if not isinstance(raw, bool):
-            try:
-                value = float(raw)
-                if kind is int:
-                    value = int(value) if value.is_integer() else None
-            except (TypeError, ValueError, OverflowError):
-                value = None
-        if value is None:
-            raise ValidationError(f"setting {name} from {where}: {raw!r} is not a"
-                                  f"{'n integer' if kind is int else ' number'}")
-        problem = out_of_range(name, value)
-        if problem:
-            raise ValidationError(f"setting {name} from {where} {problem}")
-        return value
-    if not isinstance(raw, (str, int, float)):
-        raise ValidationError(f"setting {name} from {where}: {raw!r} is not a string")
-    return str(raw)
-
-
-_KINDS = {"port": int, "burst": int, "max_body_bytes": int, "group_max": int, "query_batch": int,
-          "query_embedders": int, "model_threads": int,
-          "rate": float, "embed_timeout_s": float, "group_wait_ms": float, "snapshot_seconds": float, "refresh_seconds": float, "proxy_timeout_s": float,
-          "mcp_sessions_per_key": int, "mcp_session_idle_s": float}
 
 
 def load_settings(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
@@ -183,12 +111,24 @@ def load_settings(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, s
             raise ValidationError(f"{config_file}: unknown setting(s) {unknown}; known: {names}")
         from_file = data
     values: dict[str, Any] = {}
+    hints = get_type_hints(Settings)
     for name in names:
-        kind = _KINDS.get(name, str)
         if flags and flags.get(name) is not None:
-            values[name] = _coerce(name, flags[name], kind, "the command line")
+            raw, where = flags[name], "the command line"
         elif env.get(ENV_PREFIX + name.upper()) not in (None, ""):
-            values[name] = _coerce(name, env[ENV_PREFIX + name.upper()], kind, f"${ENV_PREFIX}{name.upper()}")
+            raw, where = env[ENV_PREFIX + name.upper()], f"${ENV_PREFIX}{name.upper()}"
         elif name in from_file and from_file[name] is not None:
-            values[name] = _coerce(name, from_file[name], kind, str(config_file))
+            raw, where = from_file[name], str(config_file)
+        else:
+            continue
+        # a file's "8080" is taken as a number too, as a flag's or a variable's is
+        values[name] = _checked(name, coerce(hints[name], raw, f"setting {name} from {where}", text=True, field=name), where)
     return Settings(**values)
+
+
+def _checked(name: str, value: Any, where: str) -> Any:
+    """``value`` when its declared rule allows it, else an error naming where it came from."""
+    problem = rule(Settings, name).problem(value)
+    if problem:
+        raise ValidationError(f"setting {name} from {where} {problem}", field=name)
+    return value

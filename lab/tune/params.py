@@ -12,12 +12,15 @@ from dataclasses import dataclass, is_dataclass, replace
 from typing import Any
 
 from lab.config import ENCODERS, LISTS, AssembleConfig, SaveConfig, SearchConfig
+from lab.fields import Rule, kind_at, rule_at
+
+# the configuration each path's first part names
+_ROOTS: dict[str, type] = {"search": SearchConfig, "save": SaveConfig, "assemble": AssembleConfig}
 
 
 @dataclass(frozen=True)
 class Param:
     name: str  # as a sweep file names it: "fusion.k", "index.bm25_b"
-    kind: type  # float, int, bool or str: what a value is coerced to
     path: str  # the config field it sets: "search.fusion.k", "save.index.lexical.b"
 
     @property
@@ -25,33 +28,44 @@ class Param:
         """search | save | assemble: which configuration it changes (and so what a change costs)."""
         return self.path.split(".", 1)[0]
 
+    @property
+    def kind(self) -> type:
+        """float, int, bool, str or tuple: the config field's own type, what a value is coerced to."""
+        root, _, rest = self.path.partition(".")
+        return kind_at(_ROOTS[root], rest)
 
-_FUSION = {"k": float, "method": str, "coverage_bonus": float, "recent_boost": float, "recent_hours": float,
-           "superseded": str, "demote_factor": float, "rerank_depth": int, "intent_gating": bool,
-           "neighbour_boost": float, "episode_decay": float}
+    @property
+    def rule(self) -> Rule:
+        """The config field's declared bounds or choices."""
+        root, _, rest = self.path.partition(".")
+        return rule_at(_ROOTS[root], rest)
+
+
+_FUSION = ("k", "method", "coverage_bonus", "recent_boost", "recent_hours", "superseded", "demote_factor",
+           "rerank_depth", "intent_gating", "neighbour_boost", "episode_decay")
 # the lexical index (bm25s); "none" for the stemmer or the stopwords turns them off
-_LEXICAL = {"index.bm25_k1": ("k1", float), "index.bm25_b": ("b", float), "index.bm25_method": ("method", str),
-            "index.stemmer": ("stemmer", str), "index.stopwords": ("stopwords", str)}
-_ASSEMBLE = {"budget": int, "critical_ratio": float, "recency_ratio": float, "critical_threshold": float,
-             "recency_threshold": float, "recent_hours": float}
+_LEXICAL = {"index.bm25_k1": "k1", "index.bm25_b": "b", "index.bm25_method": "method",
+            "index.stemmer": "stemmer", "index.stopwords": "stopwords"}
+_ASSEMBLE = ("budget", "critical_ratio", "recency_ratio", "critical_threshold", "recency_threshold", "recent_hours")
 
 PARAMS: dict[str, Param] = {p.name: p for p in [
-    *(Param(f"fusion.{f}", kind, f"search.fusion.{f}") for f, kind in _FUSION.items()),
-    *(Param(f"fusion.weights.{s}", float, f"search.fusion.weights.{s}") for s in LISTS),  # views too
-    Param("index.context_turns", int, "save.chunk.context_turns"),
-    Param("index.time_in_text", bool, "save.chunk.time_in_text"),
-    Param("index.chunk_size", int, "save.chunk.size"),
-    Param("index.chunk_overlap", int, "save.chunk.overlap"),
-    Param("index.ef_search", int, "save.index.vector.ef_search"),
-    Param("index.depth", int, "search.depth"),  # candidates per signal: searched again, not rebuilt
+    *(Param(f"fusion.{f}", f"search.fusion.{f}") for f in _FUSION),
+    *(Param(f"fusion.weights.{s}", f"search.fusion.weights.{s}") for s in LISTS),  # views too
+    Param("index.context_turns", "save.chunk.context_turns"),
+    Param("index.time_in_text", "save.chunk.time_in_text"),
+    Param("index.chunk_size", "save.chunk.size"),
+    Param("index.chunk_overlap", "save.chunk.overlap"),
+    Param("index.ef_search", "save.index.vector.ef_search"),
+    Param("index.depth", "search.depth"),  # candidates per signal: searched again, not rebuilt
     # extra encoders the store carries (a list of ENCODERS' keys); a point naming them ranks each
     # one's list too, unless it names the lists itself ("encoders")
-    Param("index.models", tuple, "save.index.models"),
-    Param("encoders", tuple, "search.encoders"),
-    *(Param(name, kind, f"save.index.lexical.{f}") for name, (f, kind) in _LEXICAL.items()),
-    *(Param(f"assemble.{f}", kind, f"assemble.{f}") for f, kind in _ASSEMBLE.items()),
+    Param("index.models", "save.index.models"),
+    Param("encoders", "search.encoders"),
+    *(Param(name, f"save.index.lexical.{f}") for name, f in _LEXICAL.items()),
+    *(Param(f"assemble.{f}", f"assemble.{f}") for f in _ASSEMBLE),
 ]}
-LEXICAL_DIMS = dict(_LEXICAL)  # sweep dimension -> (LexicalIndexConfig field, kind)
+# sweep dimension -> (LexicalIndexConfig field, kind)
+LEXICAL_DIMS = {name: (f, PARAMS[name].kind) for name, f in _LEXICAL.items()}
 
 
 def apply(config: Any, changes: dict[str, Any]) -> Any:
@@ -75,7 +89,7 @@ def param(name: str) -> Param | None:
     """The parameter ``name`` (a weight of any list, views included, is one), or None."""
     if name in PARAMS:
         return PARAMS[name]
-    return Param(name, float, f"search.{name}") if name.startswith("fusion.weights.") else None
+    return Param(name, f"search.{name}") if name.startswith("fusion.weights.") else None
 
 
 def names(value: Any) -> tuple[str, ...]:

@@ -31,7 +31,8 @@ from lab.errors import ValidationError
 from lab.search.fusion import get_fuser
 from lab.tune.batch import metric_names
 from lab.tune.dimension import Dimension
-from lab.tune.params import LEXICAL_DIMS, PARAMS as PARAMS_BY_NAME
+from lab.fields import coerce
+from lab.tune.params import LEXICAL_DIMS, PARAMS as PARAMS_BY_NAME, param
 from lab.tune.strategies import STRATEGIES
 
 # every parameter a sweep can vary, with its kind (lab.tune.params declares each once, with its
@@ -101,9 +102,9 @@ def _dimension(name: str, raw: Any) -> Dimension:
         if high < low:
             raise ValidationError(f"space.{name}: high {high} is below low {low}")
         if "step" in raw:
-            step = _value(name, float, raw["step"])
-            if step <= 0:
-                raise ValidationError(f"space.{name}: step must be > 0, got {step}")
+            step = coerce(float, raw["step"], f"space.{name}.step")
+            if not math.isfinite(step) or step <= 0:
+                raise ValidationError(f"space.{name}: step must be a finite number > 0, got {step}")
             n = int(math.floor((high - low) / step + 1e-9)) + 1
             values = tuple(kind(round(low + i * step, 10)) for i in range(n))
             return Dimension(name, values, low, high, kind)
@@ -112,27 +113,23 @@ def _dimension(name: str, raw: Any) -> Dimension:
 
 
 def _value(name: str, kind: type, v: Any) -> Any:
+    """One value of a dimension, coerced to its config field's kind and checked against the
+    field's declared rule (lab.fields), so a sweep file is refused where a config would be."""
     if kind is tuple:  # names: the encoders a store carries, or the lists a search ranks
         known = list(ENCODERS) if name == "index.models" else list(ENCODERS.values())
         names = [v] if isinstance(v, str) else v
         if not isinstance(names, list) or any(n not in known for n in names):
-            raise ValidationError(f"space.{name}: each value is a list of names from {known}, got {v!r}")
+            raise ValidationError(f"space.{name}: each value is a list of names from {known}, got {v!r}",
+                                  field=f"space.{name}")
         return tuple(names)
-    if kind is bool:
-        if not isinstance(v, bool):
-            raise ValidationError(f"space.{name}: expected true or false, got {v!r}")
-        return v
-    if kind is str:
-        if not isinstance(v, str):
-            raise ValidationError(f"space.{name}: expected a string, got {v!r}")
-        return v
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValidationError(f"space.{name}: expected a finite number, got {v!r}")
-    if kind is int and float(v) != int(v):
-        raise ValidationError(f"space.{name}: expected an integer, got {v!r}")
-    if (name.startswith("fusion.weights.") or name in ("fusion.k", "assemble.budget")) and v < 0:
-        raise ValidationError(f"space.{name}: must be >= 0, got {v!r}")
-    return kind(v)
+    value = coerce(kind, v, f"space.{name}")
+    declared = PARAMS_BY_NAME[name].rule if name in PARAMS_BY_NAME else param(name).rule
+    problem = declared.problem(value) if (kind in (int, float) or declared.choices) else None
+    if problem is None and kind in (int, float) and not math.isfinite(value):
+        problem = f"must be a finite number, got {v!r}"
+    if problem:
+        raise ValidationError(f"space.{name} {problem}", field=f"space.{name}")
+    return value
 
 
 def _check_fuser(dim: Dimension) -> None:
