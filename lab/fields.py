@@ -170,6 +170,12 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, where: str = "") -> 
     if unknown:
         raise ValidationError(f"{where or cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(known)}",
                               field=f"{where}.{unknown[0]}" if where else unknown[0])
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in data
+               and f.default is MISSING and f.default_factory is MISSING]  # type: ignore[misc]
+    if missing:
+        name = f"{where}.{missing[0]}" if where else missing[0]
+        raise ValidationError(f"{name!r} is required" + (f" (also missing: {missing[1:]})" if missing[1:] else ""),
+                              field=name)
     kwargs = {name: coerce(hints[name], value, f"{where}.{name}" if where else name) for name, value in data.items()}
     return cls(**kwargs)
 

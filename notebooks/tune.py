@@ -182,13 +182,15 @@ def _(assemble, log_button, mo, out, search, session):
 @app.cell
 def _(assemble, gate_button, mo, out, search, session, views):
     mo.stop(not gate_button.value, mo.md("_Gate not run yet._"))
-    from lab.flow.stages import gate_candidate
+    from lab.flow.stages import gate_candidate, judging_in
     from lab.workspace import current
 
-    _gate_file = current().project / "goldens" / ("gate-demo.yaml" if session.dataset.name == "demo" else "gate.yaml")
+    _workspace = current()  # the one the setup cell installed
+    _gate_file = _workspace.project / "goldens" / ("gate-demo.yaml" if session.dataset.name == "demo" else "gate.yaml")
     _candidate = session.write_candidate(search, assemble, f"{out}/tune-candidate.yaml")
     with mo.status.spinner(f"gate {_gate_file} on {_candidate}"):
-        report = gate_candidate(_gate_file, _candidate, out_root=f"{out}/gate")
+        report = gate_candidate(_gate_file, _candidate, judging_in(_workspace), out_root=f"{out}/gate",
+                                uri=_workspace.tracking_uri)
     mo.vstack([mo.md(f"## Gate: <span id='gate-verdict'>{report.verdict}</span> ({_gate_file.name}, "
                      f"MLflow run `{report.run_id}`)"), mo.ui.table(views.checks_frame(report), selection=None)])
     return

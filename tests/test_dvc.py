@@ -40,12 +40,14 @@ def test_prepared_tables_round_trip(tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"dataset": "nope"}, "profiles has no entry for dataset 'nope'"),
     ({"extra": 1}, "unknown key"),
-    ({"index": {"context_turns": 2, "stem": True}}, "index takes context_turns, time_in_text and views only"),
+    ({"index": {"context_turns": 2, "stem": True}}, r"index: unknown key\(s\) \[.stem.\]; allowed: \[.context_turns., .time_in_text., .views.\]"),
+    ({"profiles": {"demo": {"sweep": "s.yaml"}}}, "profiles.demo.gate. is required"),
+    ({"model": 3}, "model: expected a string, got 3"),
 ])
 def test_bad_params_name_the_problem(tmp_path, change, message):
     import yaml
 
-    from lab.flow.stages import load_params
+    from lab.flow.params import load_params
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({**params, **change}))

@@ -60,9 +60,9 @@ def test_the_dvc_plots_page_renders_offline(tmp_path):
     """The plots are SVG images beside their CSV data: the page embeds them and needs no script."""
     plots = tmp_path / "repo" / ".lab" / "dvc" / "plots"
     plots.mkdir(parents=True)
-    from lab.flow.stages import _svg
+    from lab.flow.layout import svg
 
-    _svg(plots / "recall_curve.svg", "recall@k", lambda ax: ax.plot([1, 5, 10], [0.4, 0.7, 0.8], marker="o"))
+    svg(plots / "recall_curve.svg", "recall@k", lambda ax: ax.plot([1, 5, 10], [0.4, 0.7, 0.8], marker="o"))
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     dvc = str(BIN / "dvc")

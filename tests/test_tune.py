@@ -27,15 +27,18 @@ SPEC = {"name": "t", "dataset": "demo", "strategy": "grid", "objective": "recall
     ({"space": {"fusion.kk": [1]}}, "unknown parameter 'fusion.kk'"),
     ({"strategy": "annealing"}, "unknown 'annealing'"),
     ({"space": {"fusion.k": [float("nan")]}}, "finite number"),
-    ({"space": {"fusion.weights.vector": [-1]}}, "must be >= 0"),
+    ({"space": {"fusion.weights.vector": [-1]}}, r"space.fusion.weights.vector must be a finite number >= 0, got -1"),
+    ({"space": {"assemble.budget": [0]}}, r"space.assemble.budget must be a finite number >= 1 and <= 1000000, got 0"),
+    ({"space": {"fusion.superseded": ["drop"]}}, r"space.fusion.superseded must be demote, hide or keep, got 'drop'"),
+    ({"space": {"index.context_turns": [2.5]}}, r"space.index.context_turns: expected an integer, got 2.5"),
     ({"constraints": ["tokens about 2000"]}, "cannot read"),
     ({"objective": "recall@50"}, "unknown metric 'recall@50'"),
     ({"strategy": "random"}, "needs a trial budget"),
     ({"space": {"fusion.k": {"low": 5, "high": 1}}}, "below low"),
-    ({"space": {"index.bm25_method": ["lucene", "bm26"]}}, r"space.index.bm25_method: .*unknown BM25 variant 'bm26'"),
+    ({"space": {"index.bm25_method": ["lucene", "bm26"]}}, r"space.index.bm25_method must be robertson, lucene, atire, bm25l or bm25\+, got 'bm26'"),
     ({"space": {"index.stemmer": ["english", "klingon"]}}, r"space.index.stemmer: .*unknown stemmer 'klingon'"),
     ({"space": {"index.stopwords": ["xx"]}}, r"space.index.stopwords: .*unknown stopword list 'xx'"),
-    ({"space": {"index.bm25_b": [0.5, 1.5]}}, r"space.index.bm25_b: index.lexical.b"),
+    ({"space": {"index.bm25_b": [0.5, 1.5]}}, r"space.index.bm25_b must be a finite number >= 0 and <= 1, got 1.5"),
 ])
 def test_bad_sweep_files_name_the_problem(change, message):
     with pytest.raises(ValidationError, match=message):
@@ -144,11 +147,11 @@ def _gate_file(tmp_path, **suite):
     return load_gate(path)
 
 
-def _gate(gate, candidate, workspace, uri, **kw):
-    from lab.gate.run import run_gate
+def _gate(gate, candidate, workspace, uri, rebaseline=False, **kw):
+    from lab.gate.run import JudgeOptions, run_gate
 
-    return run_gate(gate, candidate, out_root=workspace / "gate", uri=uri, embedder=FakeEmbedder(),
-                    root=workspace / "eval", **kw)
+    judging = JudgeOptions(root=workspace / "eval", embedder=FakeEmbedder(), rebaseline=rebaseline)
+    return run_gate(gate, candidate, judging=judging, out_root=workspace / "gate", uri=uri, **kw)
 
 
 def test_gate_verdicts_export_and_the_champion(workspace, tmp_path):
@@ -280,15 +283,18 @@ def test_the_gate_refuses_a_delta_over_data_changed_since_the_champion_was_judge
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     gate = _gate_file(tmp_path, min={"recall@10": 0.1}, non_regression=["recall@10"])
     first = _gate(gate, "lab", workspace, uri, export=True)
+    assert first.export is not None
     judged = track.champion("lab-test", uri)["data"]["demo"]
     dataset = load_dataset("demo")
     assert judged == {"dataset": "demo", "corpus": dataset.fingerprint(), "gold": dataset.gold_fingerprint()}
     assert _gate(gate, "lab", workspace, uri).verdict == "GO"  # the same data: compared as before
 
-    # the champion's record now says it was judged on other labels (as if the goldens were edited since)
-    _, client, _ = track.client(uri)
-    client.set_model_version_tag("lab-test", first.export.version, "lab.data",
-                                 json.dumps({"demo": {**judged, "gold": "0123456789abcdef"}}))
+    # the champion's bundle now says it was judged on other labels (as if the goldens were edited
+    # since): the gate reads the champion from its bundle, as serving does, not from registry tags
+    manifest = track.model_bundle(track.champion("lab-test", uri), uri) / "manifest.json"
+    written = json.loads(manifest.read_text())
+    written["metrics"]["demo"]["gold_fingerprint"] = "0123456789abcdef"
+    manifest.write_text(json.dumps(written))
     with pytest.raises(ConflictError, match=f"gold 0123456789abcdef -> {judged['gold']}.*--rebaseline"):
         _gate(gate, "lab", workspace, uri)
     again = _gate(gate, "lab", workspace, uri, rebaseline=True)

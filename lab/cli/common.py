@@ -17,6 +17,22 @@ def store_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def command_workspace(datasets: str | None = None, tracking_uri: str | None = None):
+    """The workspace a command passes to the flow: the one `main` resolved, with this command's
+    own --datasets and --tracking-uri flags over it (a flag given wins over the environment)."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from lab.workspace import current
+
+    workspace = current()
+    if datasets:
+        workspace = replace(workspace, datasets=Path(datasets))
+    if tracking_uri:
+        workspace = replace(workspace, tracking_uri=tracking_uri)
+    return workspace
+
+
 # embedding and override controls that reorder the text after them (emoji joiners are left alone)
 _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lab.cli.common import print_hits
+from lab.cli.common import command_workspace, print_hits
 
 
 def _print_done(step) -> None:
@@ -19,50 +19,48 @@ def _print_done(step) -> None:
         m = r.result.metrics["metrics"]
         print(f"    recall@10 {m['recall@10']:.4f}  ndcg@10 {m['ndcg@10']:.4f}  mrr {m['mrr']:.4f}  -> {r.folder}")
     elif step.name == "sweep":
-        sweep = r.sweep
-        obj = sweep.spec.objective
-        print(f"    {sweep.info['scored']} configurations; best {obj} {sweep.best[f'tune/{obj}']:.4f} on tune, "
-              f"{sweep.best[f'validation/{obj}']:.4f} on validation  -> {sweep.folder}")
+        print(f"    {r.configurations} configurations; best {r.objective} {r.tune:.4f} on tune, "
+              f"{r.validation:.4f} on validation  -> {r.folder}")
     elif step.name == "gate":
         from lab.gate.run import report_table
 
         print("    " + report_table(r.report).replace("\n", "\n    "))
     elif step.name == "export":
-        report = r.report
-        if report.export:
-            again = ": the same bundle as before, not registered again" if report.export.reused else ""
-            print(f"    GO: registered {report.export.uri} (version {report.export.version}{again})")
-            print(f"    bundle: {report.export.bundle}")
+        from lab.flow.results import ExportedModel
+
+        if isinstance(r, ExportedModel):
+            again = ": the same bundle as before, not registered again" if r.export.reused else ""
+            print(f"    GO: registered {r.export.uri} (version {r.export.version}{again})")
+            print(f"    bundle: {r.export.bundle}")
         else:
             print("    NO-GO: export refused; failed checks:")
-            for line in report.refused:
+            for line in r.failed:
                 print(f"      - {line}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from lab.flow.demo import STEPS, run_demo
+    from lab.flow.results import ExportedModel
+    from lab.track import env_line, load_line, ui_command
 
     done = {}
-    for step in run_demo(args.store, args.data, args.out, args.tracking_uri):
+    for step in run_demo(command_workspace(tracking_uri=args.tracking_uri), args.store, args.data, args.out):
         if not step.done:
             print(f"{step.number}/{STEPS} {step.name}" + (f": {step.title}" if step.title else ""), flush=True)
             continue
         _print_done(step)
         done[step.name] = step.result
-    evaluated, sweep, report = done["evaluate"], done["sweep"].sweep, done["gate"].report
+    evaluated, swept, report, exported = done["evaluate"], done["sweep"], done["gate"].report, done["export"]
     m = evaluated.result.metrics["metrics"]
-    obj = sweep.spec.objective
     print(f"\nverdict: {report.verdict}   demo recall@10 {m['recall@10']:.4f} (lab preset), "
-          f"sweep best {sweep.best[f'all/{obj}']:.4f} ({obj}, all questions)")
-    print(f"look at: {evaluated.folder} (evaluation), {sweep.folder} (sweep: results, best.yaml, plots), "
+          f"sweep best {swept.all:.4f} ({swept.objective}, all questions)")
+    print(f"look at: {evaluated.folder} (evaluation), {swept.folder} (sweep: results, best.yaml, plots), "
           f"{report.folder} (gate report)")
-    print(f"runs:    {done['export'].ui}   (eval run {evaluated.run_id})")
-    if report.export:
-        from lab.track import env_line, load_line
-
+    print(f"runs:    {ui_command(args.tracking_uri)}   (eval run {evaluated.run_id})")
+    if isinstance(exported, ExportedModel):
         print(f"serve:   .venv/bin/lab serve --demo   (the demo champion over a store seeded with the demo data)\n"
               f"load:    {env_line(args.tracking_uri)}   # then, from any folder:\n"
-              f"         {load_line(report.export.uri)}")
+              f"         {load_line(exported.export.uri)}")
     return 0
 
 

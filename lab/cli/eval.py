@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import replace
 
-from lab.cli.common import print_json
+from lab.cli.common import command_workspace, print_json
 from lab.config import DEFAULT_KS
 
 DEFAULT_BUDGET = 2000
@@ -65,8 +65,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     overrides = Overrides(args.context_turns, args.time_in_text, args.model, tuple(args.encoders or ()),
                           args.counter, args.budget, args.query_model)
     data = EvalData(args.dataset, args.datasets, args.split, args.observations, args.summaries)
-    for done in evaluate(candidate, overrides, data, options, out=args.out, tracked=not args.no_track,
-                         uri=args.tracking_uri, progress=not args.quiet):
+    workspace = command_workspace(tracking_uri=args.tracking_uri)
+    for done in evaluate(candidate, overrides, data, options, workspace, out=args.out, tracked=not args.no_track,
+                         progress=not args.quiet):
         metrics = done.result.metrics
         if args.json:
             print_json({"run": str(done.folder), "mlflow_run_id": done.run_id, **metrics})

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from lab.cli.common import command_workspace
 from lab.flow import STAGES
 
 
 def describe(result) -> str:
     """One line saying what a stage made."""
-    from lab.flow import stages as s
+    from lab.flow import results as s
 
     match result:
         case s.Prepared():
@@ -30,10 +31,12 @@ def describe(result) -> str:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from lab.flow.stages import StageOptions, load_params, run_stage
+    from lab.flow.layout import StageOptions
+    from lab.flow.params import load_params
+    from lab.flow.stages import run_stage
 
-    opts = StageOptions(datasets=args.datasets, track=not args.no_track, progress=not args.quiet)
-    print(f"{args.stage}: {describe(run_stage(args.stage, load_params(args.params), opts=opts))}", flush=True)
+    opts = StageOptions(command_workspace(datasets=args.datasets), track=not args.no_track, progress=not args.quiet)
+    print(f"{args.stage}: {describe(run_stage(args.stage, load_params(args.params), opts))}", flush=True)
     return 0
 
 

@@ -201,12 +201,12 @@ def add_learn_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     from lab.gate.checks import load_gate
-    from lab.gate.run import report_table, run_gate
+    from lab.gate.run import JudgeOptions, report_table, run_gate
 
     gate = load_gate(args.config)
-    report = run_gate(gate, args.candidate, datasets=args.datasets, out_root=args.out, track=not args.no_track,
-                      uri=args.tracking_uri, export=args.export, store=args.store, progress=not args.quiet,
-                      rebaseline=args.rebaseline)
+    judging = JudgeOptions(datasets=args.datasets, progress=not args.quiet, rebaseline=args.rebaseline)
+    report = run_gate(gate, args.candidate, judging=judging, out_root=args.out, track=not args.no_track,
+                      uri=args.tracking_uri, export=args.export, store=args.store)
     if args.json:
         print_json(report.as_dict())
     else:

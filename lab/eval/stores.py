@@ -52,16 +52,16 @@ def index_suffix(chunk: ChunkConfig) -> str:
             + (("".join(f"+{v}" for v in chunk.views) or "+noviews") if chunk.views != default.views else ""))
 
 
-def embeddings_dir(root: Path) -> Path:
-    # one embedding cache for every eval store (unless the workspace names another)
-    return current().embed_cache or root / "embeddings"
+def embeddings_dir(root: Path, embeddings: Path | None = None) -> Path:
+    """The embedding cache: ``embeddings`` when the caller names one (a DVC stage shares one across
+    its evaluation roots), else the workspace's, else one for every store under ``root``."""
+    return embeddings or current().embed_cache or root / "embeddings"
 
 
-def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
-               embedder=None, progress: bool = False) -> Path:
-    """The dataset's store under ``root/stores``, built on first use and reused while the data and
-    the save configuration are unchanged. Save-then-search memories are saved after the indexes
-    are built, through the normal save path, so they are found the way a fresh save is."""
+def eval_store_path(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
+                    embedder=None) -> Path:
+    """Where `eval_store` keeps the dataset's store for ``config`` (built or not): a digest of the
+    data, the chunking and the embedding model, so the same inputs always name the same folder."""
     root = root or eval_root()
     config = config or SaveConfig()
     model = embedder.model_id if embedder is not None else canonical(config.embed.model)
@@ -70,12 +70,28 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
         parts.append("view chunks only for memories with context")  # stores of the older layout are rebuilt
     if dataset.saves:
         parts.append(sorted(dataset.saves.items()))
-    path = root / "stores" / f"{dataset.name}-{digest(*parts)}"
-    if (path / READY).is_file():
+    return root / "stores" / f"{dataset.name}-{digest(*parts)}"
+
+
+def is_built(path: Path) -> bool:
+    """Whether `eval_store` finished building the store at ``path``."""
+    return (path / READY).is_file()
+
+
+def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
+               embedder=None, progress: bool = False, embeddings: Path | None = None) -> Path:
+    """The dataset's store under ``root/stores``, built on first use and reused while the data and
+    the save configuration are unchanged. Save-then-search memories are saved after the indexes
+    are built, through the normal save path, so they are found the way a fresh save is."""
+    root = root or eval_root()
+    config = config or SaveConfig()
+    path = eval_store_path(dataset, config, root=root, embedder=embedder)
+    if is_built(path):
         return path
     if path.exists():
         shutil.rmtree(path)  # a build that did not finish: start over
-    with Pipeline.open(path, config, embedder=embedder, create=True, cache_dir=embeddings_dir(root)) as pipe:
+    with Pipeline.open(path, config, embedder=embedder, create=True,
+                       cache_dir=embeddings_dir(root, embeddings)) as pipe:
         pipe.save_many(dataset.memories, progress=progress)
         if dataset.edges:
             pipe.add_edges(dataset.edges)
@@ -87,17 +103,20 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
 
 
 def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
-                   embedder=None, progress: bool = False, query_model: str | None = None) -> Retriever:
+                   embedder=None, progress: bool = False, query_model: str | None = None,
+                   embeddings: Path | None = None) -> Retriever:
     """A read-only retriever over the dataset's evaluation store (built first when needed);
-    ``query_model`` encodes the questions instead of the store's model (same vector space)."""
+    ``query_model`` encodes the questions instead of the store's model (same vector space);
+    ``embeddings``: the embedding cache (None: `embeddings_dir`'s choice)."""
     root = root or eval_root()
-    path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress)
+    path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress, embeddings=embeddings)
     embed_config = SaveConfig().embed if config is None else config.embed
     embedder = embedder or make_embedder(embed_config)
     query = make_embedder(replace(embed_config, model=query_model)) if query_model else embedder
-    cache = EmbeddingCache(embeddings_dir(root), query.model_id, query.dim)
+    cache_dir = embeddings_dir(root, embeddings)
+    cache = EmbeddingCache(cache_dir, query.model_id, query.dim)
     # the given index config, not only the recorded one: query-time settings (HNSW ef) take effect
     retriever = Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index,
-                               query_model=query, encoder_cache=embeddings_dir(root))
+                               query_model=query, encoder_cache=cache_dir)
     retriever.encoder_progress = progress
     return retriever

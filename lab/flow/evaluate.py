@@ -18,6 +18,7 @@ from lab.eval.report import candidate_from, config_from
 from lab.eval.runner import EvalOptions, EvalResult
 from lab.eval.runs import DatasetOptions, evaluate_to_folder
 from lab.eval.stores import eval_retriever, save_config
+from lab.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -98,21 +99,23 @@ def plan(candidate: EvalCandidate, overrides: Overrides, options: EvalOptions) -
     return EvalPlan(tuple(configs), save, options)
 
 
-def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, options: EvalOptions, *, out: str | Path = "runs",
-             tracked: bool = True, uri: str | None = None, progress: bool = False,
+def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, options: EvalOptions,
+             workspace: Workspace, *, out: str | Path = "runs", tracked: bool = True, progress: bool = False,
              embedder: Any = None) -> Iterator[Evaluated]:
     """Evaluate each configuration of ``candidate`` (``overrides`` merged in) on ``data``, yielding
-    each as its run folder is written (and its MLflow run logged, when ``tracked``); ``embedder``: an
-    embedder already loaded (the demo's), else the store's own."""
+    each as its run folder is written (and its MLflow run logged in the workspace's tracking store,
+    when ``tracked``). Its stores and vectors are the workspace's evaluation root and embedding
+    cache; ``embedder``: an embedder already loaded (the demo's), else the store's own."""
     chosen = plan(candidate, overrides, options)
-    dataset = load_dataset(data.name, data.root, split=data.split, observations=data.observations,
-                           summaries=data.summaries)
-    retriever = eval_retriever(dataset, chosen.save, embedder=embedder, progress=progress,
-                               query_model=overrides.query_model)
+    dataset = load_dataset(data.name, data.root or workspace.datasets_root, split=data.split,
+                           observations=data.observations, summaries=data.summaries)
+    retriever = eval_retriever(dataset, chosen.save, root=workspace.eval_root, embedder=embedder, progress=progress,
+                               query_model=overrides.query_model, embeddings=workspace.eval_embeddings)
     for config in chosen.configs:
         result, folder = evaluate_to_folder(retriever, dataset, config, chosen.options, out,
                                             DatasetOptions(data.observations, data.summaries))
         run_id = None
         if tracked:
-            run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version), uri=uri)
+            run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version),
+                                    uri=workspace.tracking_uri)
         yield Evaluated(dataset.name, config, result, folder, run_id)

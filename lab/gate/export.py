@@ -55,8 +55,7 @@ def export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str |
         "exported_at": datetime.now(timezone.utc).isoformat(),
     }
     write_bundle(bundle, config, assemble, chosen.save, manifest)
-    data = {k: {"dataset": s.dataset, "corpus": s.dataset_fingerprint, "gold": s.gold_fingerprint}
-            for k, s in report.suites.items()}
+    data = {k: s.judged_on() for k, s in report.suites.items()}
     got = tracking.export_model(report.run_id, bundle, gate.model, config_json=to_json(config),
                                 assemble_json=to_json(assemble), verdict=report.verdict, uri=uri,
                                 save_json=None if chosen.save is None else to_json(chosen.save),

@@ -11,8 +11,9 @@ from typing import Any
 from lab.config import Candidate, SaveConfig
 from lab.errors import ConflictError
 from lab.eval.goldens import load_dataset
+from lab.gate.champion import Champion
 from lab.gate.checks import Check, GateConfig, Suite, suite_checks, verdict
-from lab.gate.report import Champion, GateReport, SuiteResult
+from lab.gate.report import GateReport, SuiteResult
 
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr")
 
@@ -20,11 +21,12 @@ HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr")
 @dataclass(frozen=True)
 class JudgeOptions:
     """Where the suites' data and stores are, and how the evaluation runs."""
-    datasets: str | Path | None = None
-    root: Path | None = None
+    datasets: str | Path | None = None  # the datasets root (None: the workspace's)
+    root: Path | None = None  # the suites' evaluation stores (None: the workspace's evaluation root)
     embedder: Any = None
     progress: bool = False
     rebaseline: bool = False  # compare against the champion re-evaluated on changed data instead of refusing
+    embeddings: Path | None = None  # the embedding cache (None: the workspace's, else one under root)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
     from lab.eval.stores import eval_retriever  # heavy: numba
 
     dataset = load_dataset(suite.dataset, opts.datasets, observations=suite.observations)
-    retriever = eval_retriever(dataset, chosen.save, root=opts.root, embedder=opts.embedder, progress=opts.progress)
+    retriever = eval_retriever(dataset, chosen.save, root=opts.root, embedder=opts.embedder, progress=opts.progress,
+                               embeddings=opts.embeddings)
     result = evaluate(retriever, dataset, chosen.search, EvalOptions())
     write_run(result, dataset.qrels, folder / suite.name)
     compared = champion is not None and champion.search is not None and bool(suite.non_regression)
@@ -69,7 +72,8 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
         # the champion on its own index-time settings (the same store when they are the same)
         same = (champion.save or SaveConfig()) == (chosen.save or SaveConfig())
         champ_retriever = retriever if same else eval_retriever(dataset, champion.save, root=opts.root,
-                                                                embedder=opts.embedder, progress=opts.progress)
+                                                                embedder=opts.embedder, progress=opts.progress,
+                                                                embeddings=opts.embeddings)
         champion_result = _PerQuery(evaluate(champ_retriever, dataset, champion.search, EvalOptions()).per_query)
     checks = suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
     if drift:

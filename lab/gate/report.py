@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from lab.config import SaveConfig, SearchConfig, from_dict
 from lab.errors import ValidationError
+from lab.gate.champion import Champion, judged_on
 from lab.gate.checks import Check
 from lab.tune.selection import describe
 
@@ -32,24 +32,9 @@ class SuiteResult:
                 "store_version": self.store_version, "metrics": dict(self.metrics), "example": self.example,
                 "ci95": dict(self.ci95)}
 
-
-@dataclass(frozen=True)
-class Champion:
-    """The registered champion a candidate is held against: its configs, the data each suite judged
-    it on, and the rest of its registry record as read (shown in the report)."""
-    version: str
-    search: SearchConfig | None
-    save: SaveConfig | None
-    data: Mapping[str, Mapping[str, str]] | None  # suite -> dataset, corpus and gold fingerprints
-    record: Mapping[str, Any]  # the registry's record of it, less its search config
-
-    @classmethod
-    def from_record(cls, rec: Mapping[str, Any] | None) -> Champion | None:
-        if not rec:
-            return None
-        search = from_dict(SearchConfig, rec["config"]) if rec.get("config") else None
-        save = from_dict(SaveConfig, rec["save"], where="champion save") if rec.get("save") else None
-        return cls(rec.get("version"), search, save, rec.get("data"), {k: v for k, v in rec.items() if k != "config"})
+    def judged_on(self) -> dict[str, str]:
+        """The data this suite judged on, as the champion's record keeps it."""
+        return judged_on(self.as_dict())
 
 
 @dataclass(frozen=True)
