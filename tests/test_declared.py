@@ -101,3 +101,22 @@ def test_config_errors_from_a_mapping_carry_the_dotted_field():
         with pytest.raises(ValidationError) as refused:
             from_dict(C.SearchConfig, data)
         assert refused.value.field == where, (data, refused.value.field, str(refused.value))
+
+
+def test_serve_flags_take_help_choices_and_checks_from_the_settings_declarations(capsys):
+    import argparse
+
+    from lab.cli import build_parser, main
+
+    serve = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "serve")[1]
+    by_dest = {a.dest: a for a in serve._actions if isinstance(a, argparse.Action)}
+    flagged = [f for f in dataclasses.fields(Settings) if f.name in by_dest]  # the rest: environment or file only
+    assert len(flagged) == 19
+    for f in flagged:
+        r = f.metadata[RULE]
+        flag = by_dest[f.name]
+        assert r.doc in flag.help
+        assert flag.choices == (list(r.choices) if r.choices else None)
+        assert flag.type is None  # coerced by load_settings, the one place every source goes through
+    assert main(["serve", "--port", "0"]) == 2
+    assert "setting port from the command line must be a finite number >= 1 and <= 65535, got 0" in capsys.readouterr().err

@@ -7,11 +7,6 @@ import sys
 from lab.cli.common import print_json
 
 
-SETTING_FLAGS = ("model", "bundle", "store", "host", "port", "auth", "keys_file", "rate", "burst", "max_body_bytes",
-                 "query_model", "tracking_uri", "log_level", "proxy_upstream", "proxy_timeout_s", "proxy_position",
-                 "proxy_save", "mcp_sessions_per_key", "mcp_session_idle_s")
-
-
 def open_served(args: argparse.Namespace, log_stream=None):
     """(settings, the GO configuration served, its keys) from the flags, checked before anything
     is opened; logging goes to ``log_stream`` (stderr by default)."""
@@ -20,9 +15,12 @@ def open_served(args: argparse.Namespace, log_stream=None):
     from lab.errors import ValidationError
     from lab.serve.auth import KeyRing
     from lab.serve.bundle import load_bundle, load_model, seed_store
-    from lab.serve.settings import DEMO_MODEL, DEMO_STORE, load_settings
+    from dataclasses import fields
 
-    flags = {k: getattr(args, k, None) for k in SETTING_FLAGS}
+    from lab.serve.settings import DEMO_MODEL, DEMO_STORE, Settings, load_settings
+
+    # every setting a command has a flag for (setting_flag names its dest after the setting)
+    flags = {f.name: getattr(args, f.name, None) for f in fields(Settings)}
     if getattr(args, "demo", False):
         if flags["model"] or flags["bundle"]:
             raise ValidationError(f"--demo serves {DEMO_MODEL}: drop --model/--bundle, or drop --demo")
@@ -77,34 +75,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def setting_flag(p: argparse.ArgumentParser, name: str, flag: str | None = None, *, tag: str = "",
+                 metavar: str | None = None) -> None:
+    """A flag for the server setting ``name``: its help, choices and default come from the setting's
+    declaration (lab.serve.settings); its value is checked and coerced by load_settings, the one
+    place every source of a setting goes through, so a bad flag is named as a bad variable is."""
+    from dataclasses import MISSING, fields
+
+    from lab.fields import RULE
+    from lab.serve.settings import Settings
+
+    f = next(f for f in fields(Settings) if f.name == name)
+    declared = f.metadata[RULE]
+    default = f.default if f.default is not MISSING else None
+    shown = "" if default is None else f" (default {default})"
+    p.add_argument(flag or "--" + name.replace("_", "-"), dest=name, metavar=metavar,
+                   choices=list(declared.choices) if declared.choices else None, help=f"{tag}{declared.doc}{shown}")
+
+
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
     """The flags `lab serve` and `lab mcp` share: what is served and how it is guarded."""
-    p.add_argument("--model", help="registered model version (default models:/lab-memory@champion)")
+    setting_flag(p, "model")
     p.add_argument("--demo", action="store_true",
                    help="serve `lab demo`'s champion (models:/lab-memory-demo@champion) over .lab/serve/demo, a store "
                         "seeded on first start with the demo data it was judged on")
-    p.add_argument("--bundle", help="an exported bundle folder instead of the registry")
-    p.add_argument("--store", help="the store to serve (default .lab/serve/store, created with the gated settings)")
-    p.add_argument("--query-model", dest="query_model",
-                   help="model encoding queries: auto (fastest backend of the store's vector space), store, or a model id")
-    p.add_argument("--tracking-uri", dest="tracking_uri", help="MLflow tracking URI (default: local SQLite)")
-    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    for name in ("bundle", "store", "query_model", "tracking_uri", "log_level"):
+        setting_flag(p, name)
     p.add_argument("--config", help="settings file (YAML; env LAB_SERVE_CONFIG)")
 
 
 def add_network_flags(p: argparse.ArgumentParser, tag: str = "") -> None:
     """Where the server listens and how it guards the door (`lab serve`, `lab mcp --transport http`)."""
-    p.add_argument("--host", help=f"{tag}address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help=f"{tag}port (default 8080)")
-    p.add_argument("--auth", choices=["on", "off", "auto"], help=f"{tag}API keys required (auto: unless bound to loopback)")
-    p.add_argument("--keys-file", dest="keys_file", help=f"{tag}API keys file (hashed; `lab keys create` writes it)")
-    p.add_argument("--rate", type=float, help=f"{tag}requests per second per key (default 50)")
-    p.add_argument("--burst", type=int, help=f"{tag}requests allowed at once per key (default 100)")
-    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help=f"{tag}request body limit (default 1 MiB)")
-    p.add_argument("--mcp-sessions-per-key", dest="mcp_sessions_per_key", type=int, metavar="N",
-                   help=f"{tag}MCP sessions one key may hold open at once (default 32; with auth off, the local caller's)")
-    p.add_argument("--mcp-session-idle", dest="mcp_session_idle_s", type=float, metavar="S",
-                   help=f"{tag}seconds an MCP session may stay idle before it is closed (default 1800)")
+    for name in ("host", "port", "auth", "keys_file", "rate", "burst", "max_body_bytes"):
+        setting_flag(p, name, tag=tag)
+    setting_flag(p, "mcp_sessions_per_key", tag=tag, metavar="N")
+    setting_flag(p, "mcp_session_idle_s", "--mcp-session-idle", tag=tag, metavar="S")
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -132,14 +137,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_network_flags(p)
     p.add_argument("--mcp", action="store_true",
                    help="also serve the MCP tools over streamable HTTP at /mcp (same keys, scopes and rate limits)")
-    p.add_argument("--proxy-upstream", dest="proxy_upstream", metavar="URL",
-                   help="an OpenAI-compatible base URL: serve /v1/chat/completions with memory injected, forwarded there")
-    p.add_argument("--proxy-timeout", dest="proxy_timeout_s", type=float, metavar="S",
-                   help="seconds the upstream may take before the proxy answers 504 (default 120)")
-    p.add_argument("--proxy-position", dest="proxy_position", choices=["system", "first_user", "before_last_user"],
-                   help="where memory is injected by default (default system; a request may choose)")
-    p.add_argument("--proxy-save", dest="proxy_save", choices=["on", "off"],
-                   help="save every proxied exchange as episodic memories (default off; a request may ask)")
+    setting_flag(p, "proxy_upstream", metavar="URL")
+    setting_flag(p, "proxy_timeout_s", "--proxy-timeout", metavar="S")
+    setting_flag(p, "proxy_position")
+    setting_flag(p, "proxy_save")
     p.set_defaults(func=cmd_serve)
 
     k = sub.add_parser("keys", help="create and list the server's API keys")
