@@ -17,6 +17,7 @@ from lab.assemble import Context
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder, make_embedder
 from lab.embed.cache import EmbeddingCache
+from lab.engine import Engine
 from lab.errors import ConflictError, NotFoundError
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
@@ -35,7 +36,8 @@ __all__ = ["EDITABLE", "IngestReport", "Pipeline"]
 class Pipeline:
     """A store with its writer and its retriever (one embedder, one embedding cache, one set of indexes)."""
 
-    def __init__(self, store: Store, config: SaveConfig, embedder: Embedder, cache_dir: str | Path | None = None) -> None:
+    def __init__(self, store: Store, config: SaveConfig, embedder: Embedder, cache_dir: str | Path | None = None,
+                 engine: Engine | None = None) -> None:
         self.store = store
         self.config = config
         self.embedder = embedder
@@ -44,7 +46,7 @@ class Pipeline:
         if config.embed.cache:
             self.cache = EmbeddingCache(cache_root, embedder.model_id, embedder.dim)
         self.indexes = IndexManager(store, config.index, embedder.dim, embedder.model_id)
-        self.writer = Writer(store, config, embedder, self.indexes, self.cache)
+        self.writer = Writer(store, config, embedder, self.indexes, self.cache, engine)
         # extra encoders' passage vectors (index.models) live in the same cache folder
         self.retriever = Retriever(store, embedder, self.indexes,
                                    encoder_cache=None if store.read_only else cache_root)
@@ -60,6 +62,7 @@ class Pipeline:
         create: bool = False,
         pin: StoreVersion | str | None = None,
         cache_dir: str | Path | None = None,
+        engine: Engine | None = None,
     ) -> "Pipeline":
         """Open the store at ``path`` (creating it when ``create`` and absent).
 
@@ -90,7 +93,7 @@ class Pipeline:
             require_model(store, embedder)
         else:
             store = Store.create(path, embed_model=embedder.model_id, dim=embedder.dim, save_config=to_dict(config))
-        pipe = cls(store, config, embedder, cache_dir)
+        pipe = cls(store, config, embedder, cache_dir, engine)
         if exists and not store.read_only and to_dict(config.index) != to_dict(stored.index):
             # new index parameters: recorded for readers, and every snapshot rebuilt and saved on close
             store.record_index_config(to_dict(config.index))

@@ -13,7 +13,7 @@ folders, its tracking store, its lock timeout), the same for every thread a serv
 
 Environment variables (read by ``Workspace.resolve`` only):
 ``LAB_STORE``, ``LAB_EVAL_ROOT``, ``LAB_EMBED_CACHE``, ``LAB_DATASETS``, ``LAB_PROJECT``,
-``MLFLOW_TRACKING_URI``, ``LAB_WRITE_LOCK_TIMEOUT``.
+``MLFLOW_TRACKING_URI``, ``LAB_WRITE_LOCK_TIMEOUT``, ``LAB_ENGINE``, ``RAY_ADDRESS``.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from lab.fields import check_declared, coerce, rule, setting
 
 ENV = {"store": "LAB_STORE", "eval_root": "LAB_EVAL_ROOT", "embed_cache": "LAB_EMBED_CACHE",
        "datasets": "LAB_DATASETS", "project": "LAB_PROJECT", "tracking_uri": "MLFLOW_TRACKING_URI",
-       "write_lock_timeout": "LAB_WRITE_LOCK_TIMEOUT"}
+       "write_lock_timeout": "LAB_WRITE_LOCK_TIMEOUT", "engine": "LAB_ENGINE", "ray_address": "RAY_ADDRESS"}
 
 
 def _default_project() -> Path:
@@ -48,6 +48,8 @@ class Workspace:
     datasets: Path | None = setting(None, doc="the shared datasets (none: ../shared/datasets beside the project)")
     tracking_uri: str | None = setting(None, doc="MLflow (none: SQLite under .lab/mlflow)")
     write_lock_timeout: float = setting(600.0, above=0, doc="seconds a writer waits for a store's lock")
+    engine: str = setting("local", choices=("local", "ray"), doc="where heavy work runs: this process, or Ray (lab.engine)")
+    ray_address: str | None = setting(None, doc="the Ray cluster's address (none: a local Ray started per command)")
 
     def __post_init__(self) -> None:
         check_declared(self)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from contextlib import contextmanager
 from typing import Any
 
 DEFAULT_STORE = ".lab/store"
@@ -31,6 +33,43 @@ def command_workspace(datasets: str | None = None, tracking_uri: str | None = No
     if tracking_uri:
         workspace = replace(workspace, tracking_uri=tracking_uri)
     return workspace
+
+
+def engine_args(p: argparse.ArgumentParser) -> None:
+    """--engine and --ray-address, their help and choices from the workspace's declarations."""
+    from dataclasses import fields
+
+    from lab.fields import RULE
+    from lab.workspace import Workspace
+
+    declared = {f.name: f.metadata[RULE] for f in fields(Workspace)}
+    p.add_argument("--engine", choices=list(declared["engine"].choices),
+                   help=f"{declared['engine'].doc} (default $LAB_ENGINE, else local)")
+    p.add_argument("--ray-address", dest="ray_address", metavar="ADDRESS",
+                   help=f"{declared['ray_address'].doc}; implies --engine ray (default $RAY_ADDRESS)")
+
+
+@contextmanager
+def command_engine(args: argparse.Namespace, *, say: bool = True):
+    """The engine a command's heavy work runs on (lab.engine), from its --engine / --ray-address
+    flags over the workspace's; a Ray started for the command is stopped when it ends."""
+    from lab.engine import make_engine
+    from lab.errors import ValidationError
+    from lab.workspace import current
+
+    workspace = current()
+    name = getattr(args, "engine", None) or ("ray" if getattr(args, "ray_address", None) else workspace.engine)
+    address = getattr(args, "ray_address", None) or workspace.ray_address
+    if name == "local" and getattr(args, "ray_address", None):
+        raise ValidationError(f"--ray-address {args.ray_address} needs --engine ray (or leave --engine out)",
+                              field="ray_address")
+    engine = make_engine(name, address if name == "ray" else None)
+    try:
+        if say and engine.name != "local":
+            print(f"engine: {engine.describe()}", file=sys.stderr, flush=True)
+        yield engine
+    finally:
+        engine.close()
 
 
 # embedding and override controls that reorder the text after them (emoji joiners are left alone)

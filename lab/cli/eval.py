@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import replace
 
-from lab.cli.common import command_workspace, print_json
+from lab.cli.common import command_engine, command_workspace, engine_args, print_json
 from lab.config import DEFAULT_KS
 
 DEFAULT_BUDGET = 2000
@@ -66,15 +66,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
                           args.counter, args.budget, args.query_model)
     data = EvalData(args.dataset, args.datasets, args.split, args.observations, args.summaries)
     workspace = command_workspace(tracking_uri=args.tracking_uri)
-    for done in evaluate(candidate, overrides, data, options, workspace, out=args.out, tracked=not args.no_track,
-                         progress=not args.quiet):
-        metrics = done.result.metrics
-        if args.json:
-            print_json({"run": str(done.folder), "mlflow_run_id": done.run_id, **metrics})
-            continue
-        m = metrics["metrics"]
-        head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
-        print(f"{done.dataset:<10} {done.config.name:<12} {metrics['questions']:>5} q  {head}  -> {done.folder}")
+    with command_engine(args) as engine:
+        for done in evaluate(candidate, overrides, data, options, workspace, out=args.out, tracked=not args.no_track,
+                             progress=not args.quiet, engine=engine):
+            metrics = done.result.metrics
+            if args.json:
+                print_json({"run": str(done.folder), "mlflow_run_id": done.run_id, **metrics})
+                continue
+            m = metrics["metrics"]
+            head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
+            print(f"{done.dataset:<10} {done.config.name:<12} {metrics['questions']:>5} q  {head}  -> {done.folder}")
     return 0
 
 
@@ -161,6 +162,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", help="locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     p.add_argument("--split", default="train", help="BEIR qrels split")
+    engine_args(p)
     p.add_argument("--preset", nargs="+", help="one or more preset names")
     p.add_argument("--system", nargs="+", metavar="SYSTEM",
                    help="memory systems through the same harness: lab, txtai, chroma, mem0, mempalace, an adapter "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.cli.common import print_json, print_stats, store_arg
+from lab.cli.common import command_engine, engine_args, print_json, print_stats, store_arg
 
 def demo_data() -> Path:
     """The embedded demo data, in the workspace's project."""
@@ -46,7 +46,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise NotFoundError(f"input not found: {args.path}")
     new_store = args.create and not is_store(args.store)
     try:
-        with Pipeline.open(args.store, create=args.create) as pipe:
+        with command_engine(args) as engine, Pipeline.open(args.store, create=args.create, engine=engine) as pipe:
             report = pipe.ingest(args.path, args.namespace, progress=not args.quiet)
     except BaseException:
         if new_store:  # a refused ingest into a store this command created leaves no empty store behind
@@ -188,6 +188,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--create", action="store_true", help="create the store if it does not exist")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")
+    engine_args(p)
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("stats", help="store statistics")

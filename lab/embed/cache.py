@@ -91,6 +91,27 @@ class EmbeddingCache:
                 self._pending.append(vector)
         return out
 
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The distinct texts among ``texts`` (as passages) whose vectors the cache lacks, in first-seen
+        order: what an engine embedding elsewhere must compute."""
+        pending = set(self._pending_keys)
+        out: dict[str, str] = {}
+        for text in texts:
+            key = text_hash(text)
+            if key not in self._index and key not in pending and key not in out:
+                out[key] = text
+        return list(out.values())
+
+    def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Remember vectors computed elsewhere for ``texts`` (as passages, each not cached yet), as
+        ``embed`` remembers its own: pending until ``flush``."""
+        if len(texts) != len(vectors) or (len(vectors) and vectors.shape[1] != self.dim):
+            raise ValueError(f"{len(texts)} texts but vectors of shape {vectors.shape} (dim {self.dim})")
+        for text, vector in zip(texts, np.asarray(vectors, dtype=np.float32)):
+            self._pending_keys.append(text_hash(text))
+            self._pending.append(vector)
+        self.misses += len(texts)
+
     def flush(self) -> int:
         """Write buffered vectors as one new part file; returns how many were written."""
         if not self._pending_keys:

@@ -15,6 +15,7 @@ from typing import Any
 from lab.config import ChunkConfig, SaveConfig, to_dict
 from lab.embed import canonical, make_embedder
 from lab.embed.cache import EmbeddingCache
+from lab.engine import Engine
 from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.pipeline import Pipeline
@@ -79,10 +80,12 @@ def is_built(path: Path) -> bool:
 
 
 def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
-               embedder=None, progress: bool = False, embeddings: Path | None = None) -> Path:
+               embedder=None, progress: bool = False, embeddings: Path | None = None,
+               engine: Engine | None = None) -> Path:
     """The dataset's store under ``root/stores``, built on first use and reused while the data and
     the save configuration are unchanged. Save-then-search memories are saved after the indexes
-    are built, through the normal save path, so they are found the way a fresh save is."""
+    are built, through the normal save path, so they are found the way a fresh save is. Its texts
+    are embedded on ``engine`` (None: in this process)."""
     root = root or eval_root()
     config = config or SaveConfig()
     path = eval_store_path(dataset, config, root=root, embedder=embedder)
@@ -91,7 +94,7 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
     if path.exists():
         shutil.rmtree(path)  # a build that did not finish: start over
     with Pipeline.open(path, config, embedder=embedder, create=True,
-                       cache_dir=embeddings_dir(root, embeddings)) as pipe:
+                       cache_dir=embeddings_dir(root, embeddings), engine=engine) as pipe:
         pipe.save_many(dataset.memories, progress=progress)
         if dataset.edges:
             pipe.add_edges(dataset.edges)
@@ -104,12 +107,13 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
 
 def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
                    embedder=None, progress: bool = False, query_model: str | None = None,
-                   embeddings: Path | None = None) -> Retriever:
+                   embeddings: Path | None = None, engine: Engine | None = None) -> Retriever:
     """A read-only retriever over the dataset's evaluation store (built first when needed);
     ``query_model`` encodes the questions instead of the store's model (same vector space);
     ``embeddings``: the embedding cache (None: `embeddings_dir`'s choice)."""
     root = root or eval_root()
-    path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress, embeddings=embeddings)
+    path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress, embeddings=embeddings,
+                      engine=engine)
     embed_config = SaveConfig().embed if config is None else config.embed
     embedder = embedder or make_embedder(embed_config)
     query = make_embedder(replace(embed_config, model=query_model)) if query_model else embedder

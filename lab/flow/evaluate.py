@@ -13,6 +13,7 @@ from typing import Any, Iterator
 from lab import track
 from lab.config import ENCODERS, SaveConfig, SearchConfig
 from lab.embed.registry import check_models
+from lab.engine import Engine
 from lab.eval.goldens import load_dataset
 from lab.eval.report import candidate_from, config_from
 from lab.eval.runner import EvalOptions, EvalResult
@@ -101,16 +102,18 @@ def plan(candidate: EvalCandidate, overrides: Overrides, options: EvalOptions) -
 
 def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, options: EvalOptions,
              workspace: Workspace, *, out: str | Path = "runs", tracked: bool = True, progress: bool = False,
-             embedder: Any = None) -> Iterator[Evaluated]:
+             embedder: Any = None, engine: Engine | None = None) -> Iterator[Evaluated]:
     """Evaluate each configuration of ``candidate`` (``overrides`` merged in) on ``data``, yielding
     each as its run folder is written (and its MLflow run logged in the workspace's tracking store,
     when ``tracked``). Its stores and vectors are the workspace's evaluation root and embedding
-    cache; ``embedder``: an embedder already loaded (the demo's), else the store's own."""
+    cache; ``embedder``: an embedder already loaded (the demo's), else the store's own; ``engine``:
+    where a store built for it embeds its texts (None: in this process)."""
     chosen = plan(candidate, overrides, options)
     dataset = load_dataset(data.name, data.root or workspace.datasets_root, split=data.split,
                            observations=data.observations, summaries=data.summaries)
     retriever = eval_retriever(dataset, chosen.save, root=workspace.eval_root, embedder=embedder, progress=progress,
-                               query_model=overrides.query_model, embeddings=workspace.eval_embeddings)
+                               query_model=overrides.query_model, embeddings=workspace.eval_embeddings,
+                               engine=engine)
     for config in chosen.configs:
         result, folder = evaluate_to_folder(retriever, dataset, config, chosen.options, out,
                                             DatasetOptions(data.observations, data.summaries))

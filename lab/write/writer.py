@@ -13,6 +13,8 @@ import polars as pl
 from lab.config import SaveConfig
 from lab.embed import Embedder
 from lab.embed.cache import EmbeddingCache
+from lab.engine import Engine
+from lab.engine.local import LocalEngine
 from lab.errors import ConflictError, NotFoundError, ValidationError
 from lab.index.manager import IndexManager
 from lab.store.ingest import find_dataset_files, read_records
@@ -74,7 +76,6 @@ def _locked(method):
 
 
 EMBED_AHEAD_MIN = 64  # a save of at least this many new memories shows its embedding progress
-EMBED_AHEAD_SLICE = 64  # texts per progress step
 
 
 def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
@@ -85,12 +86,13 @@ class Writer:
     """Every change to a store goes through here. Indexes are kept in step on write: those loaded
     are updated at once, the others are brought up to date and saved by ``flush``."""
     def __init__(self, store: Store, config: SaveConfig, embedder: Embedder, indexes: IndexManager,
-                 cache: EmbeddingCache | None = None) -> None:
+                 cache: EmbeddingCache | None = None, engine: Engine | None = None) -> None:
         self.store = store
         self.config = config
         self.embedder = embedder
         self.indexes = indexes
         self.cache = cache
+        self.engine: Engine = engine or LocalEngine()  # where the model calls run (lab.engine)
 
     @_locked
     def flush(self) -> list[str]:
@@ -106,7 +108,7 @@ class Writer:
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
         """Vectors for ``texts`` through the cache; returns (vectors, texts embedded anew)."""
         if self.cache is None:
-            return self.embedder.embed(texts), len(texts)
+            return self.engine.embed(self.embedder, texts), len(texts)
         misses = self.cache.misses
         vectors = self.cache.embed(self.embedder, texts)
         return vectors, self.cache.misses - misses
@@ -116,18 +118,12 @@ class Writer:
         so the save itself finds them in the embedding cache)."""
         return chunk_records(self.store, rows, self.config.chunk, self.embedder.tokenizer)[1]
 
-    def _embed_ahead(self, rows: list[dict[str, Any]]) -> int:
-        """Embed the texts saving ``rows`` will need into the cache, slice by slice with progress:
-        embedding is most of a save's time, and a batch embeds all of its texts in one call."""
-        texts = self.chunk_texts(rows)
-        bar = progress(total=len(texts), desc="embedding", unit="text")
-        embedded = 0
-        for start in range(0, len(texts), EMBED_AHEAD_SLICE):
-            part = texts[start:start + EMBED_AHEAD_SLICE]
-            embedded += self.embed(part)[1]
-            bar.update(len(part))
-        bar.close()
-        return embedded
+    def _embed_ahead(self, rows: list[dict[str, Any]], show: bool) -> int:
+        """Embed the texts saving ``rows`` will need into the cache through the engine, with progress
+        when ``show``: embedding is most of a save's time, and a batch embeds all of its texts in
+        one call (the Ray engine sends them all out as one job)."""
+        assert self.cache is not None
+        return self.engine.fill_cache(self.cache, self.embedder, self.chunk_texts(rows), progress=show)
 
     def _chunks(self, rows: list[dict[str, Any]]):
         return chunk_rows(self.store, rows, self.config.chunk, self.embedder.tokenizer, self.embedder.dim, self.embed)
@@ -183,8 +179,9 @@ class Writer:
         clash = self.store.memories_table.has_ids(ids)
         if clash:
             raise ConflictError(f"memory id(s) {sorted(clash)[:5]} exist already with other content; use update")
-        if progress and self.cache is not None and len(fresh) >= EMBED_AHEAD_MIN:
-            report.embedded += self._embed_ahead(fresh)
+        ahead = self.engine.embeds_ahead or (progress and len(fresh) >= EMBED_AHEAD_MIN)
+        if self.cache is not None and fresh and ahead:
+            report.embedded += self._embed_ahead(fresh, progress)
         batches = [fresh[i:i + batch_size] for i in range(0, len(fresh), batch_size)]
         for batch in _progress(batches, len(batches), "save", progress and len(batches) > 1):
             chunks, embedded = self._chunks(batch)

@@ -1,0 +1,56 @@
+"""Where the heavy work runs: in this process (``local``, the default, which never imports Ray) or
+on a Ray cluster (``ray``: the one given by its address, else a local one started for the command).
+
+An engine embeds texts into an embedding cache (`Engine.fill_cache`): the cache stays with the
+caller, so its keys, its files and the single writer that commits vectors to the store are the
+same whichever engine embedded them; only the model calls move. Chosen once at an edge (the
+workspace's ``engine`` and ``ray_address``, from ``--engine`` / ``--ray-address`` / $LAB_ENGINE /
+$RAY_ADDRESS) and passed down.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from lab.embed.base import Embedder
+from lab.embed.cache import EmbeddingCache
+
+ENGINES: tuple[str, ...] = ("local", "ray")
+
+
+class Engine(Protocol):
+    name: str
+    embeds_ahead: bool  # a save hands all its texts to fill_cache before committing batch by batch
+
+    def fill_cache(self, cache: EmbeddingCache, embedder: Embedder, texts: Sequence[str], *,
+                   progress: bool = False) -> int:
+        """Embed those of ``texts`` the cache lacks into it (pending until its ``flush``); returns how
+        many texts were embedded anew."""
+        ...
+
+    def embed(self, embedder: Embedder, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Vectors of ``texts`` in order, without a cache."""
+        ...
+
+    def describe(self) -> str:
+        """One line for a command's output: which engine, where, how many workers."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def make_engine(name: str = "local", address: str | None = None, *, workers: int | None = None) -> Engine:
+    """The engine ``name`` names; ``ray`` connects to ``address`` (None: starts a local Ray)."""
+    from lab.errors import ValidationError
+
+    if name == "local":
+        from lab.engine.local import LocalEngine
+
+        return LocalEngine()
+    if name == "ray":
+        from lab.engine.on_ray import RayEngine
+
+        return RayEngine(address, workers=workers)
+    raise ValidationError(f"engine must be {' or '.join(ENGINES)}, got {name!r}", field="engine")

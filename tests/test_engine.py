@@ -1,0 +1,115 @@
+"""The engine switch (lab.engine): local by default and without Ray; on Ray, texts are embedded by
+Ray Data workers and committed by the one writer, giving the same store as a local run."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from lab.config import FAKE_MODEL, EmbedConfig, SaveConfig
+from lab.errors import ValidationError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "datasets" / "demo"
+ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")  # the ray extra: CI has it
+
+
+def _store_rows(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The store's memories and chunks without the moments of writing (they differ run to run)."""
+    from lab.store.store import Store
+
+    store = Store.open(path)
+    mem = store.memories().drop([c for c in store.memories().columns if c.endswith("_at") and c != "created_at"])
+    chunks = store.chunks()
+    chunks = chunks.drop([c for c in chunks.columns if c.endswith("_at") or c == "version"])
+    return mem.sort("id"), chunks.sort("chunk_id" if "chunk_id" in chunks.columns else chunks.columns[0])
+
+
+def _ingest(path: Path, engine, model: str = FAKE_MODEL) -> None:
+    from lab.pipeline import Pipeline
+
+    with Pipeline.open(path, SaveConfig(embed=EmbedConfig(model=model)), create=True, engine=engine) as pipe:
+        pipe.ingest(DEMO, progress=False)
+
+
+@pytest.fixture(scope="module")
+def ray_engine():
+    from lab.engine import make_engine
+
+    engine = make_engine("ray")  # a local Ray, in this process
+    yield engine
+    engine.close()
+
+
+def test_the_local_engine_is_the_default_and_never_imports_ray(tmp_path):
+    code = ("import sys; from lab.cli import main; "
+            f"code = main(['ingest', {str(DEMO)!r}, '--store', {str(tmp_path / 's')!r}, '--create', '--quiet']); "
+            "print('ray' in sys.modules, code)")
+    env = {**os.environ, "LAB_ENGINE": ""}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "False 0"
+
+
+def test_ingest_on_ray_gives_the_local_store(tmp_path, ray_engine):
+    from lab.engine.local import LocalEngine
+
+    _ingest(tmp_path / "local", LocalEngine())
+    _ingest(tmp_path / "ray", ray_engine)
+    (mem_l, chunks_l), (mem_r, chunks_r) = _store_rows(tmp_path / "local"), _store_rows(tmp_path / "ray")
+    assert mem_l.height == 347 and mem_l.equals(mem_r)
+    vector = next(c for c in chunks_l.columns if chunks_l[c].dtype in (pl.List(pl.Float32), pl.Array(pl.Float32, 256)))
+    assert chunks_l.drop(vector).equals(chunks_r.drop(vector))
+    a, b = np.vstack(chunks_l[vector].to_list()), np.vstack(chunks_r[vector].to_list())
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6
+
+
+def test_the_real_model_on_ray_gives_the_local_vectors(ray_engine):
+    from lab.embed.registry import make_embedder
+
+    embedder = make_embedder(EmbedConfig())
+    texts = [line for line in (DEMO / "memories.jsonl").read_text().splitlines()[:150]]
+    local = embedder.embed(texts)
+    remote = ray_engine.embed(embedder, texts)
+    assert remote.shape == local.shape and np.abs(remote - local).max() <= 1e-6
+
+
+def test_an_unreachable_ray_address_is_named_in_seconds():
+    from lab.engine.on_ray import _check_reachable
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ValidationError, match=rf"cannot reach the Ray cluster at 127.0.0.1:{port} .*ray start --head") as bad:
+        _check_reachable(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 30 and bad.value.field == "ray_address"
+    with pytest.raises(ValidationError, match="expected HOST:PORT"):
+        _check_reachable("nowhere")
+
+
+def test_without_ray_installed_the_extra_is_named(monkeypatch):
+    from lab.embed.base import MissingExtra
+    from lab.engine import make_engine
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(MissingExtra, match=r"--engine ray needs Ray, an optional extra: pip install -e '.\[ray\]'"):
+        make_engine("ray")
+
+
+def test_the_engine_flags_resolve_at_the_edge(tmp_path, capsys):
+    from lab.cli import main
+
+    assert main(["ingest", str(DEMO), "--store", str(tmp_path / "s"), "--create", "--engine", "local",
+                 "--ray-address", "127.0.0.1:1"]) == 2
+    assert "--ray-address 127.0.0.1:1 needs --engine ray" in capsys.readouterr().err
+    assert main(["ingest", str(DEMO), "--store", str(tmp_path / "s"), "--create", "--ray-address", "127.0.0.1:1"]) == 2
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()  # refused before a store was made
