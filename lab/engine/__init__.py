@@ -15,6 +15,9 @@ import numpy as np
 
 from lab.embed.base import Embedder
 from lab.embed.cache import EmbeddingCache
+from lab.engine.local import LocalEngine
+from lab.engine.on_ray import RayEngine
+from lab.errors import ValidationError
 
 ENGINES: tuple[str, ...] = ("local", "ray")
 
@@ -43,14 +46,8 @@ class Engine(Protocol):
 
 def make_engine(name: str = "local", address: str | None = None, *, workers: int | None = None) -> Engine:
     """The engine ``name`` names; ``ray`` connects to ``address`` (None: starts a local Ray)."""
-    from lab.errors import ValidationError
-
     if name == "local":
-        from lab.engine.local import LocalEngine
-
         return LocalEngine()
     if name == "ray":
-        from lab.engine.on_ray import RayEngine
-
-        return RayEngine(address, workers=workers)
+        return RayEngine(address, workers=workers)  # Ray itself is imported only here, by the engine
     raise ValidationError(f"engine must be {' or '.join(ENGINES)}, got {name!r}", field="engine")

@@ -21,6 +21,7 @@ import numpy as np
 from lab.config import EmbedConfig
 from lab.embed.base import Embedder, MissingExtra, set_model_threads
 from lab.embed.cache import EmbeddingCache
+from lab.embed.registry import make_embedder
 from lab.errors import ValidationError
 from lab.progress import progress as progress_bar
 from lab.workspace import set_library_env
@@ -61,8 +62,6 @@ class _EmbedBatch:
     each batch of texts; ``i`` carries each text's position back to the caller."""
 
     def __init__(self, model: str, threads: int = 1) -> None:
-        from lab.embed.registry import make_embedder
-
         self.embedder = make_embedder(EmbedConfig(model=model))
         if self.embedder.model_id != model:
             raise ValidationError(f"the worker built {self.embedder.model_id!r} for {model!r}")
