@@ -26,7 +26,7 @@ from lab.eval.metrics import retrieval_metrics
 from lab.eval.stores import eval_retriever
 from lab.search.fusion import fuse
 from lab.search.presets import preset
-from lab.tune.batch import BatchScorer, batchable
+from lab.tune.batch import BatchScorer, batchable, exact_path_reasons
 
 TOLERANCE = 1e-9
 # (the batch scorer's name, the metrics module's name): the run is cut at the scorer's depth, so
@@ -66,10 +66,7 @@ def main() -> int:
         gap = max(float(np.abs(per_q[ref].to_numpy() - batch[name][i]).max()) for name, ref in METRICS)
         worst, differing = max(worst, gap), differing + (gap > TOLERANCE)
     fuse_s = time.perf_counter() - t0
-    off_path = [name for name, on in (("neighbour_boost", base.fusion.neighbour_boost > 0),
-                                      ("episode_decay", base.fusion.episode_decay > 0),
-                                      ("rerank_depth", base.fusion.rerank_depth > 0),
-                                      ("learned", base.fusion.learned is not None)) if on]
+    off_path = exact_path_reasons(base.fusion)
     equal = differing == 0
     report("sweep_vs_fuse", {
         "dataset": dataset.name, "questions": len(scorer.questions), "configs": len(configs),

@@ -108,7 +108,7 @@ def test_bad_cutoffs_are_named():
         BatchScorer(prepare(table), pl.DataFrame({"qid": ["q"], "memory_id": ["a"], "relevance": [1]}), ["q"], ks=(0,))
 
 
-def test_a_boosted_neighbour_counts_on_the_single_path_and_a_list_less_gold_never_on_the_batch_path():
+def test_a_boosted_neighbour_counts_and_a_list_less_gold_only_with_a_neighbour_boost():
     # reproduces a case hypothesis found: gold m1 is in no list, only a turn next to the hit m0
     table = pl.DataFrame({"qid": ["q"] * 5, "memory_id": ["m0", "m0", "m0", "m1", "m1"],
                           "signal": ["lexical", "_episode", "_turn", "_episode", "_turn"],
@@ -130,13 +130,35 @@ def test_a_sweep_names_what_keeps_it_off_the_fast_path_before_it_starts():
     from lab.tune.sweep import _Sweeper
 
     assert exact_path_reasons(FusionConfig()) == []
-    assert exact_path_reasons(FusionConfig(neighbour_boost=0.3, rerank_depth=20)) == [
-        "fusion.rerank_depth 20", "fusion.neighbour_boost 0.3"]
+    # a neighbour boost is on the batch path (every pair of a question compared)
+    assert exact_path_reasons(FusionConfig(neighbour_boost=0.3, rerank_depth=20, episode_decay=0.1)) == [
+        "fusion.rerank_depth 20", "fusion.episode_decay 0.1"]
     sweeper = _Sweeper.__new__(_Sweeper)  # the check reads only the spec and the base configuration
-    sweeper.base = _replace(preset("lab"), fusion=_replace(preset("lab").fusion, neighbour_boost=0.0))
-    sweeper.spec = SweepSpec("s", "demo", (Dimension("fusion.k", (1.0, 5.0)),))
+    sweeper.base = preset("lab")  # its own neighbour boost is batchable
+    sweeper.spec = SweepSpec("s", "demo", (Dimension("fusion.k", (1.0, 5.0)),
+                                           Dimension("fusion.neighbour_boost", (0.0, 0.3))))
     assert sweeper.exact_path() == []
     sweeper.spec = SweepSpec("s", "demo", (Dimension("fusion.episode_decay", (0.0, 0.1)),))
     assert sweeper.exact_path() == ["fusion.episode_decay swept over [0.0, 0.1]"]
-    sweeper.base = preset("lab")  # its own neighbour boost
-    assert sweeper.exact_path()[0] == "fusion.neighbour_boost 0.3 (the base lab)"
+    sweeper.base = _replace(preset("lab"), fusion=_replace(preset("lab").fusion, rerank_depth=20))
+    assert sweeper.exact_path()[0] == "fusion.rerank_depth 20 (the base lab)"
+
+
+def test_the_rules_read_one_setting_per_declared_name_and_one_feature_per_declared_feature():
+    from lab.search.fusion import rules
+
+    config = FusionConfig(coverage_bonus=0.3, neighbour_boost=0.2, superseded="hide", intent_gating=True)
+    assert rules.settings_of(rules.lever_table([config]), 0) == rules.settings(config)
+    assert len(rules.settings(config)) == len(rules.SETTINGS)
+    table = np.arange(2.0 * len(rules.FEATURES)).reshape(len(rules.FEATURES), 2)
+    assert rules.features_of(table, 1) == tuple(table[:, 1])
+
+
+def test_the_compiled_kernels_are_cached_under_their_rules_source():
+    # numba's cache checks only the kernel's own file: the rules' digest in its closure is part of the key
+    from lab.assemble import routing
+    from lab.search.fusion import rules
+    from lab.tune import kernels, zone_kernel
+
+    assert [c.cell_contents for c in kernels.gold_ranks.py_func.__closure__] == [kernels.source_digest(rules)]
+    assert [c.cell_contents for c in zone_kernel.fill_zones.py_func.__closure__] == [kernels.source_digest(routing)]

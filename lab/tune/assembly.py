@@ -4,10 +4,11 @@
 Everything that does not depend on the assembly configuration is computed once per run: the items
 of each question in greedy order (score descending, then memory id), their token costs per counter,
 normalised scores, reading-order ranks, ages against each reference time, and which items are
-near-duplicates of which at each threshold. The compiled kernel then replays `assemble`'s routing
-and greedy fill (critical, middle with critical's overflow, recency; unused space carried on; an
-item that does not fit is skipped and smaller ones still tried; an item that near-duplicates one
-already placed is dropped) and reads the metrics off the placement.
+near-duplicates of which at each threshold. The compiled kernel (`lab.tune.zone_kernel`) then
+routes every item by `assemble`'s own rule (`lab.assemble.routing.zone_of`, compiled), replays its
+greedy fill (critical, middle with critical's overflow, recency; unused space carried on; an item
+that does not fit is skipped and smaller ones still tried; an item that near-duplicates one already
+placed is dropped) and reads the metrics off the placement.
 
 Exactness. Filling with near-duplicates checked as items are placed is `assemble`'s own reference
 (its batch check only short-cuts it when nothing placed is a duplicate), so the kernel gives the
@@ -34,7 +35,7 @@ from lab.eval.dataset import EvalDataset
 from lab.retriever import Retriever
 from lab.search.candidates import reference_time
 from lab.store.records import item_text, parse_time
-from lab.tune.kernels import NEVER_RECENT, fill_zones
+from lab.tune.zone_kernel import NEVER_RECENT, fill_zones
 
 _MICROSECOND = timedelta(microseconds=1)
 

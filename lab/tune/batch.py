@@ -1,22 +1,25 @@
 """Many fusion configurations per vectorised pass over one prepared candidate table.
 
-A sweep scores thousands of query-time configurations (k, weights, coverage bonus, recency boost,
-superseded handling) on the same cached candidates. Metrics at cutoffs up to K only need the rank
-of each gold memory, and that rank only needs the pairs that can ever be ahead of it. Two exact
-reductions make a configuration cost a fraction of a millisecond:
+A sweep scores thousands of query-time configurations (k, weights, intent gating, coverage bonus,
+neighbour and recency boosts, superseded handling) on the same cached candidates. Metrics at
+cutoffs up to K only need the rank of each gold memory, and that rank only needs the pairs that can
+ever be ahead of it. Two exact reductions make a configuration cost a fraction of a millisecond:
 
 * **Dominance pruning.** Pair p' is always ranked ahead of pair p (for every non-negative weighting
   and k, for every fuser whose per-row base value is monotone in the row) when p' is at least as
-  good as p on every signal and on every post-processing feature in play, and its memory id sorts
-  first (so a tie on score also goes its way). A pair with K or more such pairs ahead of it can
-  never reach the top K, so it is dropped before any configuration is scored.
+  good as p on every signal and on every lever feature in play (`rules.ordering_dims`), and its
+  memory id sorts first (so a tie on score also goes its way). A pair with K or more such pairs
+  ahead of it can never reach the top K, so it is dropped before any configuration is scored. A
+  neighbour boost gives a pair its neighbours' scores, outside that order: those configurations
+  compare every pair of a question (slower, still compiled).
 * **Gold ranks by counting.** A gold pair's rank is one plus the number of live pairs of its query
   that score higher, or equal with a smaller memory id: the same order `fuse` sorts by.
 
-Scores are computed with the very operations `fuse` uses (``w * base`` per row, summed in signal
-order, then the same post-processing), so ranks are bit-identical to it; a hypothesis test holds
-`BatchScorer` equal to `fuse` + `retrieval_metrics`. Configurations outside that domain (a rerank
-depth) are scored one by one through `fuse` by `BatchScorer.evaluate`, so callers never
+Scores are the sums `fuse` computes (``w * base`` per row, summed in signal order), then the very
+rules `fuse` applies after the fuser (`lab.search.fusion.rules`, compiled), so ranks are
+bit-identical to it; a hypothesis test holds `BatchScorer` equal to `fuse` + `retrieval_metrics`.
+Configurations outside that domain (`EXACT_PATH_LEVERS`: a rerank depth, an episode decay, a
+learned model) are scored one by one through `fuse` by `BatchScorer.evaluate`, so callers never
 need to know which path ran.
 """
 from __future__ import annotations
@@ -29,8 +32,7 @@ import polars as pl
 
 from lab.config import FusionConfig
 from lab.errors import ValidationError
-from lab.search.analysis import INTENT_WEIGHT_SCALES, INTENTS
-from lab.search.fusion import FEATURE_DEFAULTS, PreparedCandidates, RankedLists, fuse_arrays, get_fuser
+from lab.search.fusion import PreparedCandidates, RankedLists, fuse_arrays, get_fuser, rules
 
 BATCH_METRICS: tuple[str, ...] = ("recall", "ndcg", "hit", "mrr")
 
@@ -40,18 +42,20 @@ def metric_names(ks: Sequence[int]) -> list[str]:
     return [f"{m}@{k}" for m in ("recall", "ndcg", "hit") for k in ks] + [f"mrr@{max(ks)}"]
 
 
+# The settings that keep a configuration on the exact path (scored through `fuse`), as a sweep file
+# names them: each makes a pair's score depend on other pairs' in a way the compiled scorer does not
+# replay: an episode decay (a pair's factor is its place among its episode's live candidates), a
+# rerank (the top of the whole ranking re-ordered) and a learned model (features such as a pair's
+# base rank span its whole query).
+EXACT_PATH_LEVERS = ("rerank_depth", "episode_decay", "learned")
+
+
 def exact_path_reasons(config: FusionConfig) -> list[str]:
     """The settings of ``config`` that keep it out of the vectorised domain (scored through `fuse`
     instead), named as a sweep file names them; empty when it is batchable."""
-    # weights, demote factor and boost are >= 0 by FusionConfig's contract; a neighbour boost makes a
-    # pair's score depend on another pair's, outside the per-pair dominance the batch path prunes by
-    # a learned model's features (a pair's base rank, its neighbours' scores) span pairs the same way,
-    # and so does an episode decay (a pair's factor depends on its episode's other scores)
     reasons = []
     if config.rerank_depth:
         reasons.append(f"fusion.rerank_depth {config.rerank_depth}")
-    if config.neighbour_boost:
-        reasons.append(f"fusion.neighbour_boost {config.neighbour_boost:g}")
     if config.episode_decay:
         reasons.append(f"fusion.episode_decay {config.episode_decay:g}")
     if config.learned is not None:
@@ -77,7 +81,13 @@ class _Comparisons:
     need_q_start: np.ndarray  # offsets of each prepared query's pairs in ``need``
     gold_q_start: np.ndarray  # offsets of each prepared query's golds
     mem: np.ndarray  # memory code of each pair in ``need`` (ties go to the smaller)
-    features: dict[str, np.ndarray]  # post-processing features of each pair in ``need``
+    features: np.ndarray  # (rules.FEATURES, need): what the levers read of each pair in ``need``
+    # need positions of each one's previous and next turn (-1: none); empty when pruned (no neighbour boost)
+    near: tuple[np.ndarray, np.ndarray]
+
+    def golds(self) -> tuple[np.ndarray, ...]:
+        """The gold side as `gold_ranks` takes it."""
+        return (self.gold_local, self.always, self.comp_start, self.comp_local, self.need_q_start, self.gold_q_start)
 
 
 class BatchScorer:
@@ -117,16 +127,12 @@ class BatchScorer:
         if rel.height:
             at, ok = prepared.pair_index(rel.select("qid", "memory_id").iter_rows())
             self.pair_rel[at[ok]] = rel["relevance"].cast(pl.Float64).to_numpy()[ok]
-        # a pair no list ranked (a turn next to a candidate) is dead to every batchable configuration
-        # (only a neighbour boost, scored through `fuse`, can make it live)
+        # a pair no list ranked (a turn next to a candidate) is dead unless a neighbour boost lifts it
         self._listed = np.bincount(prepared.rows.pair, minlength=prepared.n_pairs) > 0
         self._pruned: dict[tuple, _Comparisons] = {}
         self._rows: tuple[np.ndarray, ...] | None = None
         self._base_cache: dict[tuple[str, float], np.ndarray] = {}
-        self._intent_scale = np.ones((len(INTENTS) + 1, len(prepared.signals)))
-        for i, name in enumerate(INTENTS):
-            for j, s in enumerate(prepared.signals):
-                self._intent_scale[i, j] = INTENT_WEIGHT_SCALES[name].get(s, 1.0)
+        self._intent_scales = rules.intent_scales(prepared.signals)
 
     # ------------------------------------------------------------------ public
     def evaluate(self, configs: Sequence[FusionConfig]) -> dict[str, np.ndarray]:
@@ -135,7 +141,7 @@ class BatchScorer:
         groups: dict[tuple, list[int]] = {}
         for i, c in enumerate(configs):
             get_fuser(c.method)  # unknown methods fail here, naming the known ones
-            key = ("batch", c.method, *self._dims_key([c])) if batchable(c) else ("single",)
+            key = ("batch", c.method, *self._ordering_key(c)) if batchable(c) else ("single",)
             groups.setdefault(key, []).append(i)
         for key, idx in groups.items():
             if key[0] == "single":
@@ -144,7 +150,7 @@ class BatchScorer:
                     for m in self.metrics:
                         out[m][i] = got[m]
                 continue
-            pruned = self._prune(configs[idx[0]].method, key[2:])
+            pruned = self._comparisons(configs[idx[0]].method, key[2:])
             step = 4096  # configurations per compiled pass: bounds the (configs x gold) rank table
             for start in range(0, len(idx), step):
                 part = idx[start:start + step]
@@ -158,22 +164,25 @@ class BatchScorer:
         return self._evaluate_single(config)
 
     # ------------------------------------------------------------------ pruning
-    def _dims_key(self, configs: Sequence[FusionConfig]) -> tuple:
-        """Which post-processing features can reorder pairs under these configurations, and how."""
-        coverage = any(c.coverage_bonus for c in configs) and "_coverage" in self.prep.features
-        boosts = {c.recent_boost > 1 for c in configs if c.recent_boost != 1.0}
-        superseded = any(c.superseded == "hide" or (c.superseded == "demote" and c.demote_factor != 1.0)
-                         for c in configs) and "_superseded" in self.prep.features
-        demote_up = any(c.superseded == "demote" and c.demote_factor > 1.0 for c in configs)
-        return (bool(coverage), tuple(sorted(boosts)), bool(superseded), demote_up)
+    def _ordering_key(self, config: FusionConfig) -> tuple:
+        """How ``config``'s levers can reorder pairs: configurations with equal keys share their
+        comparisons. A neighbour boost makes a pair's score take its neighbours', outside the
+        per-pair dominance pruned by, so those configurations compare every pair of a question."""
+        if config.neighbour_boost:
+            return ("every pair",)
+        return rules.ordering_key([config], self.prep.features)
 
-    def _prune(self, method: str, dims: tuple) -> _Comparisons:
+    def _comparisons(self, method: str, key: tuple) -> _Comparisons:
+        fuser = get_fuser(method)
+        cache_key = key if key == ("every pair",) else (method if not fuser.uses_k else "rank-based", *key)
+        if cache_key not in self._pruned:
+            self._pruned[cache_key] = self._every_pair() if key == ("every pair",) else self._prune(method, key)
+        return self._pruned[cache_key]
+
+    def _prune(self, method: str, key: tuple) -> _Comparisons:
         from lab.tune.kernels import dominance  # heavy: numba
 
         fuser = get_fuser(method)
-        key = (method if not fuser.uses_k else "rank-based", *dims)
-        if key in self._pruned:
-            return self._pruned[key]
         prep, rows = self.prep, self.prep.rows
         n_sig = max(len(prep.signals), 1)
         row_of = np.full((prep.n_pairs, n_sig), -1, dtype=np.int64)
@@ -187,19 +196,7 @@ class BatchScorer:
         if len(good_rows) == 0:  # pairs with features only: every dimension is -inf below
             good_rows = np.zeros(1)
         dims_list = [np.where(row_of[:, s] >= 0, good_rows[np.maximum(row_of[:, s], 0)], -np.inf)
-                     for s in range(n_sig)]
-        coverage, boosts, superseded, demote_up = dims
-        if coverage:
-            dims_list.append(prep.features["_coverage"])
-        if boosts and "_age_hours" in prep.features:
-            age = prep.features["_age_hours"]
-            for up in boosts:  # a boost > 1 favours the young, one < 1 the old; both: ages must match
-                dims_list.append(-age if up else age)
-        if superseded:
-            sup = prep.features["_superseded"]
-            dims_list.append(sup if demote_up else -sup)
-            if demote_up:
-                dims_list.append(-sup)
+                     for s in range(n_sig)] + rules.ordering_dims(key, prep.features)
         good = np.ascontiguousarray(np.stack(dims_list, axis=1), dtype=np.float64)
         gold = np.flatnonzero((self.pair_rel > 0) & self._listed)
         q_start = np.searchsorted(prep.pair_q, np.arange(len(prep.qids) + 1)).astype(np.int64)
@@ -212,27 +209,52 @@ class BatchScorer:
         comp_start = np.r_[0, np.cumsum(np.diff(comp_start)[live])].astype(np.int64)
         gold, always = gold[live], always[live]
         need, inverse = np.unique(np.r_[gold, comp], return_inverse=True)
+        none = np.zeros(0, dtype=np.int64)
+        return self._laid_out(need, gold, inverse[:len(gold)], always, comp_start, inverse[len(gold):], (none, none))
+
+    def _every_pair(self) -> _Comparisons:
+        """Every gold against every other pair of its question, none pruned, and each pair's
+        neighbouring turns: what a neighbour boost needs (it can lift any pair, even one no list
+        ranked)."""
+        prep = self.prep
+        gold = np.flatnonzero(self.pair_rel > 0)
+        in_gold_query = np.zeros(len(prep.qids), dtype=bool)
+        in_gold_query[prep.pair_q[gold]] = True
+        need = np.flatnonzero(in_gold_query[prep.pair_q])
+        local = np.full(prep.n_pairs, -1, dtype=np.int64)
+        local[need] = np.arange(len(need))
+        # a gold's query holds need positions [first, first + size); it is compared with all but itself
+        q_first = np.searchsorted(prep.pair_q[need], np.arange(len(prep.qids) + 1))
+        first, size = q_first[prep.pair_q[gold]], np.diff(q_first)[prep.pair_q[gold]]
+        comp_start = np.r_[0, np.cumsum(size - 1)].astype(np.int64)
+        offset = np.arange(int(comp_start[-1])) - np.repeat(comp_start[:-1], size - 1)
+        offset += offset >= np.repeat(local[gold] - first, size - 1)  # step over the gold itself
+        comp_local = np.repeat(first, size - 1) + offset
+        prev, nxt = prep.adjacent()
+        near = (np.where(prev >= 0, local[np.maximum(prev, 0)], -1)[need],
+                np.where(nxt >= 0, local[np.maximum(nxt, 0)], -1)[need])
+        return self._laid_out(need, gold, local[gold], np.zeros(len(gold), dtype=np.int64), comp_start, comp_local,
+                              near)
+
+    def _laid_out(self, need, gold, gold_local, always, comp_start, comp_local, near) -> _Comparisons:
+        prep, i64 = self.prep, np.int64
         n_q = len(prep.qids)
-        i64 = np.int64
-        got = _Comparisons(
-            need.astype(i64), inverse[:len(gold)].astype(i64), self.pair_rel[gold], prep.pair_q[gold], always.astype(i64),
-            comp_start.astype(i64), inverse[len(gold):].astype(i64),
+        return _Comparisons(
+            need.astype(i64), gold_local.astype(i64), self.pair_rel[gold], prep.pair_q[gold], always.astype(i64),
+            comp_start.astype(i64), comp_local.astype(i64),
             np.searchsorted(prep.pair_q[need], np.arange(n_q + 1)).astype(i64),
             np.searchsorted(prep.pair_q[gold], np.arange(n_q + 1)).astype(i64), prep.pair_m[need].astype(i64),
-            {name: np.ascontiguousarray(prep.features[name][need]) if name in prep.features
-             else np.full(len(need), default) for name, default in FEATURE_DEFAULTS.items()})
-        self._pruned[key] = got
-        return got
+            np.ascontiguousarray(rules.feature_table(prep.feature)[:, need]),
+            (np.ascontiguousarray(near[0], dtype=i64), np.ascontiguousarray(near[1], dtype=i64)))
 
     # ------------------------------------------------------------------ scoring
-    def _row_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(row offsets per pair, row signal, row rank, intent row per pair) as the kernel takes them."""
+    def _row_arrays(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """((row offsets per pair, row signal, row rank), intent row per pair) as the kernel takes them."""
         if self._rows is None:
             prep, rows = self.prep, self.prep.rows
-            intent = prep.intent[prep.pair_q]
-            self._rows = (np.searchsorted(rows.pair, np.arange(prep.n_pairs + 1)).astype(np.int64),
-                          rows.signal.astype(np.int64), rows.rank.astype(np.int64),
-                          np.where(intent < 0, len(INTENTS), intent).astype(np.int64))
+            self._rows = ((np.searchsorted(rows.pair, np.arange(prep.n_pairs + 1)).astype(np.int64),
+                           rows.signal.astype(np.int64), rows.rank.astype(np.int64)),
+                          rules.intent_rows(prep.intent[prep.pair_q]))
         return self._rows
 
     def _base(self, config: FusionConfig) -> np.ndarray:
@@ -262,22 +284,13 @@ class BatchScorer:
             rank_tab = np.zeros((1, 1))
             k_id = np.zeros(len(configs), dtype=np.int64)
             row_val = self._base(configs[0])
-        row_start, row_signal, row_rank, pair_intent = self._row_arrays()
-        feats = cmp.features
+        (row_start, row_signal, row_rank), pair_intent = self._row_arrays()
         weights = np.asarray([[float(c.weights.get(s, 1.0)) for s in prep.signals] or [1.0] for c in configs])
-        modes = {"keep": 0, "demote": 1, "hide": 2}
-        ranks = gold_ranks(
-            cmp.need, row_start, row_signal, row_rank,
-            row_val, bool(fuser.rank_only), rank_tab, pair_intent, self._intent_scale,
-            feats["_coverage"], feats["_age_hours"], feats["_superseded"], cmp.mem,
-            weights, k_id, np.asarray([c.intent_gating for c in configs]),
-            np.asarray([c.coverage_bonus for c in configs], dtype=np.float64),
-            np.asarray([c.recent_boost for c in configs], dtype=np.float64),
-            np.asarray([c.recent_hours for c in configs], dtype=np.float64),
-            np.asarray([modes[c.superseded] for c in configs], dtype=np.int64),
-            np.asarray([c.demote_factor for c in configs], dtype=np.float64),
-            bool(fuser.multiply_by_hits), bool(fuser.multiply_by_hits or not fuser.rank_only), cmp.gold_local,
-            cmp.always, cmp.comp_start, cmp.comp_local, cmp.need_q_start, cmp.gold_q_start)
+        flags = (bool(fuser.rank_only), bool(fuser.multiply_by_hits),
+                 bool(fuser.multiply_by_hits or not fuser.rank_only))
+        lists = (row_start, row_signal, row_rank, np.asarray(row_val, dtype=np.float64))
+        ranks = gold_ranks(cmp.need, lists, pair_intent, self._intent_scales, weights, k_id, rank_tab,
+                           rules.lever_table(configs), cmp.features, cmp.near, cmp.mem, cmp.golds(), flags)
         return self._metrics_from_ranks(ranks, self.q_eval[cmp.gold_q], cmp.gold_rel)
 
     def _metrics_from_ranks(self, rank: np.ndarray, g_eval: np.ndarray, rel: np.ndarray) -> dict[str, np.ndarray]:

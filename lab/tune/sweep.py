@@ -22,7 +22,7 @@ from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig, to_
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.eval.goldens import load_dataset
-from lab.tune.batch import BatchScorer, exact_path_reasons
+from lab.tune.batch import EXACT_PATH_LEVERS, BatchScorer, exact_path_reasons
 from lab.tune.output import log_sweep, summary, write_sweep
 from lab.tune.params import assemble_config, save_config, search_config, table_point
 from lab.tune.selection import ALPHA, METHOD, corrected_gain, tied_with_best
@@ -221,7 +221,7 @@ class _Sweeper:
         reasons = [f"{r} (the base {self.base.name})" for r in exact_path_reasons(self.base.fusion)]
         for dim in self.spec.space:
             name = dim.name.removeprefix("fusion.")
-            if name in ("neighbour_boost", "episode_decay", "rerank_depth") and any(v for v in dim.values):
+            if name in EXACT_PATH_LEVERS and any(v for v in dim.values):
                 reasons.append(f"{dim.name} swept over {list(dim.values)}")
         return reasons
 

@@ -6,8 +6,9 @@ handful of numpy gathers and one sort, which is what makes sweeping k and weight
 candidate table cheap. `fuse` accepts either the polars table or its `PreparedCandidates`.
 
 Modules: `registry` (RankedLists, Fuser, FUSERS), one per fuser (`rrf`, `minmax`, `dbsf`,
-`combmnz`), `prepare` (encoding), `fused` (fusing and ranking) and `learned` (a trained model's
-score on top of a fuser: FusionConfig.learned).
+`combmnz`), `prepare` (encoding), `fused` (fusing and ranking), `rules` (intent gating and the
+per-pair post-processing levers, the one source `fuse` and the sweep's batch scorer both run) and
+`learned` (a trained model's score on top of a fuser: FusionConfig.learned).
 """
 from __future__ import annotations
 

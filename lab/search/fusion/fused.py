@@ -5,8 +5,7 @@ import numpy as np
 import polars as pl
 
 from lab.config import FusionConfig
-from lab.search.analysis import INTENT_WEIGHT_SCALES, INTENTS
-from lab.search.fusion import learned
+from lab.search.fusion import learned, rules
 from lab.search.fusion.prepare import PreparedCandidates, prepare, rank_order, run_positions
 from lab.search.fusion.registry import get_fuser
 
@@ -16,17 +15,12 @@ CONTRIB_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "signal": pl.String,
 
 
 def _row_weights(prep: PreparedCandidates, config: FusionConfig) -> np.ndarray:
+    rows = prep.rows
     per_signal = np.array([float(config.weights.get(s, 1.0)) for s in prep.signals] or [1.0])
-    w = per_signal[prep.rows.signal]
-    if config.intent_gating:
-        # one row of scales per intent, and a last row of ones for queries without an intent
-        scales = np.ones((len(INTENTS) + 1, len(per_signal)))
-        for i, name in enumerate(INTENTS):
-            for j, s in enumerate(prep.signals):
-                scales[i, j] = INTENT_WEIGHT_SCALES[name].get(s, 1.0)
-        q_intent = prep.intent[prep.pair_q[prep.rows.pair]]
-        w = w * scales[q_intent, prep.rows.signal]  # -1 picks the row of ones
-    return w
+    # each row's intent scale, gathered only when gating reads it
+    scale = (rules.intent_scales(prep.signals)[rules.intent_rows(prep.intent[prep.pair_q[rows.pair]]), rows.signal]
+             if config.intent_gating else 1.0)
+    return rules.gated_weight(per_signal[rows.signal], scale, config.intent_gating)
 
 
 def live_rows(prep: PreparedCandidates, config: FusionConfig) -> np.ndarray:
@@ -62,23 +56,16 @@ def _cut(prep: PreparedCandidates, score: np.ndarray, alive: np.ndarray, k: int)
 
 def base_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(per-pair score, per-pair alive mask, per-row contribution) of the base fusion: the fuser,
-    then coverage, neighbour and recency boosts, the superseded rule and the episode decay (no
-    learned model)."""
+    then the levers of `rules` (coverage, neighbour and recency boosts, the superseded rule) over
+    every pair at once, and the episode decay (no learned model)."""
     score, alive, contribution = _fused_scores(prep, config)
-    if config.coverage_bonus:
-        # multiplicative, so the bonus can never outweigh the fused score it scales
-        score = score * (1.0 + config.coverage_bonus * prep.feature("_coverage"))
+    lv = rules.settings(config)
+    f = rules.feature_columns(prep.feature)
+    score = rules.before_neighbours(score, f, lv)
     if config.neighbour_boost:
         # from the scores before the boost, so the order of pairs cannot matter
-        around = prep.neighbour_max(score * alive)
-        score = score + config.neighbour_boost * around
-        alive = alive | (around > 0)  # a turn next to a hit is a candidate, though no list ranked it
-    if config.recent_boost != 1.0:
-        score = np.where(prep.feature("_age_hours") < config.recent_hours, score * config.recent_boost, score)
-    if config.superseded == "demote":
-        score = np.where(prep.feature("_superseded") > 0, score * config.demote_factor, score)
-    elif config.superseded == "hide":
-        alive = alive & (prep.feature("_superseded") == 0)
+        score, alive = rules.neighbour_lift(score, alive, *prep.neighbour_values(rules.masked(score, alive)), lv)
+    score, alive = rules.after_neighbours(score, alive, f, lv)
     if config.episode_decay:
         score = score * episode_decay_factors(prep, score, alive, config.episode_decay)
     return score, alive, contribution

@@ -51,12 +51,17 @@ class PreparedCandidates:
         at = np.clip(np.searchsorted(pair_key, want), 0, self.n_pairs - 1)
         return at, (want >= 0) & (pair_key[at] == want)
 
+    def neighbour_values(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per pair, ``values`` at the previous and at the next turn of its episode among its
+        query's pairs (0 where there is no such turn)."""
+        prev, nxt = self.adjacent()
+        return (np.where(prev >= 0, values[np.maximum(prev, 0)], 0.0),
+                np.where(nxt >= 0, values[np.maximum(nxt, 0)], 0.0))
+
     def neighbour_max(self, values: np.ndarray) -> np.ndarray:
         """Per pair, the larger of ``values`` at the previous and the next turn of its episode
         among its query's pairs (0 where there is neither)."""
-        prev, nxt = self.adjacent()
-        return np.maximum(np.where(prev >= 0, values[np.maximum(prev, 0)], 0.0),
-                          np.where(nxt >= 0, values[np.maximum(nxt, 0)], 0.0))
+        return np.maximum(*self.neighbour_values(values))
 
     def feature(self, name: str) -> np.ndarray:
         """Per pair, the feature ``name`` (its default where the table has no such rows)."""
