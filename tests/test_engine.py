@@ -113,3 +113,62 @@ def test_the_engine_flags_resolve_at_the_edge(tmp_path, capsys):
     assert main(["ingest", str(DEMO), "--store", str(tmp_path / "s"), "--create", "--ray-address", "127.0.0.1:1"]) == 2
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()  # refused before a store was made
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path):
+    """A real Ray cluster of two nodes on this machine, one CPU each, as separate processes (stopped
+    by their process groups: `ray stop` would end every Ray process on the machine)."""
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # loopback only, and no token: a cluster of this machine's own processes (a real cluster keeps
+    # Ray's token authentication on, its token given to lab as RAY_AUTH_TOKEN: docs/scale.md)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    common = ["--num-cpus", "1", "--block", "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
+    procs = [subprocess.Popen([ray_bin, "start", "--head", "--port", str(port), "--include-dashboard", "false",
+                               "--object-store-memory", str(100 * 1024**2), *common], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # the head answers on its port before the second node may join
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the Ray head did not start"
+                time.sleep(0.5)
+        procs.append(subprocess.Popen([ray_bin, "start", "--address", f"127.0.0.1:{port}",
+                                       "--object-store-memory", str(100 * 1024**2), *common], env=env,
+                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        check = ("import ray, time; ray.init(address='127.0.0.1:%d', logging_level='ERROR');"
+                 "t = time.time()\nwhile len([n for n in ray.nodes() if n['Alive']]) < 2 and time.time() - t < 90: time.sleep(0.5)\n"
+                 "print(len([n for n in ray.nodes() if n['Alive']]))" % port)
+        alive = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=180, env=env)
+        assert alive.stdout.strip().endswith("2"), alive.stderr[-2000:]
+        yield f"127.0.0.1:{port}", env
+    finally:
+        for proc in reversed(procs):
+            try:
+                os.killpg(proc.pid, 15)
+                proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, 9)
+
+
+@pytest.mark.slow
+def test_ingest_through_a_two_node_cluster_gives_the_local_store(tmp_path, two_node_cluster):
+    address, cluster_env = two_node_cluster
+    env = {**cluster_env, "LAB_ENGINE": "", "RAY_ADDRESS": ""}
+    for name, extra in (("local", []), ("ray", ["--ray-address", address])):
+        store = str(tmp_path / name)
+        for argv in (["init", "--store", store, "--model", FAKE_MODEL],
+                     ["ingest", str(DEMO), "--store", store, "--quiet", *extra]):
+            proc = subprocess.run([sys.executable, "-m", "lab", *argv], capture_output=True, text=True, timeout=600,
+                                  cwd=ROOT, env=env)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        if extra:
+            assert f"engine: ray ({address}, 2 workers)" in proc.stderr
+    (mem_l, chunks_l), (mem_r, chunks_r) = _store_rows(tmp_path / "local"), _store_rows(tmp_path / "ray")
+    assert mem_l.height == 347 and mem_l.equals(mem_r) and chunks_l.equals(chunks_r)  # the fake model is exact
