@@ -172,3 +172,22 @@ def test_ingest_through_a_two_node_cluster_gives_the_local_store(tmp_path, two_n
             assert f"engine: ray ({address}, 2 workers)" in proc.stderr
     (mem_l, chunks_l), (mem_r, chunks_r) = _store_rows(tmp_path / "local"), _store_rows(tmp_path / "ray")
     assert mem_l.height == 347 and mem_l.equals(mem_r) and chunks_l.equals(chunks_r)  # the fake model is exact
+
+
+@pytest.mark.slow
+def test_eval_on_ray_gives_the_local_run_files_and_metrics(tmp_path):
+    import json
+
+    outs = {}
+    for name in ("local", "ray"):
+        env = {**os.environ, "LAB_ENGINE": name, "RAY_ADDRESS": "", "LAB_EVAL_ROOT": str(tmp_path / name / "eval"),
+               "LAB_EMBED_CACHE": str(tmp_path / name / "cache")}  # each builds its own store from nothing
+        proc = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--preset", "lab",
+                               "--model", FAKE_MODEL, "--no-track", "--quiet", "--out", str(tmp_path / name / "runs")],
+                              capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs[name] = next((tmp_path / name / "runs").iterdir())
+    assert "engine: ray (a local Ray started for this command, 2 workers)" in proc.stderr or os.cpu_count() != 2
+    assert (outs["local"] / "run.trec").read_bytes() == (outs["ray"] / "run.trec").read_bytes()
+    metrics = [json.loads((outs[n] / "metrics.json").read_text())["metrics"] for n in ("local", "ray")]
+    assert metrics[0] == metrics[1]

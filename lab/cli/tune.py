@@ -6,7 +6,7 @@ from pathlib import Path
 import json
 from datetime import datetime, timezone
 
-from lab.cli.common import print_json
+from lab.cli.common import command_engine, engine_args, print_json
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -16,8 +16,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     say = (lambda msg: None) if args.quiet or args.json else (lambda msg: print(f"  {msg}", flush=True))
-    result = run_sweep(spec, datasets=args.datasets, out_root=args.out, progress=not args.quiet and not args.json,
-                       track=not args.no_track, tracking_uri=args.tracking_uri, on_stage=say)
+    with command_engine(args) as engine:
+        result = run_sweep(spec, datasets=args.datasets, out_root=args.out, progress=not args.quiet and not args.json,
+                           track=not args.no_track, tracking_uri=args.tracking_uri, on_stage=say, engine=engine)
     summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
     if args.json:
         print_json({"folder": str(result.folder), **summary})
@@ -112,6 +113,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="the sweep .yaml (see goldens/sweeps/)")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     p.add_argument("--out", default="runs/sweeps", help="folder for sweep folders (default runs/sweeps)")
+    engine_args(p)
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: env, else .lab/mlflow)")
     p.add_argument("--no-track", action="store_true", help="do not log to MLflow")
     p.add_argument("--quiet", action="store_true")

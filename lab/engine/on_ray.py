@@ -89,7 +89,9 @@ class RayEngine:
             if address:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             else:
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE,
+                # "local": a new Ray of this machine's cores, whatever RAY_ADDRESS or a running one say
+                ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                         object_store_memory=LOCAL_OBJECT_STORE,
                          logging_level=logging.WARNING, log_to_driver=False)
             self._started = True
         cpus = int(ray.cluster_resources().get("CPU", 1))

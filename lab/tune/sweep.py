@@ -19,6 +19,7 @@ import polars as pl
 
 from lab.progress import progress
 from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig, to_dict
+from lab.engine import Engine
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.eval.goldens import load_dataset
@@ -59,12 +60,13 @@ class _Group:
 def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: str | Path = "sweeps",
               progress: bool = True, embedder=None, root: Path | None = None, track: bool = True,
               tracking_uri: str | None = None, on_stage: Callable[[str], None] | None = None,
-              embeddings: Path | None = None) -> SweepResult:
+              embeddings: Path | None = None, engine: Engine | None = None) -> SweepResult:
     """Run ``spec``; write its folder under ``out_root``; log it to MLflow when ``track``. Its
     evaluation stores and candidate tables go under ``root`` (None: the workspace's), its vectors
-    to the ``embeddings`` cache (None: the workspace's, else one under ``root``)."""
+    to the ``embeddings`` cache (None: the workspace's, else one under ``root``); each index-time
+    point's store embeds its texts on ``engine`` (None: in this process)."""
     started = time.perf_counter()
-    sweep = _Sweeper(spec, datasets, root, embedder, progress, on_stage or (lambda _msg: None), embeddings)
+    sweep = _Sweeper(spec, datasets, root, embedder, progress, on_stage or (lambda _msg: None), embeddings, engine)
     rows, interrupted, fusion_seconds = sweep.fusion_stage()
     if not rows:
         raise ValidationError("the sweep scored no configuration" + (" (interrupted)" if interrupted else ""))
@@ -103,11 +105,12 @@ class _Sweeper:
     index-time groups, each a retriever with a batch scorer over its candidate table."""
 
     def __init__(self, spec: SweepSpec, datasets: str | Path | None, root: Path | None, embedder: Any,
-                 progress: bool, say: Callable[[str], None], embeddings: Path | None = None) -> None:
+                 progress: bool, say: Callable[[str], None], embeddings: Path | None = None,
+                 engine: Engine | None = None) -> None:
         from lab.eval.report import config_from  # heavy: numba
 
         self.spec, self.root, self.embedder, self.progress, self.say = spec, root, embedder, progress, say
-        self.embeddings = embeddings
+        self.embeddings, self.engine = embeddings, engine
         self.dataset = load_dataset(spec.dataset, datasets, observations=spec.observations)
         base_path = Path(spec.base)
         self.base = (config_from(None, base_path) if base_path.suffix in (".yaml", ".yml", ".json")
@@ -136,7 +139,7 @@ class _Sweeper:
             index_point = {k: v for k, v in point.items() if k.startswith("index.")}
             self.say(f"index point {len(self.groups) + 1}: {json.dumps(index_point)}")
             retriever = eval_retriever(self.dataset, save, root=self.root, embedder=self.embedder,
-                                       progress=self.progress, embeddings=self.embeddings)
+                                       progress=self.progress, embeddings=self.embeddings, engine=self.engine)
             # the depth `lab eval` uses, so a sweep and an evaluation share one cached table
             cands, _ = candidate_table(retriever, self.dataset, config, depth=max(DEFAULT_KS), root=self.root)
             self.groups[key] = _Group(retriever, BatchScorer(prepared_for(cands), self.dataset.qrels, self.qids,
