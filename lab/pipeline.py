@@ -108,10 +108,19 @@ class Pipeline:
         self.writer.flush()
         self.retriever.flush_encoders()
 
-    def embed_encoders(self, progress: bool = True) -> dict[str, int]:
+    def embed_encoders(self, progress: bool = True, engine: Engine | None = None) -> dict[str, int]:
         """Embed every namespace's chunks by each extra encoder the store carries (index.models),
-        through the cache: an encoder already embedded costs a lookup, one cut off resumes.
-        Returns the chunks each namespace holds."""
+        through the cache: an encoder already embedded costs a lookup, one cut off resumes. On an
+        engine that embeds ahead (Ray), each dense encoder's missing vectors are computed there
+        first, all namespaces in one job (a sparse encoder embeds here). Returns the chunks each
+        namespace holds."""
+        if engine is not None and engine.embeds_ahead and self.indexes.config.models:
+            # the texts each namespace's main index holds: what the encoders embed below
+            texts = [t for ns in self.store.namespaces() for t in self.retriever.index(ns).texts]
+            for encoder in self.retriever.encoders.values():
+                if not encoder.sparse:
+                    engine.fill_cache(encoder.passages, encoder.model, texts, progress=progress)
+                    encoder.passages.flush()
         self.retriever.encoder_progress = progress
         try:
             out = {ns: self.retriever.index(ns).n_live for ns in self.store.namespaces()

@@ -191,3 +191,119 @@ def test_eval_on_ray_gives_the_local_run_files_and_metrics(tmp_path):
     assert (outs["local"] / "run.trec").read_bytes() == (outs["ray"] / "run.trec").read_bytes()
     metrics = [json.loads((outs[n] / "metrics.json").read_text())["metrics"] for n in ("local", "ray")]
     assert metrics[0] == metrics[1]
+
+
+def _worker_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "ray::MapWorker"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_embedding_is_replaced_and_the_vectors_equal_a_clean_run(ray_engine):
+    import signal
+    import threading
+
+    from lab.embed.registry import make_embedder
+
+    embedder = make_embedder(EmbedConfig())
+    texts = [f"memory {i}: " + line for i, line in enumerate((DEMO / "memories.jsonl").read_text().splitlines())] * 2
+    killed: list[int] = []
+
+    def kill_one_once_busy():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            pids = _worker_pids()
+            if pids:
+                time.sleep(3)  # let it take batches first
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=kill_one_once_busy)
+    thread.start()
+    remote = ray_engine.embed(embedder, texts)
+    thread.join()
+    assert killed, "no worker was seen to kill"
+    local = embedder.embed(texts)
+    assert np.abs(remote - local).max() <= 1e-6
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_embedding_leaves_the_store_as_it_was_and_a_rerun_completes(tmp_path):
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update({"LAB_ENGINE": "ray", "LAB_EMBED_CACHE": str(tmp_path / "cache")})
+    store = str(tmp_path / "s")
+    subprocess.run([sys.executable, "-m", "lab", "init", "--store", store], check=True, cwd=ROOT, env=env,
+                   capture_output=True, timeout=300)
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "ingest", str(DEMO), "--store", store], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not _worker_pids() and time.monotonic() < deadline:  # embedding has begun on the workers
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
+    proc.wait(timeout=60)
+    subprocess.run(["pkill", "-9", "-s", str(proc.pid)], capture_output=True)  # whatever of its session is left
+    from lab.store.store import Store
+
+    assert Store.open(store).memories().height == 0  # nothing half-written: embedding comes before any commit
+    again = subprocess.run([sys.executable, "-m", "lab", "ingest", str(DEMO), "--store", store, "--quiet"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert Store.open(store).memories().height == 347
+
+
+@pytest.mark.slow
+def test_systems_evaluated_as_ray_tasks_give_the_local_run_files(tmp_path):
+    """Each system is a unit of its own (a Ray task on Ray); the driver writes every run folder."""
+    import json
+
+    outs = {}
+    for name in ("local", "ray"):
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update({"LAB_ENGINE": name, "LAB_EVAL_ROOT": str(tmp_path / name / "eval")})
+        proc = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--system", "lab", "txtai",
+                               "--no-track", "--quiet", "--out", str(tmp_path / name / "runs")],
+                              capture_output=True, text=True, timeout=1200, cwd=ROOT, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs[name] = {p.name: p for p in (tmp_path / name / "runs").iterdir()}
+    assert sorted(outs["local"]) == sorted(outs["ray"]) == ["demo-lab", "demo-txtai"]
+    for run in outs["local"]:
+        a, b = outs["local"][run], outs["ray"][run]
+        rows = [[line.split() for line in (p / "run.trec").read_text().splitlines()] for p in (a, b)]
+        # the same ranking, score for score: a third-party model on a worker of one thread may round
+        # the last digit of a score otherwise than on this process's two (lab's own are exact)
+        assert [r[:4] for r in rows[0]] == [r[:4] for r in rows[1]], run
+        assert np.allclose([float(r[4]) for r in rows[0]], [float(r[4]) for r in rows[1]], rtol=0, atol=2e-6), run  # printed to 6 places
+        if run == "demo-lab":
+            assert (a / "run.trec").read_bytes() == (b / "run.trec").read_bytes()
+        metrics = [json.loads((p / "metrics.json").read_text())["metrics"] for p in (a, b)]
+        assert metrics[0] == metrics[1], run
+
+
+@pytest.mark.slow
+def test_an_encoder_added_on_ray_caches_the_local_vectors(tmp_path):
+    from lab.embed.cache import EmbeddingCache
+    from lab.embed.registry import make_embedder
+
+    caches = {}
+    for name in ("local", "ray"):
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "LAB_EMBED_CACHE")}
+        env["LAB_ENGINE"] = name
+        store = tmp_path / name
+        for argv in (["init", "--store", str(store), "--model", FAKE_MODEL],
+                     ["ingest", str(DEMO), "--store", str(store), "--quiet"],
+                     ["store", "encoders", "--add", "minilm", "--store", str(store), "--quiet"]):
+            proc = subprocess.run([sys.executable, "-m", "lab", *argv], capture_output=True, text=True, timeout=900,
+                                  cwd=ROOT, env=env)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        minilm = make_embedder(EmbedConfig())
+        caches[name] = EmbeddingCache(store / "cache" / "embeddings", minilm.model_id, minilm.dim)
+    local, remote = caches["local"], caches["ray"]
+    assert len(local._index) > 300 and set(local._index) == set(remote._index)
+    keys = sorted(local._index)
+    a = local._vectors[[local._index[k] for k in keys]]
+    b = remote._vectors[[remote._index[k] for k in keys]]
+    assert np.abs(a - b).max() <= 1e-6

@@ -83,14 +83,11 @@ def eval_systems(args: argparse.Namespace) -> int:
     """`lab eval --system ...`: each system through the one harness; a system that fails is reported
     and the others go on (exit 6 when any failed)."""
     import json
-    from pathlib import Path
 
-    from lab.adapters.base import AdapterError
-    from lab.adapters.harness import evaluate_system, write_system_run
-    from lab.adapters.registry import open_system
-    from lab.errors import LabError
     from lab.eval.goldens import load_dataset
     from lab.eval.report import config_from
+    from lab.eval.stores import save_config
+    from lab.flow.systems import SystemUnit, run_units
     from lab.workspace import current
 
     if args.preset and len(args.preset) > 1:
@@ -99,48 +96,58 @@ def eval_systems(args: argparse.Namespace) -> int:
         raise ValidationError("--system lab takes one --preset (the configuration lab is measured with)")
     preset = config_from((args.preset or ["lab"])[0], args.config if not args.preset else None)
     settings = json.loads(args.system_settings) if args.system_settings else None
-
-    def make_lab(folder: Path):
-        from lab.adapters.lab_system import LabSystem
-        from lab.eval.stores import save_config
-
-        return LabSystem(folder, preset, save_config(args.context_turns, args.time_in_text),
-                         query_model=args.query_model or "auto")
-
     dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
                            summaries=args.summaries)
     failed = 0
-    for target in args.system:
-        name = Path(target).stem if target.endswith((".yaml", ".yml")) else target.replace(":", "-")
-        scratch = current().eval_root / "systems" / f"{dataset.name}-{name}"
-        try:
-            with open_system(target, scratch, lab_factory=make_lab, settings=settings, env=os.environ) as system:
-                result = evaluate_system(system, dataset, ks=tuple(args.k), progress=not args.quiet)
-        except (AdapterError, LabError) as exc:
-            if not isinstance(exc, AdapterError) and len(args.system) == 1:
-                raise
-            failed += 1
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-            continue
-        out = write_system_run(result, dataset.qrels, Path(args.out) / f"{dataset.name}-{result.system['system']}")
-        run_id = None
-        if not args.no_track:
-            from lab.track import log_system
-
-            run_id = log_system(result, out, dataset=dataset, uri=args.tracking_uri)
-        if args.json:
-            print_json({"run": str(out), "mlflow_run_id": run_id, **result.metrics})
-            continue
-        m, speed = result.metrics["metrics"], result.metrics["speed"]
-        trip = result.metrics.get("round_trip") or {}
-        head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
-        print(f"{dataset.name:<10} {result.system['system']:<14} {result.metrics['questions']:>5} q  {head}  "
-              f"ingest {speed['ingest']['memories_per_s']}/s  search p50 {speed['search']['p50_ms']} ms "
-              f"p99 {speed['search']['p99_ms']} ms  round trip "
-              f"{'next search' if trip.get('next_search') else 'late' if trip.get('found') else 'NOT FOUND'}  -> {out}")
-        if result.system.get("approximates"):
-            print(f"{'':<10} {'':<14} approximates: {result.system['approximates']}")
+    with command_engine(args) as engine:
+        units = [SystemUnit(target, args.dataset, args.datasets, args.split, args.observations, args.summaries,
+                            current().eval_root / "systems" / f"{dataset.name}-{_system_name(target)}", preset,
+                            save_config(args.context_turns, args.time_in_text), args.query_model or "auto", settings,
+                            tuple(args.k), dict(os.environ), progress=not args.quiet and engine.name == "local")
+                 for target in args.system]
+        for outcome in run_units(units, engine):
+            failed += _report_system(args, dataset, outcome)
     return 6 if failed else 0
+
+
+def _system_name(target: str) -> str:
+    from pathlib import Path
+
+    return Path(target).stem if target.endswith((".yaml", ".yml")) else target.replace(":", "-")
+
+
+def _report_system(args: argparse.Namespace, dataset, outcome) -> int:
+    """Write one system's run folder (and MLflow run) and print its line; 1 when it failed."""
+    from pathlib import Path
+
+    from lab.adapters.base import AdapterError
+    from lab.adapters.harness import write_system_run
+
+    if outcome.error is not None:
+        if not isinstance(outcome.error, AdapterError) and len(args.system) == 1:
+            raise outcome.error
+        print(f"error: {outcome.error}", file=sys.stderr, flush=True)
+        return 1
+    result = outcome.result
+    out = write_system_run(result, dataset.qrels, Path(args.out) / f"{dataset.name}-{result.system['system']}")
+    run_id = None
+    if not args.no_track:
+        from lab.track import log_system
+
+        run_id = log_system(result, out, dataset=dataset, uri=args.tracking_uri)
+    if args.json:
+        print_json({"run": str(out), "mlflow_run_id": run_id, **result.metrics})
+        return 0
+    m, speed = result.metrics["metrics"], result.metrics["speed"]
+    trip = result.metrics.get("round_trip") or {}
+    head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
+    print(f"{dataset.name:<10} {result.system['system']:<14} {result.metrics['questions']:>5} q  {head}  "
+          f"ingest {speed['ingest']['memories_per_s']}/s  search p50 {speed['search']['p50_ms']} ms "
+          f"p99 {speed['search']['p99_ms']} ms  round trip "
+          f"{'next search' if trip.get('next_search') else 'late' if trip.get('found') else 'NOT FOUND'}  -> {out}")
+    if result.system.get("approximates"):
+        print(f"{'':<10} {'':<14} approximates: {result.system['approximates']}")
+    return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -79,8 +79,8 @@ def cmd_encoders(args: argparse.Namespace) -> int:
     if unknown:
         raise ValidationError(f"unknown encoder(s) {unknown}; known: {list(ENCODERS)} (`lab models`)")
     config = replace(recorded, index=replace(recorded.index, models=tuple(models)))
-    with Pipeline.open(args.store, config) as pipe:
-        chunks = pipe.embed_encoders(progress=not args.quiet)
+    with command_engine(args) as engine, Pipeline.open(args.store, config) as pipe:
+        chunks = pipe.embed_encoders(progress=not args.quiet, engine=engine)
     lists = [ENCODERS[m] for m in models]
     print(f"store {args.store} carries {', '.join(models) or 'no extra encoders'}"
           + (f": {sum(chunks.values())} chunks in {len(chunks)} namespaces embedded by each; "
@@ -210,6 +210,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--add", nargs="+", metavar="MODEL", help="encoders to carry: e5, e5-sparse, minilm")
     c.add_argument("--remove", nargs="+", metavar="MODEL")
     c.add_argument("--quiet", action="store_true")
+    engine_args(c)
     c.set_defaults(func=cmd_encoders)
     c = store_sub.add_parser("check", help="verify every table and index; exit 5 when something is wrong")
     store_arg(c)

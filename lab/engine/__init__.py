@@ -9,7 +9,7 @@ $RAY_ADDRESS) and passed down.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,8 @@ from lab.engine.on_ray import RayEngine
 from lab.errors import ValidationError
 
 ENGINES: tuple[str, ...] = ("local", "ray")
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 class Engine(Protocol):
@@ -34,6 +36,11 @@ class Engine(Protocol):
 
     def embed(self, embedder: Embedder, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Vectors of ``texts`` in order, without a cache."""
+        ...
+
+    def map(self, fn: Callable[[In], Out], items: Sequence[In]) -> Iterator[Out]:
+        """``fn`` of each item (independent units of work: a system's evaluation), yielded in the
+        items' order; ``fn`` and the items must pickle (they may run on another machine)."""
         ...
 
     def describe(self) -> str:

@@ -30,6 +30,9 @@ class LocalEngine:
     def embed(self, embedder: Embedder, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         return embedder.embed(texts)  # one call, as a batch of a save always embedded
 
+    def map(self, fn, items):
+        return (fn(item) for item in items)  # one after another, each as soon as it is asked for
+
     def describe(self) -> str:
         return "local (this process)"
 

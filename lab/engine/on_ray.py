@@ -83,17 +83,18 @@ class RayEngine:
         if address:
             _check_reachable(address)  # also when Ray is up in this process already: the address is named
         if not ray.is_initialized():
-            set_library_env({"RAY_USAGE_STATS_ENABLED": "0"})  # offline machines: no usage reports
-            for name in ("ray", "ray.data"):  # its progress lines and notices would bury lab's own output
-                logging.getLogger(name).setLevel(logging.ERROR)
+            # offline machines: no usage reports; and Ray's C++ core logs errors only
+            set_library_env({"RAY_USAGE_STATS_ENABLED": "0", "RAY_BACKEND_LOG_LEVEL": "error"})
             if address:
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+                ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
             else:
                 # "local": a new Ray of this machine's cores, whatever RAY_ADDRESS or a running one say
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
                          object_store_memory=LOCAL_OBJECT_STORE,
-                         logging_level=logging.WARNING, log_to_driver=False)
+                         logging_level=logging.ERROR, log_to_driver=False)
             self._started = True
+            for name in ("ray", "ray.data"):  # its progress lines and notices would bury lab's own output
+                logging.getLogger(name).setLevel(logging.ERROR)
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(workers or cpus, cpus))
         ctx = ray.data.DataContext.get_current()
@@ -130,6 +131,15 @@ class RayEngine:
         if not done.all():  # Ray retries a lost worker's batches: a gap here is a bug, never a zero vector
             raise RuntimeError(f"Ray returned vectors for {int(done.sum())} of {len(texts)} texts")
         return vectors
+
+    def map(self, fn, items):
+        """Each item a Ray task of one CPU (all submitted at once: the cluster runs as many as it has
+        cores for), the results collected in order."""
+        ray = _ray()
+        remote = ray.remote(num_cpus=1, max_retries=2)(fn)  # a task whose worker dies is run again
+        refs = [remote.remote(item) for item in items]
+        for ref in refs:
+            yield ray.get(ref)
 
     def describe(self) -> str:
         where = self.address or "a local Ray started for this command"

@@ -1,0 +1,68 @@
+"""`lab eval --system ...`: each memory system, one independent unit of work (its own scratch
+folder, its own ingest and questions), run on the engine: one after another locally, as Ray tasks
+on Ray. The units come back to the driver, which writes every run folder and MLflow run, so the
+files are the same whichever engine ran them."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from lab.adapters.base import AdapterError
+from lab.adapters.harness import SystemResult, evaluate_system
+from lab.adapters.registry import open_system
+from lab.config import SaveConfig, SearchConfig
+from lab.engine import Engine
+from lab.errors import LabError
+from lab.eval.goldens import load_dataset
+
+
+@dataclass(frozen=True)
+class SystemUnit:
+    """One system on one dataset: everything a worker needs, nothing it must find on the driver."""
+    target: str  # a built-in name, an adapter file or module:Class
+    dataset: str
+    datasets_root: str | None
+    split: str
+    observations: bool
+    summaries: bool
+    scratch: Path  # the system's own folder
+    preset: SearchConfig  # lab's configuration, when the system is lab
+    save: SaveConfig
+    query_model: str
+    settings: Mapping[str, Any] | None
+    ks: tuple[int, ...]
+    env: Mapping[str, str]  # the environment adapter files read, taken at the edge
+    progress: bool = False
+
+
+@dataclass(frozen=True)
+class SystemOutcome:
+    unit: SystemUnit
+    result: SystemResult | None
+    error: LabError | None  # an adapter's or lab's refusal: reported, the other systems go on
+
+
+def _lab(preset: SearchConfig, save: SaveConfig, query_model: str, folder: Path):
+    from lab.adapters.lab_system import LabSystem  # heavy: the whole pipeline, for the one lab unit
+
+    return LabSystem(folder, preset, save, query_model=query_model)
+
+
+def run_unit(unit: SystemUnit) -> SystemOutcome:
+    """Evaluate one system (in this process or on a worker); its refusals are returned, not raised."""
+    dataset = load_dataset(unit.dataset, unit.datasets_root, split=unit.split, observations=unit.observations,
+                           summaries=unit.summaries)
+    factory = functools.partial(_lab, unit.preset, unit.save, unit.query_model)
+    try:
+        with open_system(unit.target, unit.scratch, lab_factory=factory, settings=dict(unit.settings or {}) or None,
+                         env=unit.env) as system:
+            return SystemOutcome(unit, evaluate_system(system, dataset, ks=unit.ks, progress=unit.progress), None)
+    except (AdapterError, LabError) as exc:
+        return SystemOutcome(unit, None, exc)
+
+
+def run_units(units: list[SystemUnit], engine: Engine) -> Iterator[SystemOutcome]:
+    """Each unit's outcome, in the units' order, as the engine finishes them."""
+    yield from engine.map(run_unit, units)
