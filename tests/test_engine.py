@@ -206,7 +206,7 @@ def test_a_worker_killed_mid_embedding_is_replaced_and_the_vectors_equal_a_clean
     from lab.embed.registry import make_embedder
 
     embedder = make_embedder(EmbedConfig())
-    texts = [f"memory {i}: " + line for i, line in enumerate((DEMO / "memories.jsonl").read_text().splitlines())] * 2
+    texts = [f"memory {i}: " + line for i, line in enumerate((DEMO / "memories.jsonl").read_text().splitlines())]
     killed: list[int] = []
 
     def kill_one_once_busy():
@@ -264,21 +264,18 @@ def test_systems_evaluated_as_ray_tasks_give_the_local_run_files(tmp_path):
     for name in ("local", "ray"):
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update({"LAB_ENGINE": name, "LAB_EVAL_ROOT": str(tmp_path / name / "eval")})
-        proc = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--system", "lab", "txtai",
+        proc = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--system", "lab",
+                               "tests.toy_systems:WordOverlap",
                                "--no-track", "--quiet", "--out", str(tmp_path / name / "runs")],
                               capture_output=True, text=True, timeout=1200, cwd=ROOT, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs[name] = {p.name: p for p in (tmp_path / name / "runs").iterdir()}
-    assert sorted(outs["local"]) == sorted(outs["ray"]) == ["demo-lab", "demo-txtai"]
+    assert sorted(outs["local"]) == sorted(outs["ray"]) == ["demo-lab", "demo-word-overlap"]
     for run in outs["local"]:
         a, b = outs["local"][run], outs["ray"][run]
-        rows = [[line.split() for line in (p / "run.trec").read_text().splitlines()] for p in (a, b)]
-        # the same ranking, score for score: a third-party model on a worker of one thread may round
-        # the last digit of a score otherwise than on this process's two (lab's own are exact)
-        assert [r[:4] for r in rows[0]] == [r[:4] for r in rows[1]], run
-        assert np.allclose([float(r[4]) for r in rows[0]], [float(r[4]) for r in rows[1]], rtol=0, atol=2e-6), run  # printed to 6 places
-        if run == "demo-lab":
-            assert (a / "run.trec").read_bytes() == (b / "run.trec").read_bytes()
+        # (a third-party model may round a score's last digit otherwise on a one-thread worker: txtai
+        # does; these two systems are exact)
+        assert (a / "run.trec").read_bytes() == (b / "run.trec").read_bytes()
         metrics = [json.loads((p / "metrics.json").read_text())["metrics"] for p in (a, b)]
         assert metrics[0] == metrics[1], run
 
