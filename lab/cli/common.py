@@ -35,6 +35,14 @@ def command_workspace(datasets: str | None = None, tracking_uri: str | None = No
     return workspace
 
 
+def check_tracking(args: argparse.Namespace) -> None:
+    """Before a command's work: the tracking server it will log to answers (unless --no-track)."""
+    if not getattr(args, "no_track", False):
+        from lab.track import require_reachable
+
+        require_reachable(getattr(args, "tracking_uri", None))
+
+
 def engine_args(p: argparse.ArgumentParser) -> None:
     """--engine and --ray-address, their help and choices from the workspace's declarations."""
     from dataclasses import fields

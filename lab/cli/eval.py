@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import replace
 
-from lab.cli.common import command_engine, command_workspace, engine_args, print_json
+from lab.cli.common import check_tracking, command_engine, command_workspace, engine_args, print_json
 from lab.config import DEFAULT_KS
 
 DEFAULT_BUDGET = 2000
@@ -36,6 +36,7 @@ def _check_before_loading(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _check_before_loading(args)  # before the heavy imports, too
+    check_tracking(args)
     from lab.errors import ValidationError
     from lab.eval.regressions import run_regressions
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import json
 from datetime import datetime, timezone
 
-from lab.cli.common import command_engine, engine_args, print_json
+from lab.cli.common import check_tracking, command_engine, engine_args, print_json
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -15,6 +15,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from lab.tune.sweep import run_sweep
 
     spec = load_spec(args.spec)
+    check_tracking(args)
     say = (lambda msg: None) if args.quiet or args.json else (lambda msg: print(f"  {msg}", flush=True))
     with command_engine(args) as engine:
         result = run_sweep(spec, datasets=args.datasets, out_root=args.out, progress=not args.quiet and not args.json,

@@ -33,6 +33,35 @@ def tracking_uri(uri: str | None = None) -> str:
     return f"sqlite:///{(DEFAULT_DIR / 'mlflow.db').resolve()}"
 
 
+HEALTH_TIMEOUT_S = 5.0
+_reachable: set[str] = set()
+
+
+def require_reachable(uri: str | None = None) -> None:
+    """Refuse a tracking server nobody answers at, in seconds and in one line naming it (MLflow's
+    client would retry for minutes, then fail with a traceback, after the work was done). Only
+    http(s) URIs are servers; a local store is checked by opening it."""
+    from urllib.error import HTTPError, URLError
+    from urllib.request import urlopen
+
+    from lab.errors import ValidationError
+
+    resolved = tracking_uri(uri)
+    if not resolved.startswith(("http://", "https://")) or resolved in _reachable:
+        return
+    try:
+        with urlopen(resolved.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S):
+            pass
+    except HTTPError:
+        pass  # it answers (a proxy in front may not know /health): reachable
+    except (URLError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise ValidationError(f"cannot reach the MLflow tracking server at {resolved} ({why}); start it "
+                              "(`mlflow server --backend-store-uri sqlite:///mlflow.db`), give another "
+                              "--tracking-uri, or --no-track", field="tracking_uri") from None
+    _reachable.add(resolved)
+
+
 def ui_command(uri: str | None = None) -> str:
     """The command that shows these runs in MLflow's UI."""
     return f"mlflow ui --backend-store-uri {tracking_uri(uri)}"
@@ -82,6 +111,7 @@ def client(uri: str | None = None):
     if not any(isinstance(f, _DropKnownNoise) for f in pyfunc_log.filters):
         pyfunc_log.addFilter(_DropKnownNoise())
     resolved = tracking_uri(uri)
+    require_reachable(resolved)
     mlflow.set_tracking_uri(resolved)
     if resolved not in _configured:
         root = Path(resolved[len("sqlite:///"):]).parent if resolved.startswith("sqlite:///") else DEFAULT_DIR
