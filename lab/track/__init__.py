@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lab.config import to_dict
+from lab.errors import ValidationError
 from lab.version import __version__
 from lab.workspace import current, set_library_env
 
@@ -43,8 +44,6 @@ def require_reachable(uri: str | None = None) -> None:
     http(s) URIs are servers; a local store is checked by opening it."""
     from urllib.error import HTTPError, URLError
     from urllib.request import urlopen
-
-    from lab.errors import ValidationError
 
     resolved = tracking_uri(uri)
     if not resolved.startswith(("http://", "https://")) or resolved in _reachable:
