@@ -45,12 +45,10 @@ def check_tracking(args: argparse.Namespace) -> None:
 
 def engine_args(p: argparse.ArgumentParser) -> None:
     """--engine and --ray-address, their help and choices from the workspace's declarations."""
-    from dataclasses import fields
-
-    from lab.fields import RULE
+    from lab.fields import rule
     from lab.workspace import Workspace
 
-    declared = {f.name: f.metadata[RULE] for f in fields(Workspace)}
+    declared = {name: rule(Workspace, name) for name in ("engine", "ray_address")}
     p.add_argument("--engine", choices=list(declared["engine"].choices),
                    help=f"{declared['engine'].doc} (default $LAB_ENGINE, else local)")
     p.add_argument("--ray-address", dest="ray_address", metavar="ADDRESS",

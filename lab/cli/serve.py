@@ -82,11 +82,11 @@ def setting_flag(p: argparse.ArgumentParser, name: str, flag: str | None = None,
     place every source of a setting goes through, so a bad flag is named as a bad variable is."""
     from dataclasses import MISSING, fields
 
-    from lab.fields import RULE
+    from lab.fields import rule
     from lab.serve.settings import Settings
 
+    declared = rule(Settings, name)
     f = next(f for f in fields(Settings) if f.name == name)
-    declared = f.metadata[RULE]
     default = f.default if f.default is not MISSING else None
     shown = "" if default is None else f" (default {default})"
     p.add_argument(flag or "--" + name.replace("_", "-"), dest=name, metavar=metavar,
