@@ -176,21 +176,55 @@ def test_ingest_through_a_two_node_cluster_gives_the_local_store(tmp_path, two_n
 
 @pytest.mark.slow
 def test_eval_on_ray_gives_the_local_run_files_and_metrics(tmp_path):
+    """Three presets of three candidate groups: on Ray each group is a task over the store the
+    driver built; every run file equals the local one's (metrics.json but for timings)."""
     import json
 
-    outs = {}
+    presets = ("lab", "maia", "bm25")
     for name in ("local", "ray"):
         env = {**os.environ, "LAB_ENGINE": name, "RAY_ADDRESS": "", "LAB_EVAL_ROOT": str(tmp_path / name / "eval"),
                "LAB_EMBED_CACHE": str(tmp_path / name / "cache")}  # each builds its own store from nothing
-        proc = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--preset", "lab",
+        proc = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--preset", *presets,
                                "--model", FAKE_MODEL, "--no-track", "--quiet", "--out", str(tmp_path / name / "runs")],
                               capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        outs[name] = next((tmp_path / name / "runs").iterdir())
     assert "engine: ray (a local Ray started for this command, 2 workers)" in proc.stderr or os.cpu_count() != 2
-    assert (outs["local"] / "run.trec").read_bytes() == (outs["ray"] / "run.trec").read_bytes()
-    metrics = [json.loads((outs[n] / "metrics.json").read_text())["metrics"] for n in ("local", "ray")]
-    assert metrics[0] == metrics[1]
+    folders = sorted(p.name for p in (tmp_path / "local" / "runs").iterdir())
+    assert len(folders) == 3 and folders == sorted(p.name for p in (tmp_path / "ray" / "runs").iterdir())
+    for folder in folders:
+        local, ray = tmp_path / "local" / "runs" / folder, tmp_path / "ray" / "runs" / folder
+        for f in ("run.trec", "per_question.parquet", "run.parquet", "config.yaml", "report.md"):
+            assert (local / f).read_bytes() == (ray / f).read_bytes(), (folder, f)
+        metrics = [json.loads((d / "metrics.json").read_text()) for d in (local, ray)]
+        for m in metrics:
+            m.pop("written_at"), m.get("info", {}).pop("fuse_and_score_s", None)
+        assert metrics[0] == metrics[1], folder
+
+
+def test_presets_sharing_candidate_lists_form_one_ray_unit(tmp_path, monkeypatch):
+    """The units handed to the engine: one per candidate group, in order of first use; results come
+    back in the order the presets were asked for."""
+    from lab import workspace
+    from lab.engine.local import LocalEngine
+    from lab.eval.runner import EvalOptions
+    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+
+    class RecordingEngine(LocalEngine):
+        name = "ray"  # takes the engine's path of units; runs them here
+
+        def __init__(self):
+            self.units = []
+
+        def map(self, fn, items):
+            self.units.extend(items)
+            return super().map(fn, items)
+
+    ws = workspace.Workspace(eval_root=tmp_path / "eval", embed_cache=tmp_path / "cache")
+    engine = RecordingEngine()
+    done = list(evaluate(EvalCandidate(("bm25", "rrf-k60", "lab", "rrf-k2")), Overrides(model=FAKE_MODEL),
+                         EvalData("demo"), EvalOptions(), ws, out=tmp_path / "runs", tracked=False, engine=engine))
+    assert [d.config.name for d in done] == ["bm25", "rrf-k60", "lab", "rrf-k2"]
+    assert [[c.name for c in u.configs] for u in engine.units] == [["bm25"], ["rrf-k60", "rrf-k2"], ["lab"]]
 
 
 def _worker_pids() -> list[int]:
@@ -304,3 +338,27 @@ def test_an_encoder_added_on_ray_caches_the_local_vectors(tmp_path):
     a = local._vectors[[local._index[k] for k in keys]]
     b = remote._vectors[[remote._index[k] for k in keys]]
     assert np.abs(a - b).max() <= 1e-6
+
+
+def test_a_sweeps_index_points_built_as_ray_tasks_give_the_local_sweep(tmp_path, ray_engine):
+    """Three index-time points: on Ray, each store and candidate table is built by a task; the
+    sweep's table, its choice and its stores equal a local sweep's."""
+    from lab.embed.fake import FakeEmbedder
+    from lab.tune.spec import parse_spec
+    from lab.tune.sweep import run_sweep
+
+    spec = parse_spec({"name": "ray-points", "dataset": "demo", "base": "rrf-k60",
+                       "space": {"fusion.k": [2, 60], "index.context_turns": [0, 1, 2]}})
+    results, said = {}, []
+    for name, engine in (("local", None), ("ray", ray_engine)):
+        results[name] = run_sweep(spec, out_root=tmp_path / name / "sweeps", progress=False, embedder=FakeEmbedder(),
+                                  root=tmp_path / name / "eval", track=False, engine=engine, on_stage=said.append)
+    assert "building 3 index points as Ray tasks" in " ".join(said)
+    timing = [c for c in results["local"].table.columns if c.endswith("seconds")]
+    assert results["local"].table.drop(timing).equals(results["ray"].table.drop(timing))
+    assert results["local"].best == results["ray"].best
+    stores = {n: sorted(p.name for p in (tmp_path / n / "eval" / "stores").iterdir()) for n in results}
+    assert len(stores["local"]) == 3 and stores["local"] == stores["ray"]
+    # one candidate table per point (named by the store's absolute path too, so not by name here)
+    tables = {n: len(list((tmp_path / n / "eval" / "candidates").glob("*.parquet"))) for n in results}
+    assert tables["local"] == tables["ray"] == 3

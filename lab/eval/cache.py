@@ -6,6 +6,7 @@ in this process by path, so presets that share candidate-time settings read and 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -78,7 +79,7 @@ def candidate_table(retriever: Retriever, dataset: EvalDataset, config: SearchCo
         parts.append(retriever.candidates(qs, run_config, query_vectors=vectors[mask]))
     table = pl.concat(parts) if parts else pl.DataFrame()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may be writing the same table
     table.write_parquet(tmp)
     tmp.replace(path)
     if retriever.cache is not None:

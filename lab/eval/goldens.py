@@ -71,6 +71,9 @@ def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset
     )
 
 
+BUILT_IN = ("locomo", "scifact", "demo")
+
+
 def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = "train",
                  observations: bool = False, summaries: bool = False) -> EvalDataset:
     """``locomo``, ``scifact``, ``demo`` (goldens/demo.yaml), a golden .yaml, a BEIR folder, or a
@@ -98,6 +101,14 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     raise ValidationError(
         f"unknown dataset {name!r}: use locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder"
     )
+
+
+def portable_ref(name: str, datasets: str | Path | None = None) -> tuple[str, str]:
+    """``name`` and the datasets root as another process (a Ray worker, maybe elsewhere) must read
+    them: a path made absolute (a worker's working folder is not the caller's), the root resolved
+    here (a worker has no workspace of its own)."""
+    named = name if name in BUILT_IN or not Path(name).exists() else str(Path(name).resolve())
+    return named, str(Path(datasets).resolve() if datasets else default_datasets())
 
 
 def default_datasets() -> Path:

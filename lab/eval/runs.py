@@ -63,6 +63,13 @@ def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: Searc
                        out_root: str | Path, loaded: DatasetOptions = DatasetOptions()) -> tuple[EvalResult, Path]:
     """Evaluate ``config`` and write its run folder under ``out_root``; returns (result, folder)."""
     result = evaluate(retriever, dataset, config, options)
+    return result, write_run_folder(result, retriever, dataset, out_root, loaded)
+
+
+def write_run_folder(result: EvalResult, retriever: Retriever, dataset: EvalDataset, out_root: str | Path,
+                     loaded: DatasetOptions = DatasetOptions()) -> Path:
+    """Write the run folder of ``result`` (evaluated here or on a worker over the same store)."""
+    config, options = result.config, result.options
     chunk = retriever.store.recorded_config().chunk
     store_model, query_model = retriever.embedder.model_id, retriever.query_embedder.model_id
     result.metrics["models"] = {"store": store_model, "query": query_model, "encoders": list(config.encoders)}
@@ -73,4 +80,4 @@ def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: Searc
     if dataset.source:
         (out / "dataset.json").write_text(json.dumps({"name": dataset.name, "source": dataset.source}) + "\n",
                                           encoding="utf-8")
-    return result, out
+    return out

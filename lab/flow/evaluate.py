@@ -14,11 +14,16 @@ from lab import track
 from lab.config import ENCODERS, SaveConfig, SearchConfig
 from lab.embed.registry import check_models
 from lab.engine import Engine
-from lab.eval.goldens import load_dataset
+from lab.eval.goldens import load_dataset, portable_ref
 from lab.eval.report import candidate_from, config_from
 from lab.eval.runner import EvalOptions, EvalResult
-from lab.eval.runs import DatasetOptions, evaluate_to_folder
+from lab.eval.runner import evaluate as run_evaluation
+from lab.eval.cache import candidate_table
+from lab.eval.dataset import EvalDataset
+from lab.eval.runs import DatasetOptions, write_run_folder
 from lab.eval.stores import eval_retriever, save_config
+from lab.flow.eval_units import EvalUnit, group_configs, run_eval_units
+from lab.retriever import Retriever
 from lab.workspace import Workspace
 
 
@@ -114,11 +119,41 @@ def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, opt
     retriever = eval_retriever(dataset, chosen.save, root=workspace.eval_root, embedder=embedder, progress=progress,
                                query_model=overrides.query_model, embeddings=workspace.eval_embeddings,
                                engine=engine)
-    for config in chosen.configs:
-        result, folder = evaluate_to_folder(retriever, dataset, config, chosen.options, out,
-                                            DatasetOptions(data.observations, data.summaries))
+    loaded = DatasetOptions(data.observations, data.summaries)
+    for result in _results(chosen, data, dataset, retriever, workspace, overrides.query_model, engine):
+        folder = write_run_folder(result, retriever, dataset, out, loaded)
         run_id = None
         if tracked:
             run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version),
                                     uri=workspace.tracking_uri)
-        yield Evaluated(dataset.name, config, result, folder, run_id)
+        yield Evaluated(dataset.name, result.config, result, folder, run_id)
+
+
+def _results(chosen: EvalPlan, data: EvalData, dataset: EvalDataset, retriever: Retriever, workspace: Workspace,
+             query_model: str | None, engine: Engine | None) -> Iterator[EvalResult]:
+    """Each configuration's result in the plan's order: here, one after another; on a Ray engine,
+    configurations sharing candidate lists as one task each (lab.flow.eval_units)."""
+    groups = group_configs(chosen.configs, max(chosen.options.ks))
+    if engine is None or engine.name == "local" or len(groups) < 2:
+        for config in chosen.configs:
+            cands, _ = candidate_table(retriever, dataset, config, depth=max(chosen.options.ks),
+                                       root=workspace.eval_root)
+            yield run_evaluation(retriever, dataset, config, chosen.options, cands=cands)
+        return
+    # the questions embedded once here, into the cache every task reads, not once per task
+    retriever.embed_queries(dataset.questions["question"].to_list())
+    if retriever.cache is not None:
+        retriever.cache.flush()
+    name, root = portable_ref(data.name, data.root or workspace.datasets_root)
+    units = [EvalUnit(name, root, data.split,
+                      data.observations, data.summaries, chosen.save, tuple(chosen.configs[i] for i in members),
+                      chosen.options, workspace.eval_root.resolve(), workspace.eval_embeddings.resolve(), query_model)
+             for members in groups]
+    order = [i for members in groups for i in members]
+    done: dict[int, EvalResult] = {}
+    wanted = 0
+    for position, result in zip(order, run_eval_units(units, engine)):
+        done[position] = result
+        while wanted in done:  # the plan's order, as soon as each is ready
+            yield done.pop(wanted)
+            wanted += 1

@@ -18,12 +18,13 @@ import numpy as np
 import polars as pl
 
 from lab.progress import progress
-from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig, to_dict
+from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig
 from lab.engine import Engine
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
-from lab.eval.goldens import load_dataset
+from lab.eval.goldens import load_dataset, portable_ref
 from lab.tune.batch import EXACT_PATH_LEVERS, BatchScorer, exact_path_reasons
+from lab.tune.index_points import build_index_points, group_key, index_point_units
 from lab.tune.output import log_sweep, summary, write_sweep
 from lab.tune.params import assemble_config, save_config, search_config, table_point
 from lab.tune.selection import ALPHA, METHOD, corrected_gain, tied_with_best
@@ -110,7 +111,7 @@ class _Sweeper:
         from lab.eval.report import config_from  # heavy: numba
 
         self.spec, self.root, self.embedder, self.progress, self.say = spec, root, embedder, progress, say
-        self.embeddings, self.engine = embeddings, engine
+        self.embeddings, self.engine, self.datasets = embeddings, engine, datasets
         self.dataset = load_dataset(spec.dataset, datasets, observations=spec.observations)
         base_path = Path(spec.base)
         self.base = (config_from(None, base_path) if base_path.suffix in (".yaml", ".yml", ".json")
@@ -134,7 +135,7 @@ class _Sweeper:
 
         save = save_config(point)
         config = search_config(self.base, point)
-        key = json.dumps([to_dict(save), config.depth], sort_keys=True)
+        key = group_key(save, config)
         if key not in self.groups:
             index_point = {k: v for k, v in point.items() if k.startswith("index.")}
             self.say(f"index point {len(self.groups) + 1}: {json.dumps(index_point)}")
@@ -145,6 +146,23 @@ class _Sweeper:
             self.groups[key] = _Group(retriever, BatchScorer(prepared_for(cands), self.dataset.qrels, self.qids,
                                                              ks=self.ks))
         return self.groups[key]
+
+    def build_ahead(self, points: list[dict[str, Any]]) -> None:
+        """On Ray, the stores and candidate tables ``points`` need and the sweep lacks, built as one
+        task each (lab.tune.index_points); locally each is built when first scored."""
+        if self.engine is None or self.engine.name == "local":
+            return
+        from lab.eval.stores import embeddings_dir, eval_root  # heavy: numba
+
+        root = (self.root or eval_root()).resolve()
+        name, datasets = portable_ref(self.spec.dataset, self.datasets)
+        units = index_point_units(points, self.base, save_config, search_config, dataset=name, datasets_root=datasets,
+                                  observations=self.spec.observations, root=root,
+                                  embeddings=embeddings_dir(root, self.embeddings).resolve(),
+                                  model=getattr(self.embedder, "model_id", None), skip=set(self.groups))
+        if len(units) > 1:  # one alone is built here, as locally: a task would only add its start-up
+            self.say(f"building {len(units)} index points as Ray tasks ({self.engine.describe()})")
+            build_index_points(units, self.engine)
 
     def fusion_stage(self) -> tuple[list[dict[str, Any]], bool, float]:
         """Every fusion point the strategy asks for, scored on every question: (rows, whether
@@ -167,6 +185,7 @@ class _Sweeper:
                 points = strategy.ask(8 if exact and not rows else chunk)
                 if not points:
                     break
+                self.build_ahead(points)
                 scores, seconds = self.score_points(points, rows)
                 fusion_seconds += seconds
                 strategy.tell(points, scores)
