@@ -1,5 +1,5 @@
 """A real MLflow tracking server (`mlflow server`, SQLite backend, local artifacts) as teams share
-one: lab eval, lab gate --export and lab serve work through --tracking-uri http://...; an
+one: lab eval, lab sweep, lab gate --export and lab serve work through --tracking-uri http://...; an
 unreachable one is named in seconds, before any work."""
 from __future__ import annotations
 
@@ -64,6 +64,16 @@ def test_eval_gate_export_and_serve_through_a_tracking_server(tmp_path, tracking
     experiment = client.get_experiment_by_name("lab")
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1 and runs[0].data.metrics["recall_at_10"] > 0.8
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("name: served-sweep\ndataset: demo\nbase: rrf-k60\nspace:\n  fusion.k: [2, 60]\n")
+    swept = _lab("sweep", str(spec), "--tracking-uri", tracking_server, "--quiet", "--out", str(tmp_path / "sweeps"),
+                 env=env, cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    sweep_runs = client.search_runs([experiment.experiment_id], "tags.mlflow.runName = 'sweep served-sweep'")
+    assert len(sweep_runs) == 1  # the parent run, its best configurations as child runs beside it
+    children = client.search_runs([experiment.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{sweep_runs[0].info.run_id}'")
+    assert len(children) == 2
     gated = _lab("gate", "--config", str(ROOT / "goldens" / "gate-demo.yaml"), "--candidate", "lab", "--export",
                  "--tracking-uri", tracking_server, "--quiet", "--out", str(tmp_path / "gate"), env=env, cwd=tmp_path)
     assert gated.returncode == 0, gated.stderr[-3000:]
