@@ -47,8 +47,9 @@ def test_a_users_own_system_in_a_few_lines_is_measured_like_any_other(tmp_path):
     assert m["system"]["approximates"] == "a toy: shared words, no model"
     # the gold's ids are the dataset's, whatever the system called them
     assert set(result.run["memory_id"]) <= {str(x["id"]) for x in dataset.memories}
-    a = write_system_run(result, dataset.qrels, tmp_path / "runs" / "a")
-    b = write_system_run(again, dataset.qrels, tmp_path / "runs" / "b")
+    a = write_system_run(result, dataset, tmp_path / "runs" / "a")
+    b = write_system_run(again, dataset, tmp_path / "runs" / "b")
+    assert a.name == "demo-system-word-overlap"
     assert (a / "run.trec").is_file() and "approximates" in (a / "report.md").read_text().lower()
     table = compare(a, b, ["recall@10"])
     assert table["delta"][0] == 0.0 and table["p_value"][0] == 1.0
@@ -113,7 +114,7 @@ def test_lab_eval_goes_on_past_a_failing_system(tmp_path):
     assert got.returncode == 6, got.stderr
     assert "error: system 'broken', save: the disk is full" in got.stderr
     assert "word-overlap" in got.stdout and "round trip next search" in got.stdout
-    assert (tmp_path / "runs" / "demo-word-overlap" / "metrics.json").is_file()
+    assert (tmp_path / "runs" / "demo-system-word-overlap" / "metrics.json").is_file()
 
 
 @pytest.mark.slow
@@ -160,3 +161,74 @@ def test_a_system_evaluation_is_an_mlflow_run_with_its_speed_and_what_it_approxi
     assert {"recall_at_10", "recall_at_10.ci95_low", "ingest_memories_per_s", "search_p99_ms"} <= set(m)
     _, client, _ = track.client(uri)
     assert client.get_run(runs[0]["run_id"]).data.tags["lab.approximates"] == "a toy: shared words, no model"
+
+
+MANUAL_CLASS = '''
+from lab.adapters.base import MemorySystem
+
+class MySystem(MemorySystem):
+    name = "mine"
+    def __init__(self, folder, boom=None): self.docs, self.boom = {}, boom
+    def save(self, namespace, memories):
+        for m in memories: self.docs.setdefault(namespace, {})[m["id"]] = m["content"]
+        return {m["id"]: m["id"] for m in memories}
+    def search(self, namespace, query, k):
+        if self.boom: raise RuntimeError(self.boom)
+        q = set(query.lower().split())
+        scored = sorted(((len(q & set(t.lower().split())), i) for i, t in self.docs.get(namespace, {}).items()), reverse=True)
+        return [(i, float(s)) for s, i in scored[:k]]
+
+class NoFolder(MySystem):
+    name = "no-folder"
+    def __init__(self, boom=None): super().__init__(None, boom)
+
+class Picky(MySystem):
+    def __init__(self, folder, *, size): super().__init__(folder)
+'''
+
+
+def _user_eval(tmp_path, *systems):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mymod.py only in the working folder
+    env["LAB_EVAL_ROOT"] = str(tmp_path / "eval")
+    return subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--system", *systems,
+                           "--no-track", "--quiet", "--out", str(tmp_path / "runs")],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+
+
+def test_the_manuals_class_runs_from_the_working_folder_as_a_file_and_as_module_class(tmp_path):
+    (tmp_path / "mymod.py").write_text(MANUAL_CLASS)
+    (tmp_path / "mine.yaml").write_text("kind: python\nclass: mymod:MySystem\n")
+    (tmp_path / "nofolder.yaml").write_text("kind: python\nclass: mymod:NoFolder\noptions: {}\n")
+    got = _user_eval(tmp_path, "mymod:MySystem", "mine.yaml", "nofolder.yaml")
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["demo-system-mine", "demo-system-no-folder"]
+
+
+def test_a_users_exception_and_a_constructor_that_does_not_fit_are_one_line_each_with_exit_6(tmp_path):
+    (tmp_path / "mymod.py").write_text(MANUAL_CLASS)
+    (tmp_path / "boom.yaml").write_text("kind: python\nname: boomer\nclass: mymod:MySystem\noptions: {boom: kaput}\n")
+    (tmp_path / "picky.yaml").write_text("kind: python\nclass: mymod:Picky\noptions: {colour: red}\n")
+    got = _user_eval(tmp_path, "boom.yaml", "picky.yaml", "mymod:MySystem")
+    assert got.returncode == 6, got.stderr[-2000:]
+    errors = [line for line in got.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: system 'boomer', search: RuntimeError: kaput",
+        "error: picky.yaml: Picky(folder, *, size) cannot be called as Picky(folder, colour=...): missing a "
+        "required argument: 'size'; a kind: python file's options are its keyword arguments"]
+    assert "Traceback" not in got.stderr
+    assert (tmp_path / "runs" / "demo-system-mine" / "metrics.json").is_file()  # the others went on
+
+
+def test_a_search_answer_of_the_wrong_shape_is_named():
+    from toy_systems import WordOverlap
+
+    from lab.adapters.base import Guarded
+
+    class Sloppy(WordOverlap):
+        name = "sloppy"
+
+        def search(self, namespace, query, k):
+            return {"a": 1.0}
+
+    with pytest.raises(AdapterError, match=r"system 'sloppy', search: returned .* not a list of \(id, score\) pairs"):
+        Guarded(Sloppy(None)).search("n", "q", 3)

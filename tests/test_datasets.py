@@ -106,13 +106,20 @@ def test_a_run_folder_of_another_file_is_not_overwritten(tmp_path):
 
     from lab.errors import ConflictError
     from lab.eval.locomo import load_locomo
-    from lab.eval.runs import _refuse_other_dataset
+    from lab.eval.run_folder import maker, publish
 
     dataset = load_locomo(_locomo_file(tmp_path, GOOD))
+    made = maker("search configuration", "lab", dataset.name, dataset.source)
     out = tmp_path / "runs" / "mine-lab"
     out.mkdir(parents=True)
     (out / "dataset.json").write_text(json.dumps({"name": "mine", "source": "/elsewhere/mine.json"}))
     with pytest.raises(ConflictError, match="holds a run of /elsewhere/mine.json"):
-        _refuse_other_dataset(out, dataset)
+        publish(out, made, lambda folder: (folder / "metrics.json").write_text("{}"))
+    assert sorted(p.name for p in out.iterdir()) == ["dataset.json"]  # nothing written
     (out / "dataset.json").write_text(json.dumps({"name": "mine", "source": dataset.source}))
-    _refuse_other_dataset(out, dataset)  # the same file again: fine
+    publish(out, made, lambda folder: (folder / "metrics.json").write_text("{}"))  # the same file again: fine
+    other = maker("search configuration", "lab", dataset.name, "/elsewhere/mine.json")
+    with pytest.raises(ConflictError, match=r"holds a run of the search configuration 'lab' on mine \(.*\)"):
+        publish(out, other, lambda folder: None)
+
+

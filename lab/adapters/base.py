@@ -77,3 +77,50 @@ class MemorySystem(ABC):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class Guarded(MemorySystem):
+    """A user's system as the harness calls it: whatever its call raises becomes one
+    `AdapterError` naming the system, the call and the error (exit 6, the other systems go on),
+    and an answer of the wrong shape is named before the harness reads it."""
+
+    def __init__(self, inner: MemorySystem) -> None:
+        self.inner = inner
+        self.name, self.approximates, self.settings = inner.name, inner.approximates, inner.settings
+
+    def _call(self, call: str, fn, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (LabError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a user's code: anything it raises is its failure
+            raise AdapterError(self.name, call, f"{type(exc).__name__}: {exc}") from exc
+
+    def reset(self, namespace: str) -> None:
+        self._call("reset", self.inner.reset, namespace)
+
+    def save(self, namespace: str, memories: Sequence[Memory]) -> dict[str, str]:
+        ids = self._call("save", self.inner.save, namespace, memories)
+        if not isinstance(ids, dict):
+            raise AdapterError(self.name, "save", f"returned a {type(ids).__name__}, not a dict of source id -> "
+                                                  "the system's id")
+        return {str(k): str(v) for k, v in ids.items()}
+
+    def search(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]:
+        hits = self._call("search", self.inner.search, namespace, query, k)
+        if not isinstance(hits, (list, tuple)) or not all(isinstance(h, (list, tuple)) and len(h) == 2 for h in hits):
+            raise AdapterError(self.name, "search", f"returned {str(hits)[:80]!r}, not a list of (id, score) pairs")
+        try:
+            return [(str(i), float(s)) for i, s in hits]
+        except (TypeError, ValueError):
+            raise AdapterError(self.name, "search", f"returned a score that is not a number: {str(hits)[:80]!r}") \
+                from None
+
+    def context(self, namespace: str, query: str, budget: int) -> str | None:
+        return self._call("context", self.inner.context, namespace, query, budget)
+
+    def close(self) -> None:
+        self._call("close", self.inner.close)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from lab.adapters.base import AdapterError, MemorySystem
+from lab.adapters.base import AdapterError, Guarded, MemorySystem
 from lab.config import DEFAULT_KS
 from lab.eval import metrics as M
 from lab.eval.dataset import EvalDataset
 from lab.eval.metrics import bootstrap_cis
 from lab.eval.report import write_trec_qrels, write_trec_run
+from lab.eval.run_folder import maker, publish
 from lab.progress import progress
 
 SAVE_BATCH = 256
@@ -145,6 +146,7 @@ def round_trip(system: MemorySystem, namespace: str, k: int = 10, wait_s: float 
 def evaluate_system(system: MemorySystem, dataset: EvalDataset, *, ks: tuple[int, ...] = DEFAULT_KS,
                     progress: bool = True, check_round_trip: bool = True) -> SystemResult:
     """``system`` on ``dataset``: metrics with CIs and categories, ingest and search speed, round trip."""
+    system = system if isinstance(system, Guarded) else Guarded(system)
     back, ingest_info = ingest(system, dataset, progress)
     run, search_info = ask(system, dataset, back, max(ks), progress)
     per_query = M.retrieval_metrics(run, dataset.qrels, ks=ks) if run.height else None
@@ -168,10 +170,25 @@ def evaluate_system(system: MemorySystem, dataset: EvalDataset, *, ks: tuple[int
     return SystemResult(system.describe(), dataset.name, run, per_query, metrics)
 
 
-def write_system_run(result: SystemResult, qrels: pl.DataFrame, out: Path) -> Path:
-    """A run folder `lab compare` reads like any other: metrics.json, per_question.parquet, the run
-    (parquet and TREC), the qrels and a short report."""
-    out.mkdir(parents=True, exist_ok=True)
+def system_run_name(dataset: str, system: str, index_suffix: str = "") -> str:
+    """A harness run's folder name: the dataset (and lab's index-time settings, as a preset run
+    names them), then ``system-`` and the system's name, so it never meets a search
+    configuration's run of the same name (``demo-lab`` beside ``demo-system-lab``)."""
+    return f"{dataset}{index_suffix}-system-{system}"
+
+
+def write_system_run(result: SystemResult, dataset: EvalDataset, out_root: Path,
+                     index: dict[str, Any] | None = None, index_suffix: str = "") -> Path:
+    """The system's run folder under ``out_root``, written whole (lab.eval.run_folder), which
+    `lab compare` reads like any other: metrics.json, per_question.parquet, the run (parquet and
+    TREC), the qrels and a short report. ``index``: the index-time settings, when lab set them."""
+    name = result.system["system"]
+    made = maker("memory system", name, dataset.name, dataset.source, index)
+    return publish(Path(out_root) / system_run_name(dataset.name, name, index_suffix), made,
+                   lambda folder: _write_system_files(result, dataset.qrels, folder))
+
+
+def _write_system_files(result: SystemResult, qrels: pl.DataFrame, out: Path) -> None:
     meta = {**result.metrics, "written_at": datetime.now(timezone.utc).isoformat()}
     (out / "metrics.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
     result.per_query.write_parquet(out / "per_question.parquet")
@@ -193,4 +210,3 @@ def write_system_run(result: SystemResult, qrels: pl.DataFrame, out: Path) -> Pa
                                        f"found after {trip['delay_ms']} ms" if trip["found"] else
                                        f"not found within {trip.get('waited_s')} s"))
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out

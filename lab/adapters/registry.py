@@ -6,7 +6,8 @@
 - an adapter file (``.yaml``): ``kind: http`` (lab.adapters.http), ``kind: mcp`` (lab.adapters.mcp)
   or ``kind: python`` (``class: module:Class`` and ``options:`` for its constructor);
 - ``module:Class``: a class implementing ``lab.adapters.base.MemorySystem``, built with ``folder``
-  (a scratch folder of its own) as its one argument.
+  (a scratch folder of its own) as its one argument (a ``kind: python`` file's ``options`` follow
+  it as keyword arguments; a class taking no folder is built with the options alone).
 
 An adapter file is trusted like code: it names a command to run (mcp), a module to import (python)
 and the environment variables to send (``reads_env``). What can be checked is checked before
@@ -17,17 +18,18 @@ the import, that the name is a subclass of ``MemorySystem``, before it is called
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from lab.adapters.base import MemorySystem
+from lab.adapters.base import AdapterError, MemorySystem
 from lab.adapters.http import HttpSystem, known_fields
 from lab.adapters.mcp import McpSystem
 from lab.config import read_yaml
-from lab.errors import ValidationError
+from lab.errors import LabError, ValidationError
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,9 @@ def open_system(target: str, folder: Path, *, lab_factory: Callable[[Path], Memo
     folder.mkdir(parents=True, exist_ok=True)
     path = Path(target)
     if path.suffix in (".yaml", ".yml"):
-        return _from_file(path, env or {})
+        return _from_file(path, env or {}, folder)
     if ":" in target and target.split(":")[0] not in BUILTIN:
-        return load_class(target, "--system")(folder)
+        return build(load_class(target, "--system"), folder, {}, "--system")
     if target not in BUILTIN:
         raise ValidationError(f"unknown system {target!r}; known: {sorted(BUILTIN)}, an adapter file (.yaml) "
                               "or module:Class")
@@ -111,7 +113,7 @@ def open_system(target: str, folder: Path, *, lab_factory: Callable[[Path], Memo
     return cls(folder, **(settings or {}))
 
 
-def _from_file(path: Path, env: Mapping[str, str]) -> MemorySystem:
+def _from_file(path: Path, env: Mapping[str, str], folder: Path) -> MemorySystem:
     data = read_yaml(path, "system adapter file")
     if not isinstance(data, dict):
         raise ValidationError(f"{path}: an adapter file is a mapping with 'kind' (http, mcp or python)")
@@ -122,11 +124,37 @@ def _from_file(path: Path, env: Mapping[str, str]) -> MemorySystem:
     if kind == "mcp":
         return McpSystem(data, where, env)
     if kind == "python":
-        return _python_system(data, where)
+        return _python_system(data, where, folder)
     raise ValidationError(f"{where}: kind {kind!r} is not one of ['http', 'mcp', 'python']")
 
 
-def _python_system(data: Mapping[str, Any], where: str) -> MemorySystem:
+def build(cls: type[MemorySystem], folder: Path, options: Mapping[str, Any], where: str) -> MemorySystem:
+    """``cls(folder, **options)`` (the manual's classes take their scratch folder first), or
+    ``cls(**options)`` for a class that takes none (no parameter named ``folder``, and no required
+    first positional one the options do not give); a constructor that does not fit is named with
+    its signature before it is called, and whatever it raises is one AdapterError."""
+    signature = inspect.signature(cls)
+    positional = [p for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_folder = "folder" in signature.parameters or bool(
+        positional and positional[0].default is inspect.Parameter.empty and positional[0].name not in options)
+    args = (folder,) if takes_folder else ()
+    try:
+        signature.bind(*args, **options)
+    except TypeError as exc:
+        given = ", ".join([*(["folder"] if args else []), *(f"{k}=..." for k in options)])
+        raise ValidationError(f"{where}: {cls.__name__}{signature} cannot be called as {cls.__name__}({given}): "
+                              f"{exc}; a kind: python file's options are its keyword arguments") from None
+    try:
+        return cls(*args, **options)
+    except LabError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's constructor: anything it raises is its failure
+        raise AdapterError(getattr(cls, "name", None) or cls.__name__, "start",
+                           f"{cls.__name__}(...) raised {type(exc).__name__}: {exc}") from exc
+
+
+def _python_system(data: Mapping[str, Any], where: str, folder: Path) -> MemorySystem:
     """A ``kind: python`` file's system: every field checked before the class is imported, and the
     class checked before it is built."""
     known_fields(data, ("kind", "name", "class", "options"), where, ("class",))
@@ -137,7 +165,7 @@ def _python_system(data: Mapping[str, Any], where: str) -> MemorySystem:
     name = data.get("name")
     if name is not None and not isinstance(name, str):
         raise ValidationError(f"{where}: name is a string, got {name!r}")
-    system = load_class(data["class"], where)(**options)
+    system = build(load_class(data["class"], where), folder, options, where)
     if name:
         system.name = name
     return system

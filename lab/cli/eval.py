@@ -104,7 +104,8 @@ def eval_systems(args: argparse.Namespace) -> int:
         units = [SystemUnit(target, args.dataset, args.datasets, args.split, args.observations, args.summaries,
                             current().eval_root / "systems" / f"{dataset.name}-{_system_name(target)}", preset,
                             save_config(args.context_turns, args.time_in_text), args.query_model or "auto", settings,
-                            tuple(args.k), dict(os.environ), progress=not args.quiet and engine.name == "local")
+                            tuple(args.k), dict(os.environ), progress=not args.quiet and engine.name == "local",
+                            import_from=os.getcwd())
                  for target in args.system]
         for outcome in run_units(units, engine):
             failed += _report_system(args, dataset, outcome)
@@ -130,7 +131,13 @@ def _report_system(args: argparse.Namespace, dataset, outcome) -> int:
         print(f"error: {outcome.error}", file=sys.stderr, flush=True)
         return 1
     result = outcome.result
-    out = write_system_run(result, dataset.qrels, Path(args.out) / f"{dataset.name}-{result.system['system']}")
+    index = None
+    if outcome.unit.target == "lab":  # lab's own index-time settings name its run, as a preset run's do
+        from lab.config import to_dict
+        from lab.eval.stores import index_suffix
+
+        index = (to_dict(outcome.unit.save.chunk), index_suffix(outcome.unit.save.chunk))
+    out = write_system_run(result, dataset, Path(args.out), *(index or (None, "")))
     run_id = None
     if not args.no_track:
         from lab.track import log_system

@@ -1,15 +1,14 @@
 """Evaluate one configuration on one dataset and write its run folder, named by what was measured."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.config import DEFAULT_MODEL, ENCODERS, ChunkConfig, SearchConfig
+from lab.config import DEFAULT_MODEL, ENCODERS, ChunkConfig, SearchConfig, to_dict
 from lab.embed.registry import lookup
-from lab.errors import ConflictError
 from lab.eval.dataset import EvalDataset
 from lab.eval.report import write_run
+from lab.eval.run_folder import maker, publish
 from lab.eval.runner import EvalOptions, EvalResult, evaluate
 from lab.eval.stores import index_suffix
 from lab.retriever import Retriever
@@ -49,16 +48,6 @@ def models_suffix(store_model: str, query_model: str, encoders: tuple[str, ...] 
             + "".join(f"+with-{alias}" for alias in ranked))
 
 
-def _refuse_other_dataset(out: Path, dataset: EvalDataset) -> None:
-    """A run folder written from another file of the same name is not overwritten."""
-    marker = out / "dataset.json"
-    if dataset.source and marker.is_file():
-        before = json.loads(marker.read_text(encoding="utf-8")).get("source")
-        if before and before != dataset.source:
-            raise ConflictError(f"run folder {out} holds a run of {before}, not {dataset.source}: "
-                                "choose another --out, or rename the file")
-
-
 def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, options: EvalOptions,
                        out_root: str | Path, loaded: DatasetOptions = DatasetOptions()) -> tuple[EvalResult, Path]:
     """Evaluate ``config`` and write its run folder under ``out_root``; returns (result, folder)."""
@@ -75,9 +64,5 @@ def write_run_folder(result: EvalResult, retriever: Retriever, dataset: EvalData
     result.metrics["models"] = {"store": store_model, "query": query_model, "encoders": list(config.encoders)}
     out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded,
                                     models_suffix(store_model, query_model, config.encoders))
-    _refuse_other_dataset(out, dataset)
-    write_run(result, dataset.qrels, out)
-    if dataset.source:
-        (out / "dataset.json").write_text(json.dumps({"name": dataset.name, "source": dataset.source}) + "\n",
-                                          encoding="utf-8")
-    return out
+    made = maker("search configuration", config.name, dataset.name, dataset.source, to_dict(chunk))
+    return publish(out, made, lambda folder: write_run(result, dataset.qrels, folder))

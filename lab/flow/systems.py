@@ -5,6 +5,7 @@ files are the same whichever engine ran them."""
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -35,6 +36,7 @@ class SystemUnit:
     ks: tuple[int, ...]
     env: Mapping[str, str]  # the environment adapter files read, taken at the edge
     progress: bool = False
+    import_from: str | None = None  # a folder module:Class targets import from too (the caller's working folder)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ def _lab(preset: SearchConfig, save: SaveConfig, query_model: str, folder: Path)
 
 def run_unit(unit: SystemUnit) -> SystemOutcome:
     """Evaluate one system (in this process or on a worker); its refusals are returned, not raised."""
+    if unit.import_from and unit.import_from not in sys.path:
+        sys.path.insert(0, unit.import_from)  # `--system mymod:MySystem` finds mymod.py where it was typed
     dataset = load_dataset(unit.dataset, unit.datasets_root, split=unit.split, observations=unit.observations,
                            summaries=unit.summaries)
     factory = functools.partial(_lab, unit.preset, unit.save, unit.query_model)
