@@ -203,7 +203,23 @@ class ChatUpstream:
 
             return StreamingResponse(endless(), media_type="text/event-stream")
 
-        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+        async def models(request):  # what many clients and UIs ask first
+            self.received.append({"path": request.url.path, "authorization": request.headers.get("authorization"),
+                                  "query": request.url.query, "headers": dict(request.headers)})
+            return JSONResponse({"object": "list", "data": [{"id": "echo", "object": "model", "created": 1,
+                                                             "owned_by": "upstream"}]})
+
+        async def embeddings(request):
+            body = await request.json()
+            self.received.append({"path": request.url.path, "body": body,
+                                  "authorization": request.headers.get("authorization")})
+            return JSONResponse({"object": "list", "model": body.get("model"),
+                                 "data": [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}],
+                                 "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
+        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                                 Route("/v1/models", models, methods=["GET"]),
+                                 Route("/v1/embeddings", embeddings, methods=["POST"])])
 
     def __enter__(self) -> "ChatUpstream":
         import uvicorn

@@ -126,6 +126,29 @@ def test_auth_scopes_and_bad_options_apply_as_on_rest(proxied):
         writer.chat.completions.create(model="echo", messages=[{"role": "system", "content": "x"}])
 
 
+def test_other_v1_paths_pass_through_unchanged_with_the_same_auth(proxied):
+    """GET /v1/models (what clients call first) and /v1/embeddings reach the upstream as sent, with
+    the caller's credentials and nothing injected; lab's own paths stay lab's."""
+    srv, upstream, secrets, _ = proxied
+    api = client(srv, secrets["writer"])
+    raw = api.models.with_raw_response.list()
+    assert [m.id for m in raw.parse().data] == ["echo"] and raw.headers["x-lab-proxy"] == "passthrough"
+    assert "x-lab-memories" not in raw.headers
+    sent = upstream.received[-1]
+    assert sent["path"] == "/v1/models" and sent["authorization"] == "Bearer sk-upstream-secret"
+    assert "x-api-key" not in sent["headers"]  # lab's key stays with lab
+    vectors = api.embeddings.create(model="e", input="hello")
+    assert vectors.data[0].embedding == [0.5, 0.25] and upstream.received[-1]["body"]["input"] == "hello"
+    with pytest.raises(openai.AuthenticationError):  # the same auth as the chat route
+        client(srv, "lab_wrong").models.list()
+    with srv.client(secrets["writer"]) as c:
+        own = c.get("/v1/search")  # lab's own path, another method: not forwarded
+        assert own.status_code == 405 and own.headers["allow"] == "POST"
+        assert c.get("/v1/namespaces").status_code == 200
+        missing = c.get("/v1/nothing-here")  # the upstream's own 404, passed back
+        assert missing.status_code == 404 and missing.headers["x-lab-proxy"] == "passthrough"
+
+
 def test_the_proxy_takes_its_rate_limit_from_the_key(tmp_path):
     keys = tmp_path / "keys.yaml"
     key = add_key(keys, "writer", "write", ["family"])

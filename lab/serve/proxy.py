@@ -17,6 +17,11 @@ lab's key travels as ``X-API-Key`` (then ``Authorization`` goes upstream untouch
 that sends lab's key as ``Authorization: Bearer`` sends its upstream credentials as
 ``X-Upstream-Authorization``.
 
+Every other ``/v1/*`` path that is not lab's own (``GET /v1/models``, which many clients call
+first, ``/v1/embeddings``, ...) is passed through to the same upstream unchanged: the same auth,
+the caller's credentials, method, query and body as sent, nothing injected, the answer (or stream)
+back as it came, marked ``X-Lab-Proxy: passthrough``.
+
 The upstream's answer comes back unchanged (status, body, and a stream event by event), with
 headers saying what was injected: ``X-Lab-Memories`` (ids, comma-separated), ``X-Lab-Context-Tokens``,
 ``X-Lab-Namespace`` and ``X-Lab-Position``. An upstream that does not answer in time is 504, one
@@ -147,11 +152,12 @@ def upstream_headers(request: Request, state: AppState) -> dict[str, str]:
     return out
 
 
-def upstream_url(base: str) -> str:
-    """The upstream's Chat Completions URL: ``/chat/completions`` appended to the base URL's path,
-    its query kept (``https://x/openai?api-version=2024-06-01``)."""
+def upstream_url(base: str, path: str = "chat/completions", query: str = "") -> str:
+    """The upstream's URL for ``path`` (the part after ``/v1/``): appended to the base URL's path,
+    the base's query kept (``https://x/openai?api-version=2024-06-01``) and the caller's added."""
     parts = urlsplit(base)
-    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+    joined = "&".join(q for q in (parts.query, query) if q)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + path.lstrip("/"), query=joined))
 
 
 def shown_url(url: str) -> str:
@@ -313,3 +319,36 @@ async def chat_completions(request: Request, state: AppState) -> Response:
 
     return StreamingResponse(relay(), status_code=reply.status_code, media_type=kind,
                              headers={**audit, "Cache-Control": "no-cache"}, background=BackgroundTask(finish))
+
+
+async def passthrough(request: Request, state: AppState, path: str) -> Response:
+    """Any other ``/v1/*`` request to the upstream as it came (see the module's docstring)."""
+    authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
+    headers = upstream_headers(request, state)
+    if request.headers.get("content-type"):
+        headers["content-type"] = request.headers["content-type"]
+    else:
+        headers.pop("content-type", None)
+    url = upstream_url(state.settings.proxy_upstream, path, request.url.query)
+    shown = shown_url(url)
+    client: httpx.AsyncClient = state.proxy_client
+    upstream = client.build_request(request.method, url, content=await request.body(), headers=headers)
+    try:
+        reply = await client.send(upstream, stream=True)
+    except httpx.TimeoutException:
+        raise ApiError(504, f"the upstream {shown} did not answer within {state.settings.proxy_timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise ApiError(502, f"the upstream {shown} could not be reached ({type(exc).__name__})") from None
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in reply.aiter_bytes():
+                yield chunk
+        except httpx.HTTPError as exc:
+            log.warning("the upstream %s broke off its answer (%s)", shown, type(exc).__name__)
+        finally:
+            await reply.aclose()
+
+    return StreamingResponse(relay(), status_code=reply.status_code,
+                             media_type=reply.headers.get("content-type", "application/json"),
+                             headers={"X-Lab-Proxy": "passthrough"}, background=BackgroundTask(reply.aclose))

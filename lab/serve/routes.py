@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import create_model
 from starlette.concurrency import run_in_threadpool
 
@@ -22,6 +24,7 @@ from lab.serve.auth import ApiKey
 from lab.serve.caller import Caller, authenticate
 from lab.serve.operations import BY_NAME, OPERATIONS, Operation
 from lab.serve.proxy import chat_completions as proxy_forward
+from lab.serve.proxy import passthrough as proxy_passthrough
 from lab.serve.state import AppState
 from lab.version import __version__
 
@@ -195,3 +198,15 @@ async def chat_completions(request: Request, state: State) -> Response:
     with the caller's own credentials; the upstream's answer (or stream) comes back unchanged, with
     X-Lab-Memories and X-Lab-Context-Tokens saying what was injected."""
     return await proxy_forward(request, state)
+
+
+PASSED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@proxy.api_route("/{path:path}", methods=PASSED_METHODS, include_in_schema=False)
+async def upstream_passthrough(path: str, request: Request, state: State) -> Response:
+    """Any other /v1 path (GET /v1/models first) to the upstream unchanged, nothing injected. A
+    path of lab's own asked with another method is still 405 (this route is the last one)."""
+    if any(isinstance(r, APIRoute) and r.path_regex.match(request.url.path) for r in (*v1.routes, *operations.routes)):
+        raise StarletteHTTPException(405, "method not allowed")
+    return await proxy_passthrough(request, state, path)
