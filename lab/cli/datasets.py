@@ -37,7 +37,32 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_goldens_check(args: argparse.Namespace) -> int:
+    from lab.eval.goldens import describe_golden
+
+    d = describe_golden(args.file)
+    if args.json:
+        print_json(d)
+        return 0
+    print(f"OK {d['file']}: gold set {d['name']!r}")
+    print(f"  memories   {d['memories']} in {len(d['namespaces'])} namespace(s) ({', '.join(d['namespaces'])}), "
+          f"{d['edges']} edge(s), from {d['data']}")
+    cats = ", ".join(f"{c} {n}" for c, n in d["by_category"].items())
+    e = d["expected_per_question"]
+    print(f"  questions  {d['questions']} ({cats})")
+    print(f"  expected   {e['min']}-{e['max']} memory id(s) per question (mean {e['mean']}); "
+          f"{d['save_then_search']} save-then-search, {d['stale']} stale id(s)")
+    print(f"  now        {d['reference_time'] or 'not set (time signals use the moment of the search)'}")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    g = sub.add_parser("goldens", help="gold question sets: check one")
+    gsub = g.add_subparsers(dest="goldens_command", required=True)
+    c = gsub.add_parser("check", help="validate a golden .yaml against its memories and say what it holds")
+    c.add_argument("file", help="the golden .yaml (its dataset: a folder relative to it, or a name in datasets/)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_goldens_check)
     p = sub.add_parser("datasets", help="the known datasets: where lab looks, found or not, source, licence, how to place them")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     p.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the files")

@@ -17,13 +17,47 @@ from lab.workspace import current
 GOLDEN_KEYS = {"id", "namespace", "question", "expected", "category", "notes", "stale", "save", "expected_phrases"}
 
 
+def golden_data_dir(path: Path, dataset: object) -> Path:
+    """The memories a golden file is about: its ``dataset`` key as a folder relative to the file
+    (or absolute), else a bare name of the project's ``datasets/`` (``dataset: demo``)."""
+    if not isinstance(dataset, str) or not dataset.strip():
+        raise ValidationError(f"{path}: dataset must be a folder (relative to the file) or a name under the "
+                              f"project's datasets/, got {dataset!r}")
+    beside = (path.parent / dataset).resolve()
+    if beside.is_dir():
+        return beside
+    named = current().project / "datasets" / dataset
+    if named.is_dir():
+        return named
+    raise ValidationError(f"{path}: dataset {dataset!r} is neither a folder beside the file ({beside}) nor one of the "
+                          f"project's datasets ({named})")
+
+
+def describe_golden(path: str | Path) -> dict[str, object]:
+    """What a golden file holds, after every check `load_golden` makes (`lab goldens check`)."""
+    dataset = load_golden(path)
+    questions = dataset.questions
+    per_question = dataset.qrels.group_by("qid").len()
+    return {
+        "file": str(path), "name": dataset.name, "data": dataset.report["data"],
+        "memories": len(dataset.memories), "edges": len(dataset.edges),
+        "namespaces": sorted({str(m.get("namespace")) for m in dataset.memories}),
+        "questions": questions.height,
+        "by_category": dict(sorted(questions.group_by("category").len().iter_rows())),
+        "expected_per_question": {"min": int(per_question["len"].min() or 0), "max": int(per_question["len"].max() or 0),
+                                  "mean": round(float(per_question["len"].mean() or 0), 2)},
+        "save_then_search": len(dataset.saves), "stale": dataset.stale.height,
+        "reference_time": dataset.reference_time,
+    }
+
+
 def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset:
     """A golden YAML and the memories it is about (``data``, else its ``dataset`` key: demo)."""
     path = Path(path)
     doc = read_yaml(path, "golden file")
     if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
         raise ValidationError(f"{path}: expected a mapping with a 'questions' list")
-    data_dir = Path(data) if data else current().project / "datasets" / str(doc.get("dataset", "demo"))
+    data_dir = Path(data) if data else golden_data_dir(path, doc.get("dataset", "demo"))
     memories_file, edges_file = find_dataset_files(data_dir)
     memories = [dict(record) for _, record in read_records(memories_file)]
     edges = [dict(record) for _, record in read_records(edges_file)] if edges_file else []
