@@ -53,3 +53,18 @@ class Broken(WordOverlap):
         from lab.adapters.base import AdapterError
 
         raise AdapterError(self.name, "save", "the disk is full")
+
+
+class Noisy(WordOverlap):
+    """Talks as some third-party systems do: a line per memory filed, a warning, a log record."""
+    name = "noisy"
+
+    def save(self, namespace, memories):
+        import logging
+        import warnings
+
+        for m in memories:
+            print(f"Filed drawer {m['id']}")
+        warnings.warn("a deprecated option", UserWarning)
+        logging.getLogger("thirdparty").warning("index rebuilt")
+        return super().save(namespace, memories)

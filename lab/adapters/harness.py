@@ -178,17 +178,20 @@ def system_run_name(dataset: str, system: str, index_suffix: str = "") -> str:
 
 
 def write_system_run(result: SystemResult, dataset: EvalDataset, out_root: Path,
-                     index: dict[str, Any] | None = None, index_suffix: str = "") -> Path:
+                     index: dict[str, Any] | None = None, index_suffix: str = "", log: str = "") -> Path:
     """The system's run folder under ``out_root``, written whole (lab.eval.run_folder), which
     `lab compare` reads like any other: metrics.json, per_question.parquet, the run (parquet and
-    TREC), the qrels and a short report. ``index``: the index-time settings, when lab set them."""
+    TREC), the qrels and a short report; ``log``: what the system printed, warned and logged
+    (``system.log``). ``index``: the index-time settings, when lab set them."""
     name = result.system["system"]
     made = maker("memory system", name, dataset.name, dataset.source, index)
     return publish(Path(out_root) / system_run_name(dataset.name, name, index_suffix), made,
-                   lambda folder: _write_system_files(result, dataset.qrels, folder))
+                   lambda folder: _write_system_files(result, dataset.qrels, folder, log))
 
 
-def _write_system_files(result: SystemResult, qrels: pl.DataFrame, out: Path) -> None:
+def _write_system_files(result: SystemResult, qrels: pl.DataFrame, out: Path, log: str = "") -> None:
+    if log:
+        (out / "system.log").write_text(log, encoding="utf-8")
     meta = {**result.metrics, "written_at": datetime.now(timezone.utc).isoformat()}
     (out / "metrics.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
     result.per_query.write_parquet(out / "per_question.parquet")

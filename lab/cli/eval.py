@@ -107,9 +107,31 @@ def eval_systems(args: argparse.Namespace) -> int:
                             tuple(args.k), dict(os.environ), progress=not args.quiet and engine.name == "local",
                             import_from=os.getcwd())
                  for target in args.system]
+        done = {}
         for outcome in run_units(units, engine):
             failed += _report_system(args, dataset, outcome)
+            if outcome.result is not None:
+                done[outcome.result.system["system"]] = outcome.result
+    if len(done) > 1 and not args.json:
+        _systems_table(done, args.baseline)
     return 6 if failed else 0
+
+
+def _systems_table(done: dict, baseline: str | None) -> None:
+    """The systems side by side, changes against the first (or --baseline) corrected for every
+    comparison; speeds marked as measured one after another."""
+    from lab.errors import ValidationError
+    from lab.eval.comparison import compare_many, render, speed_of
+    from lab.eval.report import HEADLINE
+
+    tables = {name: r.per_query for name, r in done.items()}
+    metrics = [m for m in ("recall@10", "ndcg@10", "mrr") if all(m in t.columns for t in tables.values())] or \
+        [m for m in HEADLINE if all(m in t.columns for t in tables.values())][:3]
+    if baseline and baseline not in done:
+        raise ValidationError(f"--baseline {baseline!r} is not one of the systems evaluated: {sorted(done)}")
+    speeds = {name: speed_of(r.metrics) for name, r in done.items()}
+    print()
+    print(render(compare_many(tables, metrics, baseline, speeds=speeds)), end="")
 
 
 def _system_name(target: str) -> str:
@@ -137,7 +159,7 @@ def _report_system(args: argparse.Namespace, dataset, outcome) -> int:
         from lab.eval.stores import index_suffix
 
         index = (to_dict(outcome.unit.save.chunk), index_suffix(outcome.unit.save.chunk))
-    out = write_system_run(result, dataset, Path(args.out), *(index or (None, "")))
+    out = write_system_run(result, dataset, Path(args.out), *(index or (None, "")), log=outcome.log)
     run_id = None
     if not args.no_track:
         from lab.track import log_system
@@ -146,12 +168,10 @@ def _report_system(args: argparse.Namespace, dataset, outcome) -> int:
     if args.json:
         print_json({"run": str(out), "mlflow_run_id": run_id, **result.metrics})
         return 0
-    m, speed = result.metrics["metrics"], result.metrics["speed"]
+    m = result.metrics["metrics"]
     trip = result.metrics.get("round_trip") or {}
-    head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
-    print(f"{dataset.name:<10} {result.system['system']:<14} {result.metrics['questions']:>5} q  {head}  "
-          f"ingest {speed['ingest']['memories_per_s']}/s  search p50 {speed['search']['p50_ms']} ms "
-          f"p99 {speed['search']['p99_ms']} ms  round trip "
+    head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@10", "ndcg@10") if k in m)
+    print(f"{dataset.name:<8} {result.system['system']:<14} {result.metrics['questions']:>5} q  {head}  round trip "
           f"{'next search' if trip.get('next_search') else 'late' if trip.get('found') else 'NOT FOUND'}  -> {out}")
     if result.system.get("approximates"):
         print(f"{'':<10} {'':<14} approximates: {result.system['approximates']}")
@@ -159,17 +179,66 @@ def _report_system(args: argparse.Namespace, dataset, outcome) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from lab.eval.report import compare
+    """Two runs: the paired deltas with their CIs, the test, the paired questions and how many each
+    run wins; any number: one table (lab.eval.comparison) as text, markdown or LaTeX."""
+    from lab.errors import ValidationError
+    from lab.eval.comparison import TEST, compare_many, render, two_run_lines
+    from lab.eval.report import HEADLINE, compare, load_run
 
-    table = compare(args.run_a, args.run_b, args.metric or None)
-    if args.json:
-        print_json(table.to_dicts())
+    if len(args.runs) < 2:
+        raise ValidationError(f"lab compare needs two or more run folders, got {len(args.runs)}")
+    loaded = {}
+    for run in args.runs:
+        meta, table = load_run(run)
+        name = _run_label(run, loaded)
+        loaded[name] = (meta, table)
+    datasets = {meta["dataset"] for meta, _ in loaded.values()}
+    if len(datasets) > 1:
+        raise ValidationError(f"runs are on different datasets: {sorted(datasets)}")
+    tables = {n: t for n, (_, t) in loaded.items()}
+    shared = [c for c in HEADLINE if all(c in t.columns for t in tables.values())]
+    metrics = args.metric or shared
+    baseline = _run_label(args.baseline, {}) if args.baseline else None
+    if len(args.runs) == 2 and args.format == "text" and not baseline:
+        table = compare(args.runs[0], args.runs[1], args.metric or None)
+        if args.json:
+            print_json(table.to_dicts())
+            return 0
+        print(f"{'metric':<12} {'A':>8} {'B':>8} {'B-A':>8}  {'95% CI of B-A':<19} {'p':>7}")
+        for r in table.iter_rows(named=True):
+            print(f"{r['metric']:<12} {r['mean_a']:8.4f} {r['mean_b']:8.4f} {r['delta']:+8.4f}  "
+                  f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] {r['p_value']:7.4f}")
+        counted = compare_many(tables, list(table["metric"]))
+        print(f"\nA = {counted.names[0]}, B = {counted.names[1]}; p: {TEST}; {counted.questions} paired questions")
+        for line in two_run_lines(counted):
+            print(line)
         return 0
-    print(f"{'metric':<12} {'A':>8} {'B':>8} {'B-A':>8}  {'95% CI of B-A':<19} {'p':>7}")
-    for r in table.iter_rows(named=True):
-        print(f"{r['metric']:<12} {r['mean_a']:8.4f} {r['mean_b']:8.4f} {r['delta']:+8.4f}  "
-              f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] {r['p_value']:7.4f}")
+    result = compare_many(tables, metrics, baseline, speeds=_speeds(loaded))
+    if args.json:
+        print_json({"baseline": result.baseline, "questions": result.questions, "test": result.test,
+                    "correction": result.correction, "metrics": result.metrics,
+                    "means": result.means, "changes": result.changes, "speeds": result.speeds})
+        return 0
+    print(render(result, args.format), end="")
     return 0
+
+
+def _run_label(run: str, taken: dict) -> str:
+    """A run folder's name in a table: its folder name (a number added when two share one)."""
+    from pathlib import Path
+
+    name, n = Path(run).name, 2
+    label = name
+    while label in taken:
+        label, n = f"{name}#{n}", n + 1
+    return label
+
+
+def _speeds(loaded: dict) -> dict:
+    """Systems' speed figures from their metrics.json (preset runs have none)."""
+    from lab.eval.comparison import speed_of
+
+    return {name: speed for name, (meta, _) in loaded.items() if (speed := speed_of(meta))}
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -182,6 +251,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system", nargs="+", metavar="SYSTEM",
                    help="memory systems through the same harness: lab, txtai, chroma, mem0, mempalace, an adapter "
                         "file (.yaml: http, mcp or python) or module:Class")
+    p.add_argument("--baseline", default=None, metavar="SYSTEM",
+                   help="with several --system: the one the others are compared with (default: the first)")
     p.add_argument("--system-settings", dest="system_settings", metavar="JSON",
                    help="a built-in system's knobs, e.g. '{\"weights\": 0.7}' for txtai's hybrid weight")
     p.add_argument("--config", help="a .yaml/.json SearchConfig instead of a preset")
@@ -212,9 +283,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("compare", help="metric deltas between two runs, with CIs and p-values")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p = sub.add_parser("compare", help="runs side by side: metrics with CIs, paired changes, corrected p-values")
+    p.add_argument("runs", nargs="+")
     p.add_argument("--metric", nargs="+", help="metrics to compare (default: the headline ones)")
+    p.add_argument("--baseline", default=None, help="the run the others are compared with (default: the first)")
+    p.add_argument("--format", choices=["text", "markdown", "latex"], default="text",
+                   help="the table as aligned text, markdown or LaTeX")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compare)

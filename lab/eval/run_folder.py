@@ -20,7 +20,8 @@ from lab.errors import ConflictError
 MADE_BY = "made_by.json"
 # what run folders written before made_by.json held: such a folder is replaced whole
 _RUN_FILES = {"config.yaml", "metrics.json", "per_question.parquet", "run.parquet", "run.trec", "qrels.trec",
-              "recall_at_k.png", "categories.png", "report.md", "dataset.json", "context.parquet"}
+              "recall_at_k.png", "categories.png", "report.md", "dataset.json", "context.parquet",
+              "system.log"}
 
 
 def maker(kind: str, name: str, dataset: str, source: str | None = None, index: dict[str, Any] | None = None

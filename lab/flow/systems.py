@@ -4,8 +4,12 @@ on Ray. The units come back to the driver, which writes every run folder and MLf
 files are the same whichever engine ran them."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import logging
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -44,6 +48,7 @@ class SystemOutcome:
     unit: SystemUnit
     result: SystemResult | None
     error: LabError | None  # an adapter's or lab's refusal: reported, the other systems go on
+    log: str = ""  # what the system printed, warned and logged while it ran (its run folder's system.log)
 
 
 def _lab(preset: SearchConfig, save: SaveConfig, query_model: str, folder: Path):
@@ -59,12 +64,45 @@ def run_unit(unit: SystemUnit) -> SystemOutcome:
     dataset = load_dataset(unit.dataset, unit.datasets_root, split=unit.split, observations=unit.observations,
                            summaries=unit.summaries)
     factory = functools.partial(_lab, unit.preset, unit.save, unit.query_model)
+    log = io.StringIO()
     try:
-        with open_system(unit.target, unit.scratch, lab_factory=factory, settings=dict(unit.settings or {}) or None,
-                         env=unit.env) as system:
-            return SystemOutcome(unit, evaluate_system(system, dataset, ks=unit.ks, progress=unit.progress), None)
+        with _captured(log), open_system(unit.target, unit.scratch, lab_factory=factory,
+                                         settings=dict(unit.settings or {}) or None, env=unit.env) as system:
+            result = evaluate_system(system, dataset, ks=unit.ks, progress=unit.progress)
+        return SystemOutcome(unit, result, None, _bounded(log.getvalue()))
     except (AdapterError, LabError) as exc:
-        return SystemOutcome(unit, None, exc)
+        return SystemOutcome(unit, None, exc, _bounded(log.getvalue()))
+
+
+LOG_LIMIT = 2_000_000  # characters of a system's own output kept (the end is what explains a failure)
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= LOG_LIMIT else f"[{len(text) - LOG_LIMIT} characters cut]\n" + text[-LOG_LIMIT:]
+
+
+@contextlib.contextmanager
+def _captured(log: io.StringIO) -> Iterator[None]:
+    """Third-party output into ``log``, not between lab's lines: prints (MemPalace files every drawer
+    aloud), warnings (torch, pandas) and log records. lab's own progress goes to stderr, untouched."""
+    handler = logging.StreamHandler(log)
+    handler.setLevel(logging.INFO)  # a library's debug chatter (bm25s builds every index aloud) is not kept
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    saved_level = root.level
+    root.addHandler(handler)
+    root.setLevel(min(saved_level, logging.WARNING) if saved_level else logging.WARNING)
+
+    def to_log(message, category, filename, lineno, file=None, line=None):
+        log.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    try:
+        with contextlib.redirect_stdout(log), warnings.catch_warnings():
+            warnings.showwarning = to_log
+            yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved_level)
 
 
 def run_units(units: list[SystemUnit], engine: Engine) -> Iterator[SystemOutcome]:

@@ -22,55 +22,15 @@ maximum. With ``2**n <= n_resamples`` every sign assignment is enumerated (exact
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
 
 from lab.errors import ValidationError
 from lab.eval.metrics import paired_randomization_test
+from lab.eval.multiple import METHOD, maxt_pvalues
 
 ALPHA = 0.05
-METHOD = "permutation max-statistic (Westfall-Young single-step maxT, two-sided)"
-
-
-def _signs(n: int, n_resamples: int, seed: int) -> np.ndarray:
-    """(B, n) sign flips: every assignment when there are at most ``n_resamples``, else random."""
-    if 2 ** n <= n_resamples:
-        return np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 2, size=(n_resamples, n)).astype(np.float64) * 2 - 1
-
-
-def maxt_pvalues(diffs: np.ndarray, n_resamples: int = 2000, seed: int = 0) -> np.ndarray:
-    """Family-wise corrected two-sided p-values, one per column of ``diffs`` (questions x
-    configurations, each column a configuration's paired differences against one reference).
-
-    A column of zeros (the reference itself, or a configuration ranking alike on every question)
-    has statistic 0 and p-value 1."""
-    d = np.asarray(diffs, dtype=np.float64)
-    if d.ndim != 2 or d.shape[0] == 0:
-        raise ValidationError(f"diffs must be a questions x configurations matrix, got shape {d.shape}")
-    if not np.isfinite(d).all():
-        raise ValidationError("diffs hold NaN or infinite values")
-    scale = np.sqrt((d ** 2).sum(axis=0))
-    live = scale > 0
-    scale = np.where(live, scale, 1.0)
-    observed = np.where(live, np.abs(d.sum(axis=0)) / scale, 0.0)
-    signs = _signs(d.shape[0], n_resamples, seed)
-    exact = 2 ** d.shape[0] <= n_resamples
-    maxima = np.empty(signs.shape[0])
-    # flips x configurations in blocks, so a sweep of thousands of configurations stays in memory
-    step = max(1, int(2e7 // max(1, d.shape[1])))
-    scaled = d / scale
-    for start in range(0, signs.shape[0], step):
-        block = np.abs(signs[start:start + step] @ scaled)
-        maxima[start:start + step] = block.max(axis=1)
-    tol = 1e-12 * max(1.0, float(observed.max(initial=0.0)))
-    counts = (maxima[None, :] >= observed[:, None] - tol).sum(axis=1)
-    # enumerated: the observed assignment is among the flips; sampled: add it (never p = 0)
-    p = counts / signs.shape[0] if exact else (counts + 1) / (signs.shape[0] + 1)
-    return np.where(live, np.minimum(p, 1.0), 1.0)
 
 
 def corrected_gain(per_query: np.ndarray, base: np.ndarray, winner: int, mask: np.ndarray,
