@@ -24,7 +24,18 @@ authenticate, and for each call a request template and where the answer's ids an
       score: score
 
 Save templates see the memory's fields (id, content, created_at, title, tags, type, metadata) and
-``namespace``; search templates ``namespace``, ``query`` and ``k``. ``${VAR:-default}`` in the base
+``namespace``; search templates ``namespace``, ``query`` and ``k``. For a server that answers
+otherwise (ChromaDB's own server is described by ``goldens/systems/chroma-server.yaml``):
+
+- ``capture: {collection: id}`` on any request keeps a value of its answer (a path) for the
+  namespace it was made for: later templates of that namespace use it as ``{collection}``;
+- ``embed: {model: NAME, text: "{content}"}`` (top level) embeds on the client, through lab's model
+  registry, for a server that does not: save templates then see ``{embedding}`` per memory (also
+  inside ``$each``), search templates the query's ``{embedding}``; the model is recorded in the run;
+- ``ids: $request`` takes the saved memories' ids from the request (the ids sent) when the answer
+  has none (``{}``), and ``then:`` lists requests made after each save batch (an index build);
+- without ``hits``, ``id`` and ``score`` (or ``distance``: the score is ``1 - distance``) are
+  columnar paths from the answer's root, zipped together (``ids[0][*]`` beside ``distances[0][*]``). ``${VAR:-default}`` in the base
 URL reads the environment (handed down by the command line). The auth header's secret comes from an
 environment variable only. A file reads only the variables it lists under ``reads_env`` (the auth
 variable too); errors and the HTTP client's log lines show ``${NAME}`` in place of a value read, and
@@ -37,7 +48,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
-from lab.adapters.templates import FileEnv, check_path, pick, ranked, render
+from lab.adapters.templates import FileEnv, check_path, pick, ranked, render, zipped
 from lab.errors import ValidationError
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -55,8 +66,17 @@ def known_fields(data: Mapping[str, Any], allowed: Sequence[str], where: str, re
         raise ValidationError(f"{where}: missing field(s) {missing}")
 
 
+REQUEST_IDS = "$request"  # save.ids: the ids the request sent (an answer that lists none)
+
+
 def _request(raw: Any, where: str, extra: Sequence[str] = ()) -> dict[str, Any]:
-    known_fields(raw, ("method", "path", "body", "params", "accept", *extra), where, ("path",))
+    known_fields(raw, ("method", "path", "body", "params", "accept", "capture", *extra), where, ("path",))
+    capture = raw.get("capture", {})
+    if not isinstance(capture, Mapping) or not all(isinstance(k, str) and k.isidentifier() for k in capture):
+        raise ValidationError(f"{where}.capture: a mapping of names to answer paths (like {{collection: id}}), "
+                              f"got {capture!r}")
+    for name, path in capture.items():
+        check_path(path, f"{where}.capture.{name}")
     method = str(raw.get("method", "POST")).upper()
     if method not in METHODS:
         raise ValidationError(f"{where}.method: {raw.get('method')!r} is not one of {list(METHODS)}")
@@ -67,8 +87,8 @@ def _request(raw: Any, where: str, extra: Sequence[str] = ()) -> dict[str, Any]:
 
 
 class HttpSystem(MemorySystem):
-    FIELDS = ("kind", "name", "reads_env", "approximates", "settings", "base_url", "auth", "timeout_s", "reset",
-              "save", "search")
+    FIELDS = ("kind", "name", "reads_env", "approximates", "settings", "base_url", "auth", "timeout_s", "embed",
+              "reset", "save", "search")
 
     def __init__(self, spec: Mapping[str, Any], where: str, env: Mapping[str, str] | None = None) -> None:
         import httpx
@@ -93,20 +113,43 @@ class HttpSystem(MemorySystem):
             headers[auth["header"]] = f"{auth.get('prefix', '')}{secret}"
         resets = spec.get("reset") or []
         self.resets = [_request(r, f"{where}: reset[{i}]") for i, r in enumerate(resets if isinstance(resets, list) else [resets])]
-        self.save_req = _request(spec["save"], f"{where}: save", ("batch", "ids"))
+        self.save_req = _request(spec["save"], f"{where}: save", ("batch", "ids", "then"))
         self.save_req["batch"] = int(self.save_req.get("batch", 1))
         if "ids" not in self.save_req:
-            raise ValidationError(f"{where}: save needs 'ids' (where the response lists the saved memories' ids)")
-        check_path(self.save_req["ids"], f"{where}: save.ids")
-        self.search_req = _request(spec["search"], f"{where}: search", ("hits", "id", "score"))
-        for key in ("hits", "id"):
-            if key not in self.search_req:
-                raise ValidationError(f"{where}: search needs '{key}'")
-            check_path(self.search_req[key], f"{where}: search.{key}")
-        if "score" in self.search_req:
-            check_path(self.search_req["score"], f"{where}: search.score")
+            raise ValidationError(f"{where}: save needs 'ids' (where the response lists the saved memories' ids, "
+                                  f"or {REQUEST_IDS} for the ids sent)")
+        if self.save_req["ids"] != REQUEST_IDS:
+            check_path(self.save_req["ids"], f"{where}: save.ids")
+        then = self.save_req.get("then") or []
+        self.save_then = [_request(r, f"{where}: save.then[{i}]") for i, r in enumerate(then if isinstance(then, list)
+                                                                                       else [then])]
+        self.search_req = _request(spec["search"], f"{where}: search", ("hits", "id", "score", "distance"))
+        if "id" not in self.search_req:
+            raise ValidationError(f"{where}: search needs 'id' (a path in each hit, or a column without 'hits')")
+        if "score" in self.search_req and "distance" in self.search_req:
+            raise ValidationError(f"{where}: search takes 'score' or 'distance', not both")
+        for key in ("hits", "id", "score", "distance"):
+            if key in self.search_req:
+                check_path(self.search_req[key], f"{where}: search.{key}")
+        if "distance" in self.search_req and "hits" in self.search_req:
+            raise ValidationError(f"{where}: search.distance is for columnar answers (without 'hits'); "
+                                  "give 'score' for a list of hits")
+        self.embedder, self.embed_text = self._embedder(spec.get("embed"), where)
+        self.captured: dict[str, dict[str, Any]] = {}  # namespace -> name -> value kept from an answer
         self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=self.timeout)
         self.log_filter = self.env.guard_logs()
+
+    def _embedder(self, raw: Any, where: str) -> tuple[Any, str]:
+        """The client-side embedder of ``embed:`` (None: the server embeds)."""
+        if raw is None:
+            return None, ""
+        known_fields(raw, ("model", "text"), f"{where}: embed", ("model",))
+        from lab.config import EmbedConfig
+        from lab.embed.registry import make_embedder  # heavy: a model, only for a file that asks
+
+        embedder = make_embedder(EmbedConfig(model=str(raw["model"])))
+        self.settings = {**self.settings, "embedding model (client side)": embedder.model_id}
+        return embedder, str(raw.get("text", "{content}"))
 
     def _error(self, call: str, problem: str) -> AdapterError:
         """An error for ``call`` that shows no value read from the environment, nor a URL's secrets."""
@@ -128,28 +171,65 @@ class HttpSystem(MemorySystem):
         if r.status_code >= 300 and r.status_code not in req["accept"]:
             raise self._error(call, f"{req['method']} {path} answered {r.status_code}: {r.text[:300]}")
         try:
-            return r.json() if r.content else None
+            answer = r.json() if r.content else None
         except ValueError:
             raise self._error(call, f"{req['method']} {path} answered {r.status_code} with a body that is not "
                                     f"JSON: {r.text[:200]!r}") from None
+        if r.status_code < 300:
+            self._capture(call, req, answer, values)
+        return answer
+
+    def _capture(self, call: str, req: Mapping[str, Any], answer: Any, values: Mapping[str, Any]) -> None:
+        for name, path in req.get("capture", {}).items():
+            got = pick(answer, path)
+            if not got:
+                raise self._error(call, f"{req['method']} {req['path']}: no value at '{path}' in the answer to "
+                                        f"capture as {{{name}}}: {str(answer)[:200]}")
+            self.captured.setdefault(str(values.get("namespace")), {})[name] = got[0]
+
+    def _values(self, namespace: str, **more: Any) -> dict[str, Any]:
+        """What a template of ``namespace`` sees: its captured values, then the call's own."""
+        return {**self.captured.get(namespace, {}), "namespace": namespace, **more}
+
+    def _vectors(self, texts: list[str], queries: bool = False) -> list[list[float]]:
+        vectors = self.embedder.embed_queries(texts) if queries else self.embedder.embed(texts)
+        return [[float(x) for x in v] for v in vectors]
 
     def reset(self, namespace: str) -> None:
+        self.captured.pop(namespace, None)
         for req in self.resets:
-            self._call("reset", req, {"namespace": namespace})
+            self._call("reset", req, self._values(namespace))
 
     def save(self, namespace: str, memories: Sequence[Memory]) -> dict[str, str]:
         out: dict[str, str] = {}
         size = max(1, self.save_req["batch"])
         for start in range(0, len(memories), size):
-            batch = [{**m, "namespace": namespace} for m in memories[start:start + size]]
-            got = self._call("save", self.save_req, {"namespace": namespace, **(batch[0] if size == 1 else {})}, batch)
-            out.update(batch_ids(self.name, batch, pick(got, self.save_req["ids"]), self.save_req["ids"]))
+            batch = [{**self.captured.get(namespace, {}), **m, "namespace": namespace}
+                     for m in memories[start:start + size]]
+            if self.embedder is not None:
+                texts = [str(render(self.embed_text, m) or "") for m in batch]
+                for m, vector in zip(batch, self._vectors(texts)):
+                    m["embedding"] = vector
+            got = self._call("save", self.save_req, self._values(namespace, **(batch[0] if size == 1 else {})), batch)
+            ids_at = self.save_req["ids"]
+            ids = [m["id"] for m in batch] if ids_at == REQUEST_IDS else pick(got, ids_at)
+            out.update(batch_ids(self.name, batch, ids, ids_at))
+            for req in self.save_then:
+                self._call("save", req, self._values(namespace))
         return out
 
     def search(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]:
-        got = self._call("search", self.search_req, {"namespace": namespace, "query": query, "k": k})
+        more: dict[str, Any] = {"query": query, "k": k}
+        if self.embedder is not None:
+            more["embedding"] = self._vectors([query], queries=True)[0]
+        got = self._call("search", self.search_req, self._values(namespace, **more))
         req = self.search_req
-        return hits_or_error(self.name, ranked(got, req["hits"], req["id"], req.get("score")), req["id"])
+        if "hits" in req:
+            return hits_or_error(self.name, ranked(got, req["hits"], req["id"], req.get("score")), req["id"])
+        try:
+            return zipped(got, req["id"], req.get("score") or req.get("distance"), "distance" in req)
+        except (ValueError, TypeError) as exc:
+            raise self._error("search", f"the answer's columns do not line up: {exc}") from None
 
     def close(self) -> None:
         self.client.close()

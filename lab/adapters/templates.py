@@ -96,6 +96,19 @@ def ranked(answer: Any, hits: str, id_path: str, score_path: str | None) -> list
     return out
 
 
+def zipped(answer: Any, id_path: str, score_path: str | None, distance: bool = False) -> list[tuple[str, float]]:
+    """(id, score) pairs of a columnar answer (``ids[0][*]`` beside ``distances[0][*]``, as Chroma
+    answers), best first; a distance becomes the score ``1 - distance``. The two columns must be
+    as long as each other."""
+    ids = pick(answer, id_path)
+    if not score_path:
+        return [(str(i), float(-n)) for n, i in enumerate(ids)]
+    scores = pick(answer, score_path)
+    if len(scores) != len(ids):
+        raise ValueError(f"{len(ids)} ids at '{id_path}' but {len(scores)} values at '{score_path}'")
+    return [(str(i), 1.0 - float(v) if distance else float(v)) for i, v in zip(ids, scores)]
+
+
 def pick(data: Any, path: str) -> list[Any]:
     """Every value ``path`` reaches in ``data`` (a path without ``[*]`` reaches at most one)."""
     current = [data]
