@@ -44,3 +44,8 @@ class StoreError(LabError):
 
     exit_code = 5
     http_status = 500
+
+
+class LabWarning(UserWarning):
+    """Something a user should know that does not stop the work (a dataset file whose checksum lab
+    does not know); the command line prints it as one ``warning:`` line."""

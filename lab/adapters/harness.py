@@ -21,6 +21,7 @@ from lab.adapters.base import AdapterError, Guarded, MemorySystem
 from lab.config import DEFAULT_KS
 from lab.eval import metrics as M
 from lab.eval.dataset import EvalDataset
+from lab.eval.longmemeval_metrics import longmemeval_metrics
 from lab.eval.metrics import bootstrap_cis
 from lab.eval.report import write_trec_qrels, write_trec_run
 from lab.eval.run_folder import maker, publish
@@ -167,6 +168,8 @@ def evaluate_system(system: MemorySystem, dataset: EvalDataset, *, ks: tuple[int
                "ci95": {c: [round(lo, 4), round(hi, 4)] for c, (_, lo, hi) in cis.items()},
                "by_category": cats.to_dicts(), "speed": {"ingest": ingest_info, "search": search_info},
                "round_trip": trip, "options": {"ks": list(ks)}}
+    if "longmemeval" in dataset.report:  # the benchmark's own retrieval metrics, beside lab's
+        metrics["longmemeval"] = longmemeval_metrics(run, dataset.report["longmemeval"])
     return SystemResult(system.describe(), dataset.name, run, per_query, metrics)
 
 

@@ -77,6 +77,24 @@ def _document(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> No
             action.help = SPECIFIC_HELP.get((" ".join(path), action.dest)) or SHARED_HELP.get(action.dest)
 
 
+def _one_line_warnings() -> None:
+    """lab's own warnings (lab.errors.LabWarning) as one ``warning:`` line on stderr, not Python's
+    file:line form; other libraries' warnings are left to Python."""
+    import warnings
+
+    from lab.errors import LabWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, LabWarning):
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from lab.errors import LabError
     from lab.workspace import Workspace, install
@@ -96,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    _one_line_warnings()
     try:
         return args.func(args)
     except LabError as exc:

@@ -18,12 +18,13 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         print(f"         looked in {e['where']}")
         for f in e["files"]:
             if not f["present"]:
-                state = "missing"
+                state = "missing" + (" (optional)" if e["status"] == "found" else "")
             elif f["matches"] is None:
                 state = "present (not verified)"
             else:
                 state = "sha256 ok" if f["matches"] else f"sha256 {f['sha256'][:16]}... differs from the measured file"
-            print(f"         {f['path']}: {state} (expected {f['sha256_expected'][:16]}...)")
+            expected = f"expected {f['sha256_expected'][:16]}..." if f["sha256_expected"] else "no checksum published"
+            print(f"         {f['path']}: {state} ({expected})")
         print(f"         source: {e['source']}")
         print(f"         licence: {e['licence']}")
         if e["status"] != "found" and e["steps"]:

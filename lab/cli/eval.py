@@ -77,6 +77,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             m = metrics["metrics"]
             head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
             print(f"{done.dataset:<10} {done.config.name:<12} {metrics['questions']:>5} q  {head}  -> {done.folder}")
+            _longmemeval_line(metrics)
     return 0
 
 
@@ -175,7 +176,20 @@ def _report_system(args: argparse.Namespace, dataset, outcome) -> int:
           f"{'next search' if trip.get('next_search') else 'late' if trip.get('found') else 'NOT FOUND'}  -> {out}")
     if result.system.get("approximates"):
         print(f"{'':<10} {'':<14} approximates: {result.system['approximates']}")
+    _longmemeval_line(result.metrics)
     return 0
+
+
+def _longmemeval_line(metrics: dict) -> None:
+    """LongMemEval's own figures under a run's line (the file's questions only)."""
+    lme = metrics.get("longmemeval")
+    if not lme:
+        return
+    s, t = lme["session"], lme["turn"]
+    turn = (f"; turn ({lme['turn_questions']} q) recall_any@5 {t['recall_any@5']:.4f} ndcg@10 {t['ndcg@10']:.4f}"
+            if t else "")
+    print(f"{'':<10} LongMemEval session recall_any@5 {s['recall_any@5']:.4f} recall_all@5 {s['recall_all@5']:.4f} "
+          f"ndcg@10 {s['ndcg@10']:.4f}{turn}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -60,7 +60,8 @@ def candidate_table(retriever: Retriever, dataset: EvalDataset, config: SearchCo
     questions = dataset.questions.sort("qid")
     key = digest(str(retriever.version), str(Path(retriever.store.root).resolve()), cconf, to_dict(retriever.indexes.config),
                  questions.select("qid", "namespace", "question").rows(), retriever.embedder.model_id,
-                 retriever.query_embedder.model_id, search_code())
+                 retriever.query_embedder.model_id, search_code(),
+                 *([sorted(dataset.reference_times.items())] if dataset.reference_times else []))
     path = root / "candidates" / f"{dataset.name}-{key}.parquet"
     info: dict[str, Any] = {"cache": str(path), "hit": path.is_file()}
     if str(path) in _loaded:
@@ -76,7 +77,9 @@ def candidate_table(retriever: Retriever, dataset: EvalDataset, config: SearchCo
         mask = (questions["namespace"] == ns).to_numpy()
         rows = questions.filter(pl.Series(mask))
         qs = [Query(q, t, ns) for q, t in rows.select("qid", "question").iter_rows()]
-        parts.append(retriever.candidates(qs, run_config, query_vectors=vectors[mask]))
+        own = dataset.reference_times.get(ns)  # the namespace's own "now" (a LongMemEval question's date)
+        parts.append(retriever.candidates(qs, replace(run_config, reference_time=own) if own else run_config,
+                                          query_vectors=vectors[mask]))
     table = pl.concat(parts) if parts else pl.DataFrame()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may be writing the same table

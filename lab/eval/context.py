@@ -28,7 +28,7 @@ def context_items(retriever: Retriever, dataset: EvalDataset, run: pl.DataFrame,
         nsview = retriever.view(ns)
         mem = nsview.rows.select("id", "title", "content", "type", "pinned", "created_at")
         info = {r[0]: r for r in mem.iter_rows()}
-        ref = reference_time(config, nsview)
+        ref = dataset.reference_times.get(ns) or reference_time(config, nsview)  # the namespace's own "now" first
         for qid in sorted(q for q, n in ns_of.items() if n == ns):
             ranked = by_q.get(qid)
             items = []

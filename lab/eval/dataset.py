@@ -31,6 +31,8 @@ class EvalDataset:
     saves: dict[str, dict[str, Any]] = field(default_factory=dict)
     stale: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"qid": pl.String, "memory_id": pl.String}))
     reference_time: str | None = None
+    # a namespace's own "now" (LongMemEval: each question's date for its own haystack), over reference_time
+    reference_times: dict[str, str] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the file or folder it was read from (run folders record it)
 

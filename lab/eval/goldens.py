@@ -10,6 +10,7 @@ from lab.errors import ValidationError
 from lab.eval.beir import load_beir
 from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
 from lab.eval.locomo import load_locomo
+from lab.eval.longmemeval import is_longmemeval, load_longmemeval
 from lab.eval.tables import is_tables, read_tables
 from lab.store.ingest import find_dataset_files, read_records
 from lab.workspace import current
@@ -131,9 +132,12 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
                                   "queries.jsonl and qrels/<split>.tsv")
         return load_beir(p, split)
     if p.is_file() and p.suffix == ".json":
+        if is_longmemeval(p):
+            return load_longmemeval(p)
         return load_locomo(p, observations=observations, summaries=summaries)
     raise ValidationError(
-        f"unknown dataset {name!r}: use locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder"
+        f"unknown dataset {name!r}: use locomo, scifact, demo, a golden .yaml, a LoCoMo or LongMemEval .json "
+        "or a BEIR folder"
     )
 
 

@@ -18,6 +18,7 @@ from lab.eval.cache import candidate_table, memo_entry, prepared_for
 from lab.eval.context import context_metrics
 from lab.eval.dataset import EvalDataset
 from lab.eval.health import list_health, signal_health
+from lab.eval.longmemeval_metrics import longmemeval_metrics
 from lab.eval.metrics import DEFAULT_KS, bootstrap_cis
 from lab.eval.ragas_adapter import ragas_metrics
 from lab.retriever import Retriever
@@ -112,6 +113,8 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
         rg = ragas_metrics(rows)
         out["ragas"] = {f"{c}@{k}": float(rg[c].mean()) for c in rg.columns if c != "qid"}
         per_query = per_query.join(rg, on="qid", how="left")
+    if "longmemeval" in dataset.report:  # the benchmark's own retrieval metrics, beside lab's
+        out["longmemeval"] = longmemeval_metrics(run, dataset.report["longmemeval"])
     info["fuse_and_score_s"] = round(time.perf_counter() - started, 3)
     info["chunk"] = to_dict(retriever.store.recorded_config().chunk)  # the index-time configuration measured
     return EvalResult(dataset.name, config, options, run, per_query, out, info)

@@ -40,7 +40,8 @@ def write_tables(dataset: EvalDataset, folder: str | Path) -> Path:
     dataset.qrels.write_parquet(folder / "qrels.parquet")
     dataset.stale.write_parquet(folder / "stale.parquet")
     meta = {"name": dataset.name, "credit": dataset.credit, "saves": dataset.saves,
-            "reference_time": dataset.reference_time, "report": dataset.report, "source": dataset.source,
+            "reference_time": dataset.reference_time, "reference_times": dataset.reference_times,
+            "report": dataset.report, "source": dataset.source,
             "fingerprint": dataset.fingerprint(), "summary": dataset.summary()}
     (folder / MARKER).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return folder
@@ -62,7 +63,7 @@ def read_tables(folder: str | Path) -> EvalDataset:
         raise ValidationError(f"{folder}: a prepared table cannot be read ({exc})") from None
     dataset = EvalDataset(meta["name"], memories, questions, qrels, edges=edges, credit=meta.get("credit") or {},
                           saves=meta.get("saves") or {}, stale=stale, reference_time=meta.get("reference_time"),
-                          report=meta.get("report") or {}, source=meta.get("source") or str(folder))
+                          reference_times=meta.get("reference_times") or {}, report=meta.get("report") or {}, source=meta.get("source") or str(folder))
     if dataset.fingerprint() != meta.get("fingerprint"):
         raise ValidationError(f"{folder}: the memories or edges changed since they were prepared "
                               f"(fingerprint {dataset.fingerprint()} != {meta.get('fingerprint')})")

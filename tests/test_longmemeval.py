@@ -1,0 +1,143 @@
+"""LongMemEval from a file in the official format: the loader (a namespace per question, session
+dates, the question's date as "now", evidence as gold, abstention questions apart, checksums),
+the benchmark's own metrics against a hand-computed case, and evaluations on a fixture built from
+the shared sample of real haystacks (tests/longmemeval_fixture.py)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import ROOT, require_dataset
+from longmemeval_fixture import build_fixture
+from lab.config import FAKE_MODEL
+from lab.errors import LabWarning, ValidationError
+from lab.eval import longmemeval as lme
+from lab.eval.longmemeval_metrics import longmemeval_metrics, ndcg, recall_all, recall_any, session_ranking
+
+
+def test_the_metrics_on_a_hand_computed_case():
+    """Ranked turns s1#0, s2#1, s1#3, s3#0, s4#2 (sessions s1, s2, s3, s4 in that order); gold
+    sessions {s2, s4}; evidence turns {s2#1, s9#0}."""
+    turns = ["s1#0", "s2#1", "s1#3", "s3#0", "s4#2"]
+    session_of = {t: t.split("#")[0] for t in turns}
+    assert session_ranking(turns, session_of) == ["s1", "s2", "s3", "s4"]
+    sessions, gold = ["s1", "s2", "s3", "s4"], {"s2", "s4"}
+    assert (recall_any(sessions, gold, 1), recall_any(sessions, gold, 5)) == (0.0, 1.0)
+    assert (recall_all(sessions, gold, 2), recall_all(sessions, gold, 5)) == (0.0, 1.0)
+    ideal = 1 + 1 / math.log2(3)  # two gold items: ranks 1 and 2
+    assert ndcg(sessions, gold, 10) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / ideal)
+    assert ndcg(sessions, gold, 1) == 0.0
+    run = pl.DataFrame({"qid": ["q"] * 5, "memory_id": turns, "rank": list(range(1, 6))})
+    info = {"sessions": session_of, "types": {"q": "multi-session"}, "answer_sessions": {"q": ["s2", "s4"]},
+            "evidence": {"q": ["s2#1", "s9#0"]}}
+    got = longmemeval_metrics(run, info)
+    assert got["session"]["recall_any@1"] == 0.0 and got["session"]["recall_all@5"] == 1.0
+    assert got["turn"]["recall_any@5"] == 1.0 and got["turn"]["recall_all@10"] == 0.0  # s9#0 never ranked
+    assert got["turn"]["ndcg@5"] == pytest.approx((1 / math.log2(3)) / ideal, abs=1e-4)  # means kept to 4 places
+    assert got["by_type"]["multi-session"]["questions"] == 1
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory):
+    sample = require_dataset("longmemeval-sample/longmemeval_s_sample.json")
+    return build_fixture(sample, tmp_path_factory.mktemp("lme"))
+
+
+def test_the_fixture_loads_a_namespace_per_question_with_dates_and_evidence(fixture):
+    with pytest.warns(LabWarning, match=r"longmemeval_s_fixture.json: sha256 [0-9a-f]{64} is not one lab knows"):
+        data = lme.load_longmemeval(fixture)
+    assert "derived, not official" in (fixture.parent / "README.md").read_text()
+    raw = json.loads(fixture.read_text())
+    assert data.questions["namespace"].to_list() == [f"lme-{q['question_id']}" for q in raw]
+    assert data.questions["category"].to_list() == [q["question_type"] for q in raw]
+    first = raw[0]
+    turns = [m for m in data.memories if m["namespace"] == f"lme-{first['question_id']}"]
+    assert len(turns) == sum(len(s) for s in first["haystack_sessions"])
+    sid, date = first["haystack_session_ids"][0], first["haystack_dates"][0]
+    one = next(m for m in turns if m["id"] == f"{sid}#0")
+    assert one["metadata"]["session_id"] == sid and one["created_at"] == lme.parse_date(date, "t")
+    assert data.reference_times[f"lme-{first['question_id']}"] == lme.parse_date(first["question_date"], "t")
+    evidence = {f"{s}#{t}" for s, sess in zip(first["haystack_session_ids"], first["haystack_sessions"])
+                for t, turn in enumerate(sess) if turn.get("has_answer") and s in first["answer_session_ids"]}
+    gold = set(data.qrels.filter(pl.col("qid") == first["question_id"])["memory_id"])
+    assert evidence and gold == evidence
+
+
+def test_time_signals_see_the_questions_date_not_the_haystacks_last(fixture, tmp_path, monkeypatch):
+    """Each namespace's candidates are searched with its question's date as the reference time."""
+    from lab.embed.fake import FakeEmbedder
+    from lab.eval.cache import candidate_table
+    from lab.eval.stores import eval_retriever
+    from lab.search.presets import resolve
+
+    data = lme.load_longmemeval(fixture, verify=False)
+    retriever = eval_retriever(data, root=tmp_path, embedder=FakeEmbedder())
+    seen = {}
+    real = retriever.candidates
+
+    def spy(queries, config=None, **kw):
+        seen[queries[0].namespace] = config.reference_time
+        return real(queries, config, **kw)
+
+    monkeypatch.setattr(retriever, "candidates", spy)
+    candidate_table(retriever, data, resolve("lab"), depth=10, root=tmp_path)
+    assert seen == data.reference_times
+
+
+def test_a_wrong_shaped_file_is_refused_naming_the_first_bad_field(tmp_path):
+    sample = require_dataset("longmemeval-sample/longmemeval_s_sample.json")
+    with pytest.raises(ValidationError, match=r"longmemeval_s_sample.json question 1 \(852ce960\): missing field "
+                                              r"'question'"):
+        lme.load_longmemeval(sample)
+    bad = tmp_path / "longmemeval_s_cleaned.json"
+    bad.write_text(json.dumps([{**{k: [] for k in lme.REQUIRED}, "question_id": "q1", "question_type": "x",
+                                "question": "q", "question_date": "yesterday"}]))
+    with pytest.raises(ValidationError, match=r"q1 question_date: 'yesterday' is not a LongMemEval date"):
+        lme.load_longmemeval(bad)
+    bad.write_text('[{"question_id": "q1"')
+    with pytest.raises(ValidationError, match="truncated"):
+        lme.load_longmemeval(bad)
+
+
+def test_the_reader_streams_one_question_at_a_time(fixture, monkeypatch):
+    monkeypatch.setattr(lme, "CHUNK", 97)  # far smaller than one question: every question spans reads
+    assert list(lme.iter_questions(fixture)) == json.loads(fixture.read_text())
+
+
+def test_abstention_questions_are_kept_apart(fixture, tmp_path):
+    raw = json.loads(fixture.read_text())
+    raw.append({**raw[0], "question_id": raw[0]["question_id"] + "_abs", "question": "What is my cat's name?",
+                "answer_session_ids": []})
+    path = tmp_path / "longmemeval_s_cleaned.json"
+    path.write_text(json.dumps(raw))
+    data = lme.load_longmemeval(path, verify=False)
+    assert data.report["abstention_questions"] == [raw[-1]["question_id"]]
+    assert raw[-1]["question_id"] not in data.questions["qid"].to_list()
+    assert f"lme-{raw[-1]['question_id']}" in {m["namespace"] for m in data.memories}  # its haystack is stored
+
+
+def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third_party_system(fixture, tmp_path):
+    env = {**os.environ, "LAB_EVAL_ROOT": str(tmp_path / "eval")}
+    got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(fixture), "--preset", "bm25",
+                          "--model", FAKE_MODEL, "--no-track", "--quiet", "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stderr.startswith("warning: longmemeval_s_fixture.json: sha256 ")
+    assert "LongMemEval session recall_any@5" in got.stdout
+    metrics = json.loads((tmp_path / "runs" / "longmemeval-s-fixture+fake-bm25" / "metrics.json").read_text())
+    assert metrics["longmemeval"]["questions"] == 3 and set(metrics["longmemeval"]["session"]) >= {
+        "recall_any@5", "recall_all@5", "ndcg@10"}
+    pytest.importorskip("chromadb")
+    got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(fixture), "--system", "chroma",
+                          "--no-track", "--quiet", "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert got.returncode == 0, got.stderr[-2000:]
+    system = json.loads((tmp_path / "runs" / "longmemeval-s-fixture-system-chroma" / "metrics.json").read_text())
+    assert system["longmemeval"]["session"]["recall_any@5"] >= 0.0 and system["questions"] == 3
