@@ -148,6 +148,23 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
+def _described_against_in_process(argv: list[str], ready: str, cwd: Path, env: dict[str, str], file: str,
+                                  file_env: dict[str, str], builtin: str, settings: dict | None = None):
+    """The demo goldens through ``file`` against the server ``argv`` starts (stopped by its PID),
+    then through the in-process ``builtin``: (described, in process)."""
+    server = _start(argv, ready, cwd, env)
+    dataset = load_dataset("demo")
+    try:
+        with open_system(str(SYSTEMS / file), cwd / "h", env=file_env) as system:
+            described = evaluate_system(system, dataset, progress=False)
+    finally:
+        _stop(server)
+    assert server.returncode is not None
+    with open_system(builtin, cwd / "in", settings=settings) as system:
+        in_process = evaluate_system(system, dataset, progress=False)
+    return described, in_process
+
+
 def _same_figures(described, in_process) -> None:
     """Every metric at every cutoff equal, and each top 10 the same, id for id (deeper down, near-ties
     may swap: the vectors travel as JSON floats and HNSW graphs are built apart)."""
@@ -165,18 +182,10 @@ def test_chromas_own_server_through_its_file_equals_chroma_in_process(tmp_path):
     port = free_port()
     chroma = str(Path(sys.executable).with_name("chroma"))
     env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
-    server = _start([chroma, "run", "--path", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", str(port)],
-                    f"http://127.0.0.1:{port}/api/v2/heartbeat", tmp_path, env)
-    dataset = load_dataset("demo")
-    try:
-        with open_system(str(SYSTEMS / "chroma-server.yaml"), tmp_path / "h",
-                         env={"CHROMA_URL": f"http://127.0.0.1:{port}"}) as system:
-            described = evaluate_system(system, dataset, progress=False)
-    finally:
-        _stop(server)
-    assert server.returncode is not None
-    with open_system("chroma", tmp_path / "in") as system:
-        in_process = evaluate_system(system, dataset, progress=False)
+    url = f"http://127.0.0.1:{port}"
+    described, in_process = _described_against_in_process(
+        [chroma, "run", "--path", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", str(port)],
+        f"{url}/api/v2/heartbeat", tmp_path, env, "chroma-server.yaml", {"CHROMA_URL": url}, "chroma")
     _same_figures(described, in_process)
     assert described.system["settings"]["embedding model (client side)"].endswith("all-MiniLM-L6-v2")
 
@@ -192,15 +201,8 @@ def test_txtais_own_api_through_its_file_equals_txtai_in_process_on_one_shared_i
                       "  hybrid: true\n")
     env = {**os.environ, "CONFIG": str(config), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     uvicorn = str(Path(sys.executable).with_name("uvicorn"))
-    server = _start([uvicorn, "txtai.api:app", "--host", "127.0.0.1", "--port", str(port)],
-                    f"http://127.0.0.1:{port}/count", tmp_path, env)
-    dataset = load_dataset("demo")
-    try:
-        with open_system(str(SYSTEMS / "txtai-api.yaml"), tmp_path / "h",
-                         env={"TXTAI_URL": f"http://127.0.0.1:{port}"}) as system:
-            described = evaluate_system(system, dataset, progress=False)
-    finally:
-        _stop(server)
-    with open_system("txtai", tmp_path / "in", settings={"shared_index": True}) as system:
-        in_process = evaluate_system(system, dataset, progress=False)
+    url = f"http://127.0.0.1:{port}"
+    described, in_process = _described_against_in_process(
+        [uvicorn, "txtai.api:app", "--host", "127.0.0.1", "--port", str(port)], f"{url}/count", tmp_path, env,
+        "txtai-api.yaml", {"TXTAI_URL": url}, "txtai", {"shared_index": True})
     _same_figures(described, in_process)

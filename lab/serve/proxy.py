@@ -244,6 +244,16 @@ async def save_exchange(state: AppState, who: Caller, opts: Options, question: s
         log.exception("saving the proxied exchange to %s failed", opts.namespace)
 
 
+async def send_upstream(state: AppState, upstream: httpx.Request, shown: str) -> httpx.Response:
+    """The upstream's answer, streamed; silence past the timeout is 504, no connection 502."""
+    try:
+        return await state.proxy_client.send(upstream, stream=True)
+    except httpx.TimeoutException:
+        raise ApiError(504, f"the upstream {shown} did not answer within {state.settings.proxy_timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise ApiError(502, f"the upstream {shown} could not be reached ({type(exc).__name__})") from None
+
+
 async def chat_completions(request: Request, state: AppState) -> Response:
     """The proxy route's work (see the module's docstring)."""
     who = authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
@@ -263,16 +273,10 @@ async def chat_completions(request: Request, state: AppState) -> Response:
         body["messages"] = inject(body["messages"], f"{MEMORY_HEADER}\n{got.text}", opts.position)
     audit = {"X-Lab-Memories": ",".join(ids), "X-Lab-Context-Tokens": str(got.used),
              "X-Lab-Namespace": opts.namespace, "X-Lab-Position": opts.position}
-    client: httpx.AsyncClient = state.proxy_client
     url = upstream_url(state.settings.proxy_upstream)
     shown = shown_url(url)
-    upstream = client.build_request("POST", url, json=body, headers=upstream_headers(request, state))
-    try:
-        reply = await client.send(upstream, stream=True)
-    except httpx.TimeoutException:
-        raise ApiError(504, f"the upstream {shown} did not answer within {state.settings.proxy_timeout_s:g} s") from None
-    except httpx.HTTPError as exc:
-        raise ApiError(502, f"the upstream {shown} could not be reached ({type(exc).__name__})") from None
+    reply = await send_upstream(state, state.proxy_client.build_request(
+        "POST", url, json=body, headers=upstream_headers(request, state)), shown)
     kind = reply.headers.get("content-type", "application/json")
     if not kind.startswith("text/event-stream"):
         try:
@@ -331,14 +335,8 @@ async def passthrough(request: Request, state: AppState, path: str) -> Response:
         headers.pop("content-type", None)
     url = upstream_url(state.settings.proxy_upstream, path, request.url.query)
     shown = shown_url(url)
-    client: httpx.AsyncClient = state.proxy_client
-    upstream = client.build_request(request.method, url, content=await request.body(), headers=headers)
-    try:
-        reply = await client.send(upstream, stream=True)
-    except httpx.TimeoutException:
-        raise ApiError(504, f"the upstream {shown} did not answer within {state.settings.proxy_timeout_s:g} s") from None
-    except httpx.HTTPError as exc:
-        raise ApiError(502, f"the upstream {shown} could not be reached ({type(exc).__name__})") from None
+    reply = await send_upstream(state, state.proxy_client.build_request(
+        request.method, url, content=await request.body(), headers=headers), shown)
 
     async def relay() -> AsyncIterator[bytes]:
         try:
