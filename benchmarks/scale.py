@@ -124,7 +124,8 @@ def eval_part(workers: list[int], datasets: list[str]) -> tuple[dict[str, Any], 
     from lab.engine.on_ray import RayEngine
 
     seed_root = ROOT / ".lab" / "bench" / "scale-eval"
-    out: dict[str, Any] = {"presets": list(PRESETS), "budget": DEFAULT_BUDGET}
+    out: dict[str, Any] = {"presets": list(PRESETS), "budget": DEFAULT_BUDGET,
+                           "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     same = True
     for name in datasets:
         seed(name, seed_root)
@@ -149,8 +150,10 @@ def eval_part(workers: list[int], datasets: list[str]) -> tuple[dict[str, Any], 
             row[f"ray_{n}_workers_run_files_equal"] = files_equal
         out[name] = row
         shutil.rmtree(work, ignore_errors=True)
-    out["note"] = ("nothing else running; store and question vectors warm, candidate lists searched in each run; "
-                   "Ray times exclude starting Ray, include each task loading the dataset, store and model")
+    out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["note"] = ("to be run with nothing else on the machine (the load averages say whether it was); store and "
+                   "question vectors warm, candidate lists searched in each run; Ray times exclude starting Ray, "
+                   "include each task loading the dataset, store and model")
     return out, same
 
 
