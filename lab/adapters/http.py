@@ -49,6 +49,7 @@ from typing import Any, Mapping, Sequence
 
 from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
 from lab.adapters.templates import FileEnv, check_path, pick, ranked, render, zipped
+from lab.config import EmbedConfig
 from lab.errors import ValidationError
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -144,7 +145,6 @@ class HttpSystem(MemorySystem):
         if raw is None:
             return None, ""
         known_fields(raw, ("model", "text"), f"{where}: embed", ("model",))
-        from lab.config import EmbedConfig
         from lab.embed.registry import make_embedder  # heavy: a model, only for a file that asks
 
         embedder = make_embedder(EmbedConfig(model=str(raw["model"])))

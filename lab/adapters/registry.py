@@ -136,8 +136,9 @@ def build(cls: type[MemorySystem], folder: Path, options: Mapping[str, Any], whe
     signature = inspect.signature(cls)
     positional = [p for p in signature.parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    takes_folder = "folder" in signature.parameters or bool(
-        positional and positional[0].default is inspect.Parameter.empty and positional[0].name not in options)
+    # the options may name the folder themselves (``folder: null``): then it is theirs to give
+    takes_folder = "folder" not in options and ("folder" in signature.parameters or bool(
+        positional and positional[0].default is inspect.Parameter.empty and positional[0].name not in options))
     args = (folder,) if takes_folder else ()
     try:
         signature.bind(*args, **options)
