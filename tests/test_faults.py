@@ -18,6 +18,7 @@ from lab.errors import StoreError, ValidationError
 from lab.index.namespace import NamespaceIndex
 from lab.index.vector import GraphShortfall
 from lab.pipeline import Pipeline
+from lab.store.table import full_frame
 from lab.serve.settings import load_settings
 from lab.store.repair import recover_torn_commits
 from lab.store.store import Store
@@ -126,7 +127,7 @@ def test_compact_and_repair_remove_orphans_and_second_copies_of_any_age(tmp_path
     root = tmp_path / "s"
     with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
         pipe.save_many([{"content": f"memory number {i}", "namespace": "n"} for i in range(5)], progress=False)
-        stored = pipe.store._chunks.frame()
+        stored = full_frame(pipe.store._chunks)  # every column: the rows are written back as they are
         # what the old code left: the killed save's chunks and the retry's, both stored
         pipe.store._chunks.append(stored.head(2).to_arrow().cast(pipe.store._chunks.schema))
         orphan = stored.head(1).with_columns(pl.lit("n:orphan").alias("memory_id"),

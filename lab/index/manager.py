@@ -20,6 +20,7 @@ from lab.index.snapshot import IndexDamaged, load_index, save_index
 from lab.store.layout import StoreVersion
 from lab.store.records import namespace_folder
 from lab.store.store import Store
+from lab.store.table import StoredRows
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +64,20 @@ class IndexManager:
             idx = self._indexes.get(namespace)
             if idx is None:
                 self.store.require_namespace(namespace)
-                chunks = self.store.chunks(namespace)
+                # without their vectors: those are read from the table's files into the index, a
+                # file at a time (the chunks' table cache does not hold them)
+                chunks, stored = self.store.chunks_table.visible_rows(namespace)
                 # the versions these chunks were read at (no log re-read: a stamp taken later could
                 # claim commits whose chunks were not read)
                 seen = str(self.store.known_version())
                 try:
-                    idx = load_index(self.directory(namespace), chunks, self.config, namespace)
+                    idx = load_index(self.directory(namespace), chunks, self.config, namespace, stored)
                 except IndexDamaged as exc:
                     # never trusted, never fatal: rebuilt from the store (which is the truth), and
                     # saved again by the next write that flushes
                     log.warning("index of namespace %r in %s failed verification (%s); rebuilt from the store",
                                 namespace, self.directory(namespace), exc)
-                    idx = self._build(namespace, chunks, seen)
+                    idx = self._build(namespace, chunks, seen, stored)
                     self._indexes[namespace] = idx
                     self._changed.add(namespace)
                     self._saved.pop(namespace, None)
@@ -83,14 +86,15 @@ class IndexManager:
                     (log.warning if self.warn_on_build else log.debug)(
                         "index of namespace %r: no usable snapshot in %s; built in memory for this process "
                         "(`lab store compact` saves one)", namespace, self.directory(namespace))
-                    idx = self._build(namespace, chunks, seen)
+                    idx = self._build(namespace, chunks, seen, stored)
                 else:
                     self._saved[namespace] = idx.store_version
                     if _pair(idx.store_version) != _pair(seen):
-                        idx.sync(chunks, seen)
+                        idx.sync(chunks, seen, stored)
                 self._indexes[namespace] = idx
-            elif self._behind(idx):
-                idx.sync(self.store.chunks(namespace), str(self.store.known_version()))  # another process wrote
+            elif self._behind(idx):  # another process wrote: only the chunks new to the index are read whole
+                chunks, stored = self.store.chunks_table.visible_rows(namespace)
+                idx.sync(chunks, str(self.store.known_version()), stored)
             return idx
 
     def _behind(self, idx: NamespaceIndex) -> bool:
@@ -119,12 +123,13 @@ class IndexManager:
                     else:
                         self.forget(ns)  # deleted by another process
 
-    def _build(self, namespace: str, chunks: pl.DataFrame | None = None, seen: str | None = None) -> NamespaceIndex:
+    def _build(self, namespace: str, chunks: pl.DataFrame | None = None, seen: str | None = None,
+               stored: StoredRows | None = None) -> NamespaceIndex:
         """A fresh index of ``chunks`` (read now when not given), stamped with the versions they were read at."""
         if chunks is None:
-            chunks = self.store.chunks(namespace)
+            chunks, stored = self.store.chunks_table.visible_rows(namespace)
             seen = str(self.store.known_version())
-        return NamespaceIndex.build(namespace, chunks, self.dim, self.config, self.embed_model, seen)
+        return NamespaceIndex.build(namespace, chunks, self.dim, self.config, self.embed_model, seen, stored)
 
     # ------------------------------------------------------------------ the write side's calls
     def build(self, namespace: str) -> NamespaceIndex:

@@ -7,6 +7,7 @@ import polars as pl
 from lab.config import IndexConfig
 from lab.index.view_index import ViewIndex, build_view
 from lab.store.records import CHUNK_VIEW_PATTERN, chunk_view
+from lab.store.table import StoredRows
 
 
 def split_views(chunks: pl.DataFrame) -> dict[str, pl.DataFrame]:
@@ -39,14 +40,15 @@ class NamespaceIndex(ViewIndex):
     @classmethod
     def build(
         cls, namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
-        store_version: str,
+        store_version: str, stored: StoredRows | None = None,
     ) -> "NamespaceIndex":
-        """The index of a namespace's chunks (every view's), stamped with ``store_version``."""
+        """The index of a namespace's chunks (every view's), stamped with ``store_version``
+        (``stored``: where their vectors are, for a frame without them: ``write_vectors``)."""
         parts = split_views(chunks)
         idx = cls(namespace, dim, config, embed_model)
-        idx._fill(parts.pop(""), store_version)
+        idx._fill(parts.pop(""), store_version, stored)
         for view, part in parts.items():
-            idx.views[view] = build_view(namespace, part, dim, config, embed_model, store_version, view)
+            idx.views[view] = build_view(namespace, part, dim, config, embed_model, store_version, view, stored)
         return idx
 
     def apply(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
@@ -66,7 +68,7 @@ class NamespaceIndex(ViewIndex):
                 child.apply(parts.get(view), gone.get(view, []), store_version)
             self._fold_in(parts.get("", added), gone.get("", []), store_version)
 
-    def sync(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
+    def sync(self, chunks: pl.DataFrame, store_version: str, stored: StoredRows | None = None) -> tuple[int, int]:
         """Bring the index (and its views') to the store's visible chunks; returns the main view's
         (added, removed)."""
         with self._lock:
@@ -75,8 +77,8 @@ class NamespaceIndex(ViewIndex):
                 if view not in self.views:
                     self.views[view] = build_view(self.namespace, parts[view].clear(), self.dim, self.config,
                                                   self.embed_model, store_version, view)
-                self.views[view].sync(parts.get(view, chunks.clear()), store_version)
-            return super().sync(parts[""], store_version)
+                self.views[view].sync(parts.get(view, chunks.clear()), store_version, stored)
+            return super().sync(parts[""], store_version, stored)
 
     def chunk_owners(self) -> list[tuple[str, str]]:
         """(chunk id, memory id) of every label of this index and its views, live or not."""

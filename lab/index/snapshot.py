@@ -17,8 +17,10 @@ import pyarrow.parquet as pq
 from lab.config import IndexConfig, to_dict
 from lab.index.lexical import LexicalIndex
 from lab.index.namespace import NamespaceIndex, split_views
-from lab.index.view_index import ViewIndex, embedding_matrix
+from lab.index.embeddings import write_vectors
+from lab.index.view_index import ViewIndex
 from lab.index.vector import VectorIndex
+from lab.store.table import StoredRows
 from lab.version import __version__
 
 MANIFEST = "manifest.json"
@@ -132,12 +134,13 @@ def _save(idx: ViewIndex, directory: Path, views: dict[str, ViewIndex]) -> None:
 
 
 def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
-               namespace: str | None = None) -> NamespaceIndex | None:
+               namespace: str | None = None, stored: StoredRows | None = None) -> NamespaceIndex | None:
     """Load a saved index if it matches ``config``; None means it must be rebuilt (none saved,
     other parameters, or rows the store no longer has). A saved index that fails verification
     (``verify``: namespace, file digests, counts) raises IndexDamaged.
 
-    Texts come from the store's chunk table (``chunks``, all chunk rows of the namespace).
+    Texts come from the store's chunk table (``chunks``, all chunk rows of the namespace), vectors
+    too (from ``stored`` for a frame without them: ``write_vectors``).
     """
     if not directory.exists():
         return None
@@ -153,14 +156,14 @@ def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
         return None  # the store holds a view this index was saved without: rebuild
     try:
         idx = _load_into(NamespaceIndex(manifest["namespace"], manifest["dim"], config, manifest["embed_model"]),
-                         directory, parts[""], config, manifest)
+                         directory, parts[""], config, manifest, stored)
         for view in views:
             sub = directory / "views" / view
             if not (sub / MANIFEST).is_file():
                 raise IndexDamaged(f"the index of view {view!r} is missing")
             described = verify(sub, namespace)
             child = _load_into(ViewIndex(described["namespace"], described["dim"], config, described["embed_model"], view),
-                               sub, parts.get(view, chunks.clear()), config, described)
+                               sub, parts.get(view, chunks.clear()), config, described, stored)
             if idx is None or child is None:
                 return None
             idx.views[view] = child
@@ -172,7 +175,7 @@ def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
 
 
 def _load_into(idx: ViewIndex, directory: Path, chunks: pl.DataFrame, config: IndexConfig,
-               manifest: dict[str, Any]) -> ViewIndex | None:
+               manifest: dict[str, Any], stored: StoredRows | None = None) -> ViewIndex | None:
     """Fill the empty ``idx`` (made from ``manifest``) from the index saved in ``directory``."""
     labels = pq.read_table(directory / "labels.parquet")
     if labels.num_rows != manifest.get("n_labels"):
@@ -180,16 +183,21 @@ def _load_into(idx: ViewIndex, directory: Path, chunks: pl.DataFrame, config: In
     idx.chunk_ids = labels["chunk_id"].to_pylist()
     idx.memory_of = labels["memory_id"].to_pylist()
     idx.live = labels["live"].to_numpy(zero_copy_only=False).astype(bool)
-    idx.label_of = {cid: i for i, cid in enumerate(idx.chunk_ids)}
-    text_of = dict(zip(chunks["chunk_id"].to_list(), chunks["text"].to_list()))
-    if any(cid not in text_of for cid, alive in zip(idx.chunk_ids, idx.live) if alive):
+    idx.label_of = dict(zip(idx.chunk_ids, range(len(idx.chunk_ids))))  # a chunk id's last label
+    # labels and stored rows matched by joins, not a Python loop per chunk (seconds at a million):
+    # each label's text, and each stored row's label (-1: none; a chunk id's last label, its row's
+    # text the last stored row's, as the dictionaries this replaces had them)
+    by_label = pl.from_arrow(labels.select(["chunk_id"])).with_row_index("_label")
+    rows = chunks.select("chunk_id", "text").with_row_index("_at")
+    text = by_label.join(rows.unique("chunk_id", keep="last").drop("_at"), on="chunk_id", how="left") \
+        .sort("_label")["text"]
+    if (text.is_null().to_numpy() & idx.live).any():
         return None  # the store lost rows the index still needs (e.g. compaction): rebuild
-    idx.texts = [text_of.get(cid, "") for cid in idx.chunk_ids]
-    positions = np.fromiter((idx.label_of.get(c, -1) for c in chunks["chunk_id"].to_list()), dtype=np.int64,
-                            count=chunks.height)
+    idx.texts = text.fill_null("").to_list()
+    positions = rows.join(by_label.unique("chunk_id", keep="last"), on="chunk_id", how="left").sort("_at")[
+        "_label"].fill_null(-1).cast(pl.Int64).to_numpy()
     vectors = np.zeros((len(idx.chunk_ids), idx.dim), dtype=np.float32)
-    known = positions >= 0
-    vectors[positions[known]] = embedding_matrix(chunks, idx.dim)[known]
+    write_vectors(chunks, positions, vectors, stored)
     idx.restore_vectors(vectors)
     idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.n_live)
     idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical, idx.analyzer)

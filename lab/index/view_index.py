@@ -10,14 +10,10 @@ import numpy as np
 import polars as pl
 
 from lab.config import IndexConfig
+from lab.index.embeddings import write_vectors
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
 from lab.index.vector import GraphShortfall, VectorIndex
-
-
-def embedding_matrix(frame: pl.DataFrame, dim: int) -> np.ndarray:
-    if frame.height == 0:
-        return np.zeros((0, dim), dtype=np.float32)
-    return np.asarray(frame["embedding"].to_numpy(), dtype=np.float32).reshape(-1, dim)
+from lab.store.table import StoredRows
 
 
 def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: int) -> list[tuple[str, float]]:
@@ -46,6 +42,7 @@ def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: in
 
 # widening graph fetches (x4 each) a vector search tries before it scans the allowed chunks exactly
 GRAPH_ROUNDS = 3
+EXACT_BLOCK = 65_536  # labels an exact scan gathers at once (96 MB of 384-dimensional vectors)
 
 
 
@@ -90,29 +87,39 @@ class ViewIndex:
         self.merges = 0
 
     # ------------------------------------------------------------------ building
-    def _fill(self, chunks: pl.DataFrame, store_version: str) -> None:
-        """Index ``chunks`` into this empty index (a fresh build), stamped with ``store_version``."""
-        chunks = chunks.sort("chunk_id")  # label order independent of file order: reproducible
+    def _fill(self, chunks: pl.DataFrame, store_version: str, stored: StoredRows | None = None) -> None:
+        """Index ``chunks`` into this empty index (a fresh build), stamped with ``store_version``
+        (``stored``: where their vectors are, for a frame without them: ``write_vectors``)."""
         self.vector = VectorIndex(self.dim, self.config.vector, capacity=max(chunks.height, 16))
-        self._append(chunks)
+        # label order by chunk id, independent of file order: reproducible (the frame is not sorted
+        # itself: a sorted copy of a million chunks is 1.8 GB more held while the index is built)
+        self._append(chunks, chunks["chunk_id"].arg_sort().to_numpy(), stored)
         self.lexical = LexicalIndex(self.config.lexical, self.analyzer).build(self.texts)
         self.lexical_labels = np.arange(len(self.texts), dtype=np.int64)
         self.delta_labels = []
         self.store_version = store_version
         self.built_at = datetime.now(timezone.utc).isoformat()
 
-    def _append(self, chunks: pl.DataFrame) -> list[int]:
+    def _append(self, chunks: pl.DataFrame, order: np.ndarray | None = None,
+                stored: StoredRows | None = None) -> list[int]:
+        """Give ``chunks`` the next labels, row ``order[j]`` label start + j (default: frame order)."""
         start = len(self.chunk_ids)
-        labels = list(range(start, start + chunks.height))
-        self.chunk_ids.extend(chunks["chunk_id"].to_list())
-        self.memory_of.extend(chunks["memory_id"].to_list())
-        self.texts.extend(chunks["text"].to_list())
-        self.live = np.concatenate([self.live, np.ones(chunks.height, dtype=bool)])
-        for label, cid in zip(labels, chunks["chunk_id"].to_list()):
-            self.label_of[cid] = label
-        vectors = embedding_matrix(chunks, self.dim)
-        self._store_vectors(start, vectors)
-        self.vector.add(vectors, np.asarray(labels, dtype=np.int64))
+        n = chunks.height
+        labels = list(range(start, start + n))
+        if order is None:
+            order = np.arange(n, dtype=np.int64)
+        rows = pl.Series(order)
+        chunk_ids = chunks["chunk_id"].gather(rows).to_list()
+        self.chunk_ids.extend(chunk_ids)
+        self.memory_of.extend(chunks["memory_id"].gather(rows).to_list())
+        self.texts.extend(chunks["text"].gather(rows).to_list())
+        self.live = np.concatenate([self.live, np.ones(n, dtype=bool)])
+        self.label_of.update(zip(chunk_ids, labels))
+        self._grow_vectors(start + n)
+        label_of_row = np.empty(n, dtype=np.int64)
+        label_of_row[order] = np.arange(start, start + n, dtype=np.int64)
+        write_vectors(chunks, label_of_row, self._vectors, stored)
+        self.vector.add(self._vectors[start:start + n], np.asarray(labels, dtype=np.int64))
         return labels
 
     def locked(self) -> threading.RLock:
@@ -123,19 +130,20 @@ class ViewIndex:
         """The stored vectors by label, as a loaded snapshot has them (the exact cosine's source)."""
         self._vectors = vectors
 
-    def _store_vectors(self, start: int, vectors: np.ndarray) -> None:
-        needed = start + len(vectors)
+    def _grow_vectors(self, needed: int) -> None:
+        """Room for ``needed`` vectors, grown by a quarter (not doubled: the first save into a loaded
+        index of a million chunks would otherwise hold 1.5 GB more for rows never filled)."""
         if needed > len(self._vectors):
-            grown = np.zeros((max(needed, 2 * len(self._vectors)), self.dim), dtype=np.float32)
+            grown = np.zeros((max(needed, len(self._vectors) + len(self._vectors) // 4), self.dim), dtype=np.float32)
             grown[: len(self._vectors)] = self._vectors
             self._vectors = grown
-        self._vectors[start:needed] = vectors
 
     def apply(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
         """Fold a store change in: new chunks into the vector index and lexical delta, removals masked."""
         self._fold_in(added, removed, store_version)
 
-    def _fold_in(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
+    def _fold_in(self, added: pl.DataFrame | None, removed: list[str], store_version: str,
+                 stored: StoredRows | None = None) -> None:
         """``apply`` on this index alone (``sync`` calls it: a subclass's ``apply`` may do more)."""
         with self._lock:
             if added is not None and self.label_of:
@@ -146,15 +154,16 @@ class ViewIndex:
                         del self.label_of[cid]
                 added = added.filter(~pl.col("chunk_id").is_in(live))
             if added is not None and added.height:
-                self.delta_labels.extend(self._append(added.sort("chunk_id")))
+                self.delta_labels.extend(self._append(added.sort("chunk_id"), None, stored))
             dead = [self.label_of[c] for c in removed if c in self.label_of and self.live[self.label_of[c]]]
             if dead:
                 self.live[dead] = False
                 self.vector.remove(dead)
             self.store_version = store_version
 
-    def sync(self, chunks: pl.DataFrame, store_version: str) -> tuple[int, int]:
-        """Bring the index to ``chunks`` (the store's visible chunks of this view); returns (added, removed)."""
+    def sync(self, chunks: pl.DataFrame, store_version: str, stored: StoredRows | None = None) -> tuple[int, int]:
+        """Bring the index to ``chunks`` (the store's visible chunks of this view; ``stored``: where
+        their vectors are, for a frame without them); returns (added, removed)."""
         with self._lock:
             visible = set(chunks["chunk_id"].to_list())
             live_ids = {cid for cid, label in self.label_of.items() if self.live[label]}
@@ -164,7 +173,7 @@ class ViewIndex:
             revived = [c for c in added["chunk_id"].to_list() if c in self.label_of]
             for cid in revived:
                 del self.label_of[cid]
-            self._fold_in(added, removed, store_version)
+            self._fold_in(added, removed, store_version, stored)
             return added.height, len(removed)
 
     def chunk_owners(self) -> list[tuple[str, str]]:
@@ -300,8 +309,12 @@ class ViewIndex:
         with self._lock:
             mask = self.live if allowed is None else self.live & allowed[: len(self.live)]
             labels = np.flatnonzero(mask)
-            sims = self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
-            return collapse(labels, sims.astype(np.float32), self.memory_of, k)
+            query = np.asarray(query_vector, dtype=np.float32)
+            sims = np.empty(len(labels), dtype=np.float32)
+            # a block of labels at a time: gathering every vector at once copied 1.5 GB at a million chunks
+            for start in range(0, len(labels), EXACT_BLOCK):
+                sims[start:start + EXACT_BLOCK] = self._vectors[labels[start:start + EXACT_BLOCK]] @ query
+            return collapse(labels, sims, self.memory_of, k)
 
     def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
         """Top ``k`` memories by the BM25 score of their best chunk (main and delta merged by score).
@@ -331,8 +344,8 @@ class ViewIndex:
 
 
 def build_view(namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,
-               store_version: str, view: str) -> ViewIndex:
+               store_version: str, view: str, stored: StoredRows | None = None) -> ViewIndex:
     """The index of one extra view's chunks, stamped with ``store_version``."""
     idx = ViewIndex(namespace, dim, config, embed_model, view)
-    idx._fill(chunks, store_version)
+    idx._fill(chunks, store_version, stored)
     return idx

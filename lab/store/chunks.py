@@ -6,8 +6,9 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from lab.store.keys import ColumnHashes
 from lab.store.memories import MemoriesTable
-from lab.store.table import DeltaFrame, in_list
+from lab.store.table import DeltaFrame, StoredRows, in_list
 
 
 class ChunksTable:
@@ -17,9 +18,22 @@ class ChunksTable:
     def __init__(self, delta: DeltaFrame, memories: MemoriesTable) -> None:
         self.delta = delta
         self.memories = memories
+        # the stored chunk ids, hashed: a save asks whether its ids are stored (the orphans of a
+        # cut-off save) without scanning a table that grows with every save
+        self.stored_ids = ColumnHashes(delta, "chunk_id")
 
-    def visible(self, namespace: str | None = None) -> pl.DataFrame:
-        """Visible chunks: those whose (memory_id, index_hash) matches a current memory.
+    def visible(self, namespace: str | None = None, *, embeddings: bool = True) -> pl.DataFrame:
+        """Visible chunks: those whose (memory_id, index_hash) matches a current memory; their
+        vectors read from the table's files when ``embeddings`` (the cache does not hold them)."""
+        frame, stored = self.visible_rows(namespace)
+        if embeddings:
+            frame = frame.with_columns(stored.read("embedding", frame["_row"].to_numpy()).alias("embedding"))
+            return frame.select(self.delta.schema.names)
+        return frame.drop("_row")
+
+    def visible_rows(self, namespace: str | None = None) -> tuple[pl.DataFrame, StoredRows]:
+        """Visible chunks without their vectors, with a ``_row`` column saying where each is stored
+        in the ``StoredRows`` returned beside them (an index reads the vectors a file at a time).
 
         Memories are read before chunks: a memory's chunks are committed before it, so every memory
         read has its chunks in the chunks read after (the other order races with a writer and can
@@ -34,14 +48,20 @@ class ChunksTable:
             read = self.memories.stored()
             read_at = memories.known_version
             chunks = self.delta.frame()
+            stored = self.delta.stored_rows()
             # (never refreshed after the last read: the version the caller stamps is the one read)
             if not memories.committed_after(read_at):
                 break
         mem = read.select(pl.col("id").alias("memory_id"), "index_hash", "namespace")
+        chunks = chunks.with_row_index("_row")
         if namespace is not None:
             chunks = chunks.filter(pl.col("namespace") == namespace)
             mem = mem.filter(pl.col("namespace") == namespace)
-        return chunks.join(mem.drop("namespace"), on=["memory_id", "index_hash"], how="semi")
+        # which rows are visible is found on the key columns alone; the rows are gathered only when
+        # some are not (all are, but after a crash)
+        keys = chunks.select("memory_id", "index_hash").with_row_index("_at")
+        at = keys.join(mem.drop("namespace"), on=["memory_id", "index_hash"], how="semi")["_at"]
+        return (chunks if at.len() == chunks.height else chunks[at.sort()]), stored
 
     def append(self, chunks: pa.Table) -> None:
         """Commit chunk rows, first deleting stored rows with the same chunk ids.
@@ -50,10 +70,17 @@ class ChunksTable:
         id can only be the orphan of a save cut off between its chunks commit and its memories
         commit: the retry of that save would otherwise store every chunk twice."""
         ids = chunks.column("chunk_id").to_pylist()
-        present = self.delta.frame().filter(pl.col("chunk_id").is_in(ids))["chunk_id"].unique().sort().to_list()
+        if not self.stored_ids.may_hold(ids):  # the common case, known without a scan of every row
+            self.delta.append(chunks)
+            return
+        present = self.stored(ids)
         if present:
             self.delta.delete(in_list("chunk_id", present))
         self.delta.append(chunks)
+
+    def stored(self, ids: list[str]) -> list[str]:
+        """Which of ``ids`` have a stored row (a scan of every row)."""
+        return self.delta.frame().filter(pl.col("chunk_id").is_in(ids))["chunk_id"].unique().sort().to_list()
 
     def drop_superseded(self, rows: list[dict[str, Any]]) -> None:
         """Delete the chunk rows of these memories that their new index hash no longer shows.
@@ -72,7 +99,8 @@ class ChunksTable:
     def orphans(self) -> tuple[list[str], list[str]]:
         """(chunk ids no memory shows, chunk ids stored more than once): what a cut-off save leaves."""
         stored = self.delta.frame()
-        stale = stored.join(self.visible().select("chunk_id"), on="chunk_id", how="anti")["chunk_id"].unique().sort()
+        stale = stored.join(self.visible(embeddings=False).select("chunk_id"), on="chunk_id",
+                            how="anti")["chunk_id"].unique().sort()
         twice = stored.filter(pl.col("chunk_id").is_duplicated() & ~pl.col("chunk_id").is_in(stale.to_list()))
         return stale.to_list(), twice["chunk_id"].unique().sort().to_list()
 
@@ -83,8 +111,10 @@ class ChunksTable:
         if stale:
             self.delta.delete(in_list("chunk_id", stale))
         if twice:
-            keep = self.delta.frame().filter(pl.col("chunk_id").is_in(twice)).unique("chunk_id", keep="first",
-                                                                                     maintain_order=True)
+            rows = self.delta.frame().with_row_index("_row")
+            keep = rows.filter(pl.col("chunk_id").is_in(twice)).unique("chunk_id", keep="first", maintain_order=True)
+            vectors = self.delta.stored_rows().read("embedding", keep["_row"].to_numpy())
+            keep = keep.with_columns(vectors.alias("embedding")).select(self.delta.schema.names)
             self.delta.delete(in_list("chunk_id", twice))
             self.delta.append(keep.to_arrow().cast(self.delta.schema))
         return {"stale_chunks_removed": len(stale), "duplicate_chunks_removed": len(twice)}

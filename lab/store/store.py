@@ -41,12 +41,13 @@ class Store:
         self.pin = pin
         self.read_only = pin is not None or not create_tables  # pinned, or opened to read: writes refused
 
-        def table(name: str, schema: pa.Schema, version: int | None = None) -> DeltaFrame:
+        def table(name: str, schema: pa.Schema, version: int | None = None, lazy: tuple[str, ...] = ()) -> DeltaFrame:
             return DeltaFrame(root / "tables" / name, schema, version=version, create=create_tables and pin is None,
-                              read_only=not create_tables)
+                              read_only=not create_tables, lazy=lazy)
 
         self._memories = table("memories", MEMORIES, pin and pin.memories)
-        self._chunks = table("chunks", chunks_schema(info.dim), pin and pin.chunks)
+        # the embeddings stay in the files: the indexes hold their own copy (ChunksTable.visible)
+        self._chunks = table("chunks", chunks_schema(info.dim), pin and pin.chunks, lazy=("embedding",))
         self._edges = table("edges", EDGES, pin and pin.edges)
         self._access = table("access_log", ACCESS_LOG, pin and pin.access)
         self._namespaces = table("namespaces", NAMESPACES)
@@ -144,9 +145,9 @@ class Store:
             self.require_namespace(namespace)
         return self.memories_table.list(namespace, **filters)
 
-    def chunks(self, namespace: str | None = None) -> pl.DataFrame:
-        """Visible chunks (``ChunksTable.visible``)."""
-        return self.chunks_table.visible(namespace)
+    def chunks(self, namespace: str | None = None, *, embeddings: bool = True) -> pl.DataFrame:
+        """Visible chunks (``ChunksTable.visible``); without ``embeddings``, no vectors are read."""
+        return self.chunks_table.visible(namespace, embeddings=embeddings)
 
     def edges(self, namespace: str | None = None, **filters: Any) -> pl.DataFrame:
         """Edges whose two ends still exist (``EdgesTable.current``)."""
@@ -213,7 +214,7 @@ class Store:
     # ----------------------------------------------------------------- maintenance
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """``lab stats``: the store's figures (``describe``), of one namespace or all."""
-        return describe(self.memories(namespace), self.chunks(namespace), self.edges(namespace),
+        return describe(self.memories(namespace), self.chunks(namespace, embeddings=False), self.edges(namespace),
                         version=str(self.version()), namespaces=self.namespaces() if namespace is None else [namespace],
                         embed_model=self.info.embed_model)
 

@@ -5,75 +5,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from lab.errors import ConflictError, StoreError
 from lab.store.delta_log import log_damage, torn_commit
+from lab.store.file_cache import FileCache, StoredRows, uri_path
 
 
 # a version check that finds no next commit file still re-reads the log this often (a log whose
 # old commit files were cleaned up after a checkpoint has no file for the next version to stat)
 FULL_CHECK_SECONDS = 1.0
-
-
-class FileCache:
-    """The rows of a Delta table at one version, kept per data file: a new version (ours or another
-    process's) reads only the files that version added and drops the ones it removed, so a writer
-    sharing the store with another does not reload whole tables on every foreign commit. Files are
-    read with pyarrow, so a missing or corrupt file is a StoreError naming it (never a crash)."""
-
-    def __init__(self, name: str, schema: pa.Schema) -> None:
-        self.name = name  # the table's, for error messages
-        self.schema = schema
-        self.clear()
-
-    def clear(self) -> None:
-        """Forget every cached row (the table's files were rewritten outside a commit's adds and removes)."""
-        self._frame: pl.DataFrame | None = None
-        self._frame_version = -1
-        self._parts: dict[str, pl.DataFrame] = {}  # data file -> its rows
-        self._files: list[str] = []  # the files of the cached frame, in table order
-
-    def frame(self, dt: DeltaTable, version: int) -> pl.DataFrame:
-        """The rows of ``dt``, which stands at ``version``."""
-        if self._frame is None or self._frame_version != version:
-            self._reload(dt, version)
-        return self._frame
-
-    def _reload(self, dt: DeltaTable, version: int) -> None:
-        if dt.protocol().reader_features:  # e.g. deletion vectors: only deltalake reads those right
-            table = dt.to_pyarrow_table()
-            self._frame = pl.from_arrow(table.cast(self.schema)) if table.num_rows else self._empty()
-            self._parts, self._files, self._frame_version = {}, [], version
-            return
-        files = dt.file_uris()
-        parts = {f: self._parts[f] if f in self._parts else self._read_file(f) for f in files}
-        if self._frame is not None and files[:len(self._files)] == self._files:
-            # appends only: the cached frame stays, the new files' rows go after it
-            fresh = [parts[f] for f in files[len(self._files):]]
-            frame = pl.concat([self._frame, *fresh], how="vertical", rechunk=False) if fresh else self._frame
-        else:
-            frame = (pl.concat([parts[f] for f in files], how="vertical", rechunk=False) if files else self._empty())
-        self._frame, self._parts, self._files, self._frame_version = frame, parts, files, version
-
-    def _read_file(self, uri: str) -> pl.DataFrame:
-        import pyarrow.parquet as pq
-
-        path = uri_path(uri)
-        try:
-            table = pq.read_table(path, schema=self.schema)
-        except FileNotFoundError:
-            raise StoreError(f"table {self.name}: data file {Path(path).name} is missing "
-                             f"(run `lab store check` and `lab store repair`)") from None
-        except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise StoreError(f"table {self.name}: data file {Path(path).name} is unreadable: {exc} "
-                             f"(run `lab store check` and `lab store repair`)") from None
-        return pl.from_arrow(table) if table.num_rows else self._empty()
-
-    def _empty(self) -> pl.DataFrame:
-        return pl.from_arrow(self.schema.empty_table())
 
 
 class DeltaFrame:
@@ -83,7 +27,7 @@ class DeltaFrame:
     """
 
     def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None, create: bool = True,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, lazy: tuple[str, ...] = ()) -> None:
         self.path = path
         self.schema = schema
         self.pinned = version is not None
@@ -108,7 +52,7 @@ class DeltaFrame:
         # move ``_dt`` at once) re-reads the log at most this often; 0 = on every version check
         self.refresh_seconds = 0.0
         self._checked_at = float("-inf")
-        self._rows = FileCache(path.name, schema)
+        self._rows = FileCache(path.name, schema, lazy)
 
     def hold(self) -> None:
         """The store's writer lock is held: read the log tail once; until ``unhold`` no one else
@@ -159,8 +103,13 @@ class DeltaFrame:
         return self._dt.version()
 
     def frame(self) -> pl.DataFrame:
-        version = self.version
-        return self._rows.frame(self._dt, version)
+        """The table's rows, without its lazy columns (``stored_rows`` says where those are)."""
+        return self._rows.frame(self._dt, self.version)
+
+    def stored_rows(self) -> StoredRows:  # where the frame last returned is stored
+        return self._rows.stored_rows()
+
+    rows_generation = property(lambda self: self._rows.generation)  # see FileCache.clear
 
     def _check_writable(self) -> None:
         if self.pinned:
@@ -272,21 +221,21 @@ class DeltaFrame:
         return len(self._dt.file_uris())
 
 
+def full_frame(delta: DeltaFrame) -> pl.DataFrame:
+    """A table's rows with every column, its lazy ones read from its files (a copy of them all)."""
+    frame = delta.frame()
+    missing = [c for c in delta.schema.names if c not in frame.columns]
+    if missing:
+        where, rows = delta.stored_rows(), np.arange(frame.height, dtype=np.int64)
+        frame = frame.with_columns(*(where.read(c, rows).alias(c) for c in missing)).select(delta.schema.names)
+    return frame
+
+
 def _commit_props(metadata: dict[str, Any] | None) -> CommitProperties | None:
     """A commit's custom metadata (values as strings), or none."""
     if not metadata:
         return None
     return CommitProperties(custom_metadata={k: str(v) for k, v in metadata.items()})
-
-
-def uri_path(uri: str) -> str:
-    """A local path from a data file URI as deltalake lists it (percent-encoded, maybe file://)."""
-    from urllib.parse import unquote, urlparse
-    from urllib.request import url2pathname
-
-    if uri.startswith("file:"):
-        return url2pathname(urlparse(uri).path)
-    return unquote(uri)
 
 
 def in_list(column: str, values: list[str]) -> str:

@@ -80,7 +80,7 @@ def check_store(root: str | Path) -> CheckReport:
     twice = memories.filter(pl.struct("namespace", "content_hash").is_duplicated())
     for (ns, digest), rows in twice.group_by("namespace", "content_hash", maintain_order=True):
         report.problems.append(Problem("error", f"namespace {ns}", f"the same content is stored as {sorted(rows['id'].to_list())}"))
-    chunks = store.chunks()
+    chunks = store.chunks(embeddings=False)
     dup_chunks = chunks.filter(pl.col("chunk_id").is_duplicated())["chunk_id"].unique().sort().to_list()
     if dup_chunks:
         report.problems.append(Problem("error", "table chunks", f"{len(dup_chunks)} duplicate chunk ids, e.g. {dup_chunks[0]}"))

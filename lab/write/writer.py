@@ -359,7 +359,7 @@ class Writer:
         memories whose chunks were lost, and rebuild and save every index."""
         done = repair_tables(self.store)
         self.indexes.forget_all()  # built on the tables as they were: start from the store again
-        visible = set(self.store.chunks()["memory_id"].to_list())
+        visible = set(self.store.chunks(embeddings=False)["memory_id"].to_list())
         lost = sorted(set(self.store.memories()["id"].to_list()) - visible)
         done["memories_rechunked"] = self.rechunk(lost) if lost else 0
         done["indexes_rebuilt"] = self.build()

@@ -1,0 +1,370 @@
+"""A million memories on one machine (issue 43 item 7): how a store's costs grow from 10,000 to
+100,000 to 1,000,000 memories.
+
+    .venv/bin/python benchmarks/scale_store.py [--sizes 10000 100000 1000000] [--queries 300]
+        [--served-seconds 20] [--rate 50] [--no-compact]
+
+Per size, each phase in a process of its own so its peak RSS (ru_maxrss) is that phase's alone:
+- build: ingest throughput with precomputed vectors (``save_many`` in batches of ``--batch``:
+  validation, chunking, commits; the vectors are computed before the clock starts), the index
+  build (hnswlib + bm25s) and the snapshot save;
+- library: opening the store and loading the namespace's snapshot (index and array view), then
+  search latency in the library with the query vectors given (no query embedding): vector-only,
+  BM25-only and the fused `lab` preset;
+- served: a real `lab serve` over the store, searches paced at ``--rate`` per second (the server
+  embeds each query with the real model, as it does in use);
+- check: `lab store check`; saves: single saves into a copy of the store with its index loaded
+  (what a per-save cost that grows with the store shows in); compact: `lab store compact` on that copy.
+Growth ratios (figure at one size / figure at the size before) are reported so anything superlinear
+stands out (10x the memories should cost at most about 10x).
+
+The memories are LoCoMo turn texts numbered to be unique; their vectors are deterministic random
+unit vectors under the real model's id (`random_unit_vectors`, as `serve_load.py`'s StandIn):
+index and search costs do not depend on what the vectors mean, and embedding a million texts
+would take a day. Stores are kept under .lab/bench/scale-SIZE and reused when built with the same
+settings (their build figures are then the ones recorded when they were built). Exits 1 when a
+correctness check fails: the store's memory count, a stored vector's vector-only top-1 being its
+own memory, `lab store check` finding an error, a served search failing.
+Results: stdout and benchmarks/results/scale_store.json (the load average at start says whether
+anything else was running on the machine).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATASETS, ROOT, percentiles, random_unit_vectors, report  # noqa: E402
+
+BENCH = ROOT / ".lab" / "bench"
+NAMESPACE = "bench"
+FORMAT = 1  # of the stores this script builds: a change to how they are made bumps it
+
+
+def peak_gb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2, 3)
+
+
+def records(size: int) -> list[dict]:
+    """LoCoMo's turns, numbered to be unique, repeated to ``size`` memories."""
+    from lab.eval.locomo import load_conversations
+
+    turns = [t for c in load_conversations(DATASETS / "locomo" / "locomo10-dev.json") for t in c.turns]
+    return [{"namespace": NAMESPACE, "content": f"{turns[i % len(turns)]['content']} (#{i})",
+             "created_at": turns[i % len(turns)]["created_at"]} for i in range(size)]
+
+
+def questions() -> list[str]:
+    """LoCoMo's questions, shuffled with a fixed seed."""
+    import random
+
+    from lab.eval.locomo import load_conversations
+
+    out = [qa["question"] for c in load_conversations(DATASETS / "locomo" / "locomo10-dev.json") for qa in c.raw["qa"]]
+    random.Random(7).shuffle(out)
+    return out
+
+
+def settings(size: int, batch: int) -> dict:
+    from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig, to_dict
+
+    return {"format": FORMAT, "size": size, "batch": batch,
+            "save_config": to_dict(SaveConfig(embed=EmbedConfig(model=DEFAULT_MODEL, cache=False)))}
+
+
+def precomputed(texts: list[str]):
+    """The real model's id and tokenizer; each text's vector looked up from vectors computed before
+    the clock started (a chunk of these memories is its memory's whole text)."""
+    from lab.embed.base import Symmetric
+
+    class Precomputed(Symmetric):
+        dim = 384
+
+        def __init__(self) -> None:
+            from lab.embed.st import SentenceTransformerEmbedder
+
+            real = SentenceTransformerEmbedder()
+            self.model_id, self.tokenizer = real.model_id, real.tokenizer
+            self.row = {t: i for i, t in enumerate(texts)}
+            self.vectors = random_unit_vectors(texts, self.dim)
+
+        def embed(self, batch):
+            return self.vectors[[self.row[t] for t in batch]]
+
+    return Precomputed()
+
+
+def phase_build(size: int, batch: int) -> dict:
+    """A fresh store of ``size`` memories: ingest, index build, snapshot save."""
+    from lab.config import SaveConfig, from_dict
+    from lab.pipeline import Pipeline
+
+    path = BENCH / f"scale-{size}"
+    shutil.rmtree(path, ignore_errors=True)
+    recs = records(size)
+    started = time.perf_counter()
+    model = precomputed([r["content"] for r in recs])
+    precompute_s = time.perf_counter() - started
+    config = from_dict(SaveConfig, settings(size, batch)["save_config"])
+    with Pipeline.open(path, config, embedder=model, create=True) as pipe:
+        started = time.perf_counter()
+        for at in range(0, size, batch):  # one save per batch, as a bulk loader calls it
+            pipe.save_many(recs[at:at + batch], batch_size=batch, progress=False)
+        ingest_s = time.perf_counter() - started
+        started = time.perf_counter()
+        pipe.indexes.build(NAMESPACE)
+        build_s = time.perf_counter() - started
+        started = time.perf_counter()
+    save_s = time.perf_counter() - started  # closing saves the snapshot
+    vectors_gb = model.vectors.nbytes / 1024 ** 3
+    return {"precompute_vectors_s": round(precompute_s, 1), "ingest_s": round(ingest_s, 2),
+            "ingest_memories_per_s": round(size / ingest_s, 1), "index_build_s": round(build_s, 1),
+            "snapshot_save_s": round(save_s, 1), "peak_rss_gb": peak_gb(),
+            "peak_rss_note": f"includes the {vectors_gb:.2f} GB of precomputed vectors this script holds"}
+
+
+def phase_library(size: int, n_queries: int) -> dict:
+    """Open, load the snapshot, check the count and self-retrieval, time searches."""
+    from lab.retriever import Retriever
+    from lab.store.store import Store
+
+    recs = records(size)
+    started = time.perf_counter()
+    retriever = Retriever.open(BENCH / f"scale-{size}", embedder=precomputed([]))
+    retriever.index(NAMESPACE)  # the snapshot, loaded
+    index_s = time.perf_counter() - started
+    snap = retriever.snapshot(NAMESPACE)  # and the array view of the memories (rebuilt after any write)
+    load_s = time.perf_counter() - started
+    out: dict = {"open_and_load_s": round(load_s, 2), "of_which_index_s": round(index_s, 2),
+                 "of_which_view_s": round(load_s - index_s, 2), "peak_rss_after_load_gb": peak_gb(), "failures": []}
+    stored = Store.open(BENCH / f"scale-{size}", read_only=True).memories(NAMESPACE).height
+    if stored != size or snap.index.n_live != size:
+        out["failures"].append(f"store reports {stored} memories and {snap.index.n_live} live chunks, not {size}")
+    # a stored vector must be found as its own memory: exactly (where the index keeps it) and by the
+    # vector-only search (hnswlib: approximate, so its share is reported; random vectors in 384
+    # dimensions have no neighbourhoods, the hardest case for a graph index)
+    probe = [recs[i]["content"] for i in range(0, size, max(1, size // 25))]
+    found = 0
+    for text, vector in zip(probe, random_unit_vectors(probe, 384)):
+        exact = snap.index.exact_vector(vector, 1)
+        if not exact or retriever.get(exact[0][0])["content"] != text:
+            out["failures"].append(f"the exact top-1 of the stored vector of {text!r} is not its memory")
+        top = retriever.search_response(text, NAMESPACE, 1, preset="vector", query_vector=vector).results
+        found += bool(top) and top[0].memory_id == (exact[0][0] if exact else None)
+    out["vector_only_top1_is_itself"] = f"{found} of {len(probe)}"
+    asked = questions()
+    vectors = random_unit_vectors(asked, 384)
+    for preset in ("vector", "bm25", "lab"):
+        for i in range(10):  # first-use costs (term analysis, masks) paid before the clock
+            retriever.search_response(asked[-1 - i], NAMESPACE, 10, preset=preset, query_vector=vectors[-1 - i])
+        latencies = []
+        for i in range(n_queries):
+            q = i % (len(asked) - 10)
+            started = time.perf_counter()
+            retriever.search_response(asked[q], NAMESPACE, 10, preset=preset, query_vector=vectors[q])
+            latencies.append(time.perf_counter() - started)
+        out[f"search_{preset}"] = percentiles(latencies)
+    out["peak_rss_gb"] = peak_gb()
+    return out
+
+
+def phase_saves(size: int, n_saves: int) -> dict:
+    """Single saves into the store (a copy) with its index loaded, as a server saves."""
+    from lab.pipeline import Pipeline
+
+    recs = records(size)
+    fresh = [f"a new note {i} about the weekend plans, number {size + i}" for i in range(n_saves)]
+    with Pipeline.open(BENCH / f"scale-{size}-copy", embedder=precomputed(fresh + [r["content"] for r in recs[:1]])) as pipe:
+        started = time.perf_counter()
+        pipe.index(NAMESPACE)
+        load_s = time.perf_counter() - started
+        pipe.retriever.search_response(fresh[0], NAMESPACE, 10, query_vector=pipe.embedder.embed(fresh[:1])[0])
+        saves, searches = [], []
+        for text in fresh:
+            started = time.perf_counter()
+            pipe.save(text, namespace=NAMESPACE)
+            saves.append(time.perf_counter() - started)
+            # the next search pays for what the save changed (the memories' array view is rebuilt)
+            vector = pipe.embedder.embed([text])[0]
+            started = time.perf_counter()
+            pipe.retriever.search_response(text, NAMESPACE, 10, query_vector=vector)
+            searches.append(time.perf_counter() - started)
+        started = time.perf_counter()
+    return {"load_s": round(load_s, 2), "single_save": percentiles(saves),
+            "lab_search_right_after_a_save": percentiles(searches),
+            "close_s": round(time.perf_counter() - started, 2), "peak_rss_gb": peak_gb()}
+
+
+def run_phase(name: str, size: int, args: argparse.Namespace) -> dict:
+    """One phase in a child process (its own peak RSS); its result is its last stdout line."""
+    cmd = [sys.executable, __file__, "--phase", name, "--sizes", str(size), "--queries", str(args.queries),
+           "--batch", str(args.batch), "--saves", str(args.saves)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    if done.returncode:
+        raise SystemExit(f"phase {name} at {size:,} failed with exit code {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_command(args: list[str], log: Path) -> dict:
+    """A `lab` command: its wall time, exit code and peak RSS (the child's own rusage, by wait4)."""
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "lab", *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    return {"seconds": round(time.perf_counter() - started, 2), "exit_code": os.waitstatus_to_exitcode(status),
+            "peak_rss_gb": round(usage.ru_maxrss / 1024 ** 2, 3)}
+
+
+def served(size: int, seconds: float, rate: float) -> dict:
+    """Searches paced at ``rate`` per second against a real `lab serve` (query embedding included)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from serve_load import paced
+    from serving import Server, write_bundle
+
+    from lab.config import DEFAULT_MODEL
+
+    bundle = write_bundle(BENCH / "scale-bundle", model=DEFAULT_MODEL)
+    asked = questions()
+    srv = Server(bundle, BENCH / f"scale-{size}", "--rate", "1000000", "--burst", "1000000",
+                 log=BENCH / f"scale-{size}-serve.log")
+    started = time.perf_counter()
+    srv.start(timeout=1800)
+    try:
+        ready_s = time.perf_counter() - started
+
+        def ask(i: int):
+            return "POST", "/v1/search", {"namespace": NAMESPACE, "query": asked[i % len(asked)], "k": 10}
+
+        asyncio.run(paced(srv.url, rate, 3, lambda i: ask(i + 5000)))  # warm-up, not counted
+        steady = asyncio.run(paced(srv.url, rate, seconds, ask))
+        status = Path(f"/proc/{srv.proc.pid}/status").read_text()
+        hwm_kb = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")))
+    finally:
+        srv.stop()
+    return {"start_to_ready_s": round(ready_s, 1), "search_paced": steady,
+            "server_peak_rss_gb": round(hwm_kb / 1024 ** 2, 3)}
+
+
+def one_size(size: int, args: argparse.Namespace) -> dict:
+    marker = BENCH / f"scale-{size}.json"
+    wanted = settings(size, args.batch)
+    recorded = json.loads(marker.read_text()) if marker.is_file() else {}
+    if recorded.get("settings") == wanted and (BENCH / f"scale-{size}" / "lab-store.json").is_file():
+        build = {**recorded["build"], "reused": f"built {recorded['built_at']}"}
+    else:
+        build = run_phase("build", size, args)
+        marker.write_text(json.dumps({"settings": wanted, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                      "build": build}, indent=2))
+    print(size, "build", build, file=sys.stderr)
+    out: dict = {"build": build}
+    out["check"] = run_command(["store", "check", "--store", str(BENCH / f"scale-{size}")], BENCH / f"scale-{size}-check.log")
+    print(size, "check", out["check"], file=sys.stderr)
+    out["library"] = run_phase("library", size, args)
+    print(size, "library", out["library"], file=sys.stderr)
+    out["served"] = served(size, args.served_seconds, args.rate)
+    print(size, "served", out["served"], file=sys.stderr)
+    return out
+
+
+def saves_and_compact(size: int, args: argparse.Namespace, compact: bool) -> dict:
+    """Single saves into a copy of the store, then `lab store compact` of that copy (the store
+    itself stays as built, for the next run to reuse)."""
+    copy = BENCH / f"scale-{size}-copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(BENCH / f"scale-{size}", copy)
+    try:
+        out = {"saves": run_phase("saves", size, args)}
+        print(size, "saves", out["saves"], file=sys.stderr)
+        out["compact"] = (run_command(["store", "compact", "--store", str(copy)], BENCH / f"scale-{size}-compact.log")
+                          if compact else {"skipped": f"above --compact-max {args.compact_max}"})
+        print(size, "compact", out["compact"], file=sys.stderr)
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    return out
+
+
+FIGURES = {  # name -> path in a size's results
+    "ingest_s": ("build", "ingest_s"), "index_build_s": ("build", "index_build_s"),
+    "snapshot_save_s": ("build", "snapshot_save_s"), "open_and_load_s": ("library", "open_and_load_s"),
+    "search_vector_p99_ms": ("library", "search_vector", "p99_ms"), "search_bm25_p99_ms": ("library", "search_bm25", "p99_ms"),
+    "search_lab_p50_ms": ("library", "search_lab", "p50_ms"), "search_lab_p99_ms": ("library", "search_lab", "p99_ms"),
+    "served_p99_ms": ("served", "search_paced", "p99_ms"), "served_ready_s": ("served", "start_to_ready_s"),
+    "check_s": ("check", "seconds"), "single_save_p50_ms": ("saves", "single_save", "p50_ms"),
+    "search_after_save_p50_ms": ("saves", "lab_search_right_after_a_save", "p50_ms"),
+    "compact_s": ("compact", "seconds"), "library_peak_rss_gb": ("library", "peak_rss_gb"),
+    "build_peak_rss_gb": ("build", "peak_rss_gb"), "server_peak_rss_gb": ("served", "server_peak_rss_gb"),
+}
+
+
+def growth(results: dict, sizes: list[int]) -> dict:
+    """Each figure at a size over the same figure at the size before (with the size ratio beside it)."""
+    def figure(size: int, path: tuple):
+        value = results[f"memories_{size}"]
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    out: dict = {}
+    for before, after in zip(sizes, sizes[1:]):
+        step = {"memories_x": round(after / before, 1)}
+        for name, path in FIGURES.items():
+            a, b = figure(before, path), figure(after, path)
+            if a and b:
+                step[name] = round(b / a, 2)
+        out[f"{after}/{before}"] = step
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--queries", type=int, default=300, help="timed library searches per preset")
+    parser.add_argument("--served-seconds", type=float, default=20)
+    parser.add_argument("--rate", type=float, default=50, help="served searches offered per second")
+    parser.add_argument("--batch", type=int, default=5000, help="memories per save while building")
+    parser.add_argument("--saves", type=int, default=30, help="single saves timed into the copy")
+    parser.add_argument("--no-compact", action="store_true", help="skip the saves and compact phases")
+    parser.add_argument("--compact-max", type=int, default=10 ** 9,
+                        help="compact only stores of at most this size (compact rebuilds the index: 40 min at 1M)")
+    parser.add_argument("--phase", choices=["build", "library", "saves"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    BENCH.mkdir(parents=True, exist_ok=True)
+    if args.phase:  # a child: one phase at one size, its figures as the last line
+        size = args.sizes[0]
+        run = {"build": lambda: phase_build(size, args.batch), "library": lambda: phase_library(size, args.queries),
+               "saves": lambda: phase_saves(size, args.saves)}[args.phase]
+        print(json.dumps(run()))
+        return
+    results: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+                     "vectors": "deterministic random unit vectors (random_unit_vectors) under all-MiniLM-L6-v2's id",
+                     "batch": args.batch, "served_rate_per_s": args.rate}
+    failures: list[str] = []
+    for done, size in enumerate(args.sizes, start=1):
+        figures = results[f"memories_{size}"] = one_size(size, args)
+        failures += [f"{size:,}: {f}" for f in figures["library"].pop("failures")]
+        if figures["check"]["exit_code"]:
+            failures.append(f"{size:,}: `lab store check` exited {figures['check']['exit_code']}")
+        if figures["served"]["search_paced"]["errors"]:
+            failures.append(f"{size:,}: served searches failed: {figures['served']['search_paced']['errors']}")
+        for last in (False, True):  # written before and after the long compact: an interrupted run keeps the rest
+            if last and not args.no_compact:
+                figures.update(saves_and_compact(size, args, compact=size <= args.compact_max))
+            results["growth"] = growth(results, args.sizes[:done])
+            results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            results["failures"] = failures
+            report("scale_store", results)
+    if failures:
+        print("correctness checks failed:\n  " + "\n  ".join(failures), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Whether values may already be stored in a column of a table, answered from hashes kept up to date
+with the table instead of a scan of it on every write."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+
+from lab.store.table import DeltaFrame
+
+
+class ColumnHashes:
+    """The sorted 64-bit hashes of one column of a table's rows. A new table version that only
+    appended rows (``DeltaFrame.rows_generation`` unchanged) hashes the appended rows alone; any
+    other change hashes the column again. A hash match may be a collision: ``may_hold`` answers
+    "perhaps" and the caller then looks in the rows themselves; a miss is certain."""
+
+    def __init__(self, delta: DeltaFrame, column: str) -> None:
+        self.delta = delta
+        self.column = column
+        self._hashes = np.zeros(0, dtype=np.uint64)
+        self._generation = -1
+        self._rows = 0
+        self.rehashes = 0  # times the whole column was hashed (tests hold it at one per rewrite)
+
+    def _follow(self) -> None:
+        frame = self.delta.frame()
+        generation = self.delta.rows_generation
+        if generation != self._generation or frame.height < self._rows:
+            self._hashes = np.sort(_hash(frame[self.column]))
+            self.rehashes += 1
+        elif frame.height > self._rows:
+            fresh = np.sort(_hash(frame[self.column].slice(self._rows)))
+            self._hashes = np.insert(self._hashes, np.searchsorted(self._hashes, fresh), fresh)
+        self._generation, self._rows = generation, frame.height
+
+    def may_hold(self, values: Sequence[str]) -> bool:
+        """False when no value is stored in the column; True when one may be."""
+        self._follow()
+        if not len(values) or not len(self._hashes):
+            return False
+        wanted = _hash(pl.Series(values, dtype=pl.String))
+        at = np.minimum(np.searchsorted(self._hashes, wanted), len(self._hashes) - 1)
+        return bool((self._hashes[at] == wanted).any())
+
+
+def _hash(values: pl.Series) -> np.ndarray:
+    # polars' hash is stable within a process, which is all these hashes live for
+    return values.hash(seed=0).to_numpy().astype(np.uint64, copy=False)
