@@ -240,7 +240,9 @@ def test_a_worker_killed_mid_embedding_is_replaced_and_the_vectors_equal_a_clean
     from lab.embed.registry import make_embedder
 
     embedder = make_embedder(EmbedConfig())
-    texts = [f"memory {i}: " + line for i, line in enumerate((DEMO / "memories.jsonl").read_text().splitlines())]
+    lines = (DEMO / "memories.jsonl").read_text().splitlines()
+    # two passes over the demo: long enough that a worker is still busy when it is killed
+    texts = [f"memory {i}: " + line for i, line in enumerate(lines * 2)]
     killed: list[int] = []
 
     def kill_one_once_busy():
@@ -248,9 +250,12 @@ def test_a_worker_killed_mid_embedding_is_replaced_and_the_vectors_equal_a_clean
         while time.monotonic() < deadline and not killed:
             pids = _worker_pids()
             if pids:
-                time.sleep(3)  # let it take batches first
-                os.kill(pids[0], signal.SIGKILL)
-                killed.append(pids[0])
+                time.sleep(1)  # let it take batches first
+                try:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(pids[0])
+                except ProcessLookupError:  # it ended meanwhile: look again
+                    pass
             time.sleep(0.2)
 
     thread = threading.Thread(target=kill_one_once_busy)
@@ -304,7 +309,7 @@ def test_systems_evaluated_as_ray_tasks_give_the_local_run_files(tmp_path):
                               capture_output=True, text=True, timeout=1200, cwd=ROOT, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs[name] = {p.name: p for p in (tmp_path / name / "runs").iterdir()}
-    assert sorted(outs["local"]) == sorted(outs["ray"]) == ["demo-lab", "demo-word-overlap"]
+    assert sorted(outs["local"]) == sorted(outs["ray"]) == ["demo-system-lab", "demo-system-word-overlap"]
     for run in outs["local"]:
         a, b = outs["local"][run], outs["ray"][run]
         # (a third-party model may round a score's last digit otherwise on a one-thread worker: txtai

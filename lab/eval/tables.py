@@ -40,9 +40,10 @@ def write_tables(dataset: EvalDataset, folder: str | Path) -> Path:
     dataset.qrels.write_parquet(folder / "qrels.parquet")
     dataset.stale.write_parquet(folder / "stale.parquet")
     meta = {"name": dataset.name, "credit": dataset.credit, "saves": dataset.saves,
-            "reference_time": dataset.reference_time, "reference_times": dataset.reference_times,
-            "report": dataset.report, "source": dataset.source,
-            "fingerprint": dataset.fingerprint(), "summary": dataset.summary()}
+            "reference_time": dataset.reference_time, "report": dataset.report, "source": dataset.source,
+            "fingerprint": dataset.fingerprint(), "summary": dataset.summary(),
+            # only a dataset with per-namespace times records them: the others' prepared bytes stay as they were
+            **({"reference_times": dataset.reference_times} if dataset.reference_times else {})}
     (folder / MARKER).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return folder
 
