@@ -7,11 +7,11 @@ README's figures were measured on, the source and licence, and the steps that pl
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.eval.dataset import file_sha256
 from lab.eval.goldens import default_datasets
 from lab.workspace import current
 
@@ -73,14 +73,6 @@ KNOWN: tuple[Known, ...] = (
 )
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[dict[str, Any]]:
     """One entry per dataset: name, where, status (found | missing | differs), files with their
     checksums, source, licence and steps; then the bundled demo and any other BEIR folder found."""
@@ -91,7 +83,7 @@ def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[d
         files = []
         for rel, expected in k.files.items():
             p = folder / rel
-            got = sha256(p) if verify and p.is_file() else None
+            got = file_sha256(p) if verify and p.is_file() else None
             files.append({"path": str(p), "present": p.is_file(), "sha256_expected": expected, "sha256": got,
                           "matches": (got == expected) if got and expected else None})
         present = (any if k.any_of else all)(f["present"] for f in files)

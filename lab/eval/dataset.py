@@ -8,6 +8,15 @@ from typing import Any
 
 import polars as pl
 
+def file_sha256(path) -> str:
+    """The SHA-256 of a dataset file, read a megabyte at a time (files of gigabytes stay out of memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 QUESTIONS_SCHEMA = {"qid": pl.String, "namespace": pl.String, "question": pl.String, "category": pl.String}
 QRELS_SCHEMA = {"qid": pl.String, "memory_id": pl.String, "relevance": pl.Int64}
 

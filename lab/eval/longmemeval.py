@@ -17,7 +17,6 @@ the memories of every question are kept, as for any evaluation dataset.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import warnings
@@ -28,7 +27,7 @@ from typing import Any, Iterator
 import polars as pl
 
 from lab.errors import LabWarning, ValidationError
-from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
+from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset, file_sha256
 
 FILES = ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json", "longmemeval_oracle.json",
          "longmemeval_s.json", "longmemeval_m.json")
@@ -122,21 +121,13 @@ def _check(q: Any, n: int, path: Path) -> None:
         raise ValidationError(f"{where} ({q['question_id']}): haystack fields differ in length: {sizes}")
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
     """The file as an evaluation dataset (see the module's docstring); ``report`` carries the
     checksum check, and ``longmemeval`` (in ``report``) what its own metrics need."""
     path = Path(path)
     if not path.is_file():
         raise ValidationError(f"LongMemEval file not found: {path}")
-    checksum = sha256_of(path) if verify else None
+    checksum = file_sha256(path) if verify else None
     known = KNOWN_SHA256.get(path.name)
     memories: list[dict[str, Any]] = []
     questions, qrels = [], []
