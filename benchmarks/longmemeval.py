@@ -71,7 +71,7 @@ def sample_part() -> dict:
     from lab.workspace import Workspace
 
     with tempfile.TemporaryDirectory() as tmp:
-        fixture = build_fixture(DATASETS / "longmemeval-sample" / "longmemeval_s_sample.json", Path(tmp))
+        fixture = build_fixture(DATASETS / "longmemeval-sample" / "longmemeval_s_sample.json", Path(tmp), abstention=False)
         ws = Workspace(eval_root=ROOT / ".lab" / "bench" / "longmemeval-eval", datasets=DATASETS, tracking_uri=None)
         out = {}
         for done in evaluate(EvalCandidate(("lab", "bm25", "vector")), Overrides(), EvalData(str(fixture)),

@@ -29,7 +29,7 @@ from lab.adapters.harness import ask, evaluate_system, ingest  # noqa: E402
 from lab.adapters.registry import open_system  # noqa: E402
 from lab.eval import metrics as M  # noqa: E402
 from lab.eval.goldens import load_dataset  # noqa: E402
-from lab.tune.split import split_questions  # noqa: E402
+from lab.eval.split import split_questions  # noqa: E402
 
 SYSTEMS = ["lab", "lab-http", "txtai", "chroma", "mem0", "mempalace"]
 TXTAI_WEIGHTS = [0.0, 0.25, 0.5, 0.75, 1.0]

@@ -377,6 +377,19 @@ class FilterConfig:
 
 
 @dataclass(frozen=True)
+class AbstainConfig:
+    """When search says "nothing relevant is stored": the best candidate's cosine similarity to the
+    query below ``threshold`` (a cosine of the store's embedding model, fitted on tune questions by
+    ``lab eval --abstention``). None: never abstain (the evidence is still reported)."""
+
+    threshold: float | None = setting(None, low=-1, high=1,
+                                      doc="abstain when the best candidate's cosine is below this (none: never)")
+
+    def __post_init__(self) -> None:
+        check_declared(self, "abstain.")
+
+
+@dataclass(frozen=True)
 class GraphConfig:
     """Breadth-first walk over typed edges from the top vector and lexical hits."""
 
@@ -505,6 +518,7 @@ class SearchConfig:
     graph: GraphConfig = setting(default_factory=GraphConfig, doc="the graph signal's walk")
     analysis: AnalysisConfig = setting(default_factory=AnalysisConfig, doc="rule-based query analysis")
     fusion: FusionConfig = setting(default_factory=FusionConfig, doc="how the ranked lists are fused")
+    abstain: AbstainConfig = setting(default_factory=AbstainConfig, doc="when to answer 'nothing relevant stored'")
 
     def __post_init__(self) -> None:
         check_declared(self)

@@ -326,8 +326,18 @@ class Retriever:
         if budget is not None:
             acfg = replace(acfg, budget=budget)
         scfg = self.resolve_config(config, preset)
-        results = self.search(query, namespace, k=candidates, config=scfg, query_vector=query_vector)
-        return self.assemble(results, namespace, acfg, scfg), results
+        response = self.search_response(query, namespace, k=candidates, config=scfg, query_vector=query_vector)
+        return self.assemble_response(response, namespace, acfg, scfg), response.results
+
+    def assemble_response(self, response: SearchResponse, namespace: str, assemble_config: AssembleConfig | None = None,
+                          config: SearchConfig | None = None) -> Context:
+        """A search response assembled into a context that carries its abstention decision; a
+        search that abstains assembles nothing (an agent is given no context rather than loosely
+        related text)."""
+        context = self.assemble([] if response.abstention.abstain else response.results, namespace,
+                                assemble_config, config)
+        context.abstention = response.abstention
+        return context
 
     def assemble(self, results: Sequence[Result], namespace: str, assemble_config: AssembleConfig | None = None,
                  config: SearchConfig | None = None) -> Context:

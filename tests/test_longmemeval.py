@@ -54,17 +54,23 @@ def test_the_fixture_loads_a_namespace_per_question_with_dates_and_evidence(fixt
     with pytest.warns(LabWarning, match=r"longmemeval_s_fixture.json: sha256 [0-9a-f]{64} is not one lab knows"):
         data = lme.load_longmemeval(fixture)
     assert "derived, not official" in (fixture.parent / "README.md").read_text()
-    raw = json.loads(fixture.read_text())
+    everything = json.loads(fixture.read_text())
+    raw = [q for q in everything if not q["question_id"].endswith("_abs")]
+    assert len(raw) == 3 and data.report["abstention_questions"] == [q["question_id"] + "_abs" for q in raw]
     assert data.questions["namespace"].to_list() == [f"lme-{q['question_id']}" for q in raw]
     assert data.questions["category"].to_list() == [q["question_type"] for q in raw]
+    assert data.unanswerable["namespace"].to_list() == [f"lme-{q['question_id']}_abs" for q in raw]
     first = raw[0]
-    turns = [m for m in data.memories if m["namespace"] == f"lme-{first['question_id']}"]
+    ns = f"lme-{first['question_id']}"
+    turns = [m for m in data.memories if m["namespace"] == ns]
     assert len(turns) == sum(len(s) for s in first["haystack_sessions"])
+    # an abstention question shares its haystack's sessions, under ids of its own namespace
+    assert len({m["id"] for m in data.memories}) == len(data.memories)
     sid, date = first["haystack_session_ids"][0], first["haystack_dates"][0]
-    one = next(m for m in turns if m["id"] == f"{sid}#0")
+    one = next(m for m in turns if m["id"] == f"{ns}:{sid}#0")
     assert one["metadata"]["session_id"] == sid and one["created_at"] == lme.parse_date(date, "t")
-    assert data.reference_times[f"lme-{first['question_id']}"] == lme.parse_date(first["question_date"], "t")
-    evidence = {f"{s}#{t}" for s, sess in zip(first["haystack_session_ids"], first["haystack_sessions"])
+    assert data.reference_times[ns] == lme.parse_date(first["question_date"], "t")
+    evidence = {f"{ns}:{s}#{t}" for s, sess in zip(first["haystack_session_ids"], first["haystack_sessions"])
                 for t, turn in enumerate(sess) if turn.get("has_answer") and s in first["answer_session_ids"]}
     gold = set(data.qrels.filter(pl.col("qid") == first["question_id"])["memory_id"])
     assert evidence and gold == evidence
@@ -88,7 +94,7 @@ def test_time_signals_see_the_questions_date_not_the_haystacks_last(fixture, tmp
 
     monkeypatch.setattr(retriever, "candidates", spy)
     candidate_table(retriever, data, resolve("lab"), depth=10, root=tmp_path)
-    assert seen == data.reference_times
+    assert seen == {ns: data.reference_times[ns] for ns in data.questions["namespace"]}
 
 
 def test_a_wrong_shaped_file_is_refused_naming_the_first_bad_field(tmp_path):
@@ -112,7 +118,7 @@ def test_the_reader_streams_one_question_at_a_time(fixture, monkeypatch):
 
 
 def test_abstention_questions_are_kept_apart(fixture, tmp_path):
-    raw = json.loads(fixture.read_text())
+    raw = [q for q in json.loads(fixture.read_text()) if not q["question_id"].endswith("_abs")]
     raw.append({**raw[0], "question_id": raw[0]["question_id"] + "_abs", "question": "What is my cat's name?",
                 "answer_session_ids": []})
     path = tmp_path / "longmemeval_s_cleaned.json"
@@ -120,10 +126,14 @@ def test_abstention_questions_are_kept_apart(fixture, tmp_path):
     data = lme.load_longmemeval(path, verify=False)
     assert data.report["abstention_questions"] == [raw[-1]["question_id"]]
     assert raw[-1]["question_id"] not in data.questions["qid"].to_list()
+    assert data.unanswerable.row(0) == (raw[-1]["question_id"], f"lme-{raw[-1]['question_id']}",
+                                        "What is my cat's name?", raw[0]["question_type"])
     assert f"lme-{raw[-1]['question_id']}" in {m["namespace"] for m in data.memories}  # its haystack is stored
 
 
-def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third_party_system(fixture, tmp_path):
+def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third_party_system(tmp_path):
+    fixture = build_fixture(require_dataset("longmemeval-sample/longmemeval_s_sample.json"), tmp_path / "lme",
+                            abstention=False)
     env = {**os.environ, "LAB_EVAL_ROOT": str(tmp_path / "eval")}
     got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(fixture), "--preset", "bm25",
                           "--model", FAKE_MODEL, "--no-track", "--quiet", "--out", str(tmp_path / "runs")],

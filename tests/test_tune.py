@@ -14,7 +14,7 @@ import yaml
 from lab.embed.fake import FakeEmbedder
 from lab.errors import ValidationError
 from lab.tune.spec import parse_spec
-from lab.tune.split import split_questions
+from lab.eval.split import split_questions
 from lab.tune.strategies import make_strategy
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -76,6 +76,9 @@ class Context:
     _skipped: Any = field(default_factory=list, repr=False)  # a list, or a function that builds it
     reference_time: datetime | None = None
     neighbour_tokens: int = 0  # spent after filling, from what the zones left unused
+    # the search's abstention decision (lab.search.abstain.Abstention) when the context came from
+    # one: an abstaining search assembles nothing
+    abstention: Any = None
 
     @property
     def skipped(self) -> list[Skipped]:
@@ -104,6 +107,7 @@ class Context:
                           "free": u.free} for z, u in self.zones.items()},
             "items": [i.to_dict() for i in self.items],
             "skipped": [s.__dict__ for s in self.skipped],
+            **({"abstention": self.abstention.to_dict()} if self.abstention is not None else {}),
         }
 
 

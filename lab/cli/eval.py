@@ -17,9 +17,14 @@ def _options(args: argparse.Namespace):
     from lab.eval.runner import EvalOptions
 
     budget = (DEFAULT_BUDGET if args.budget is None else args.budget) or None
+    abstention = None
+    if getattr(args, "abstention", False):
+        from lab.eval.abstention import AbstentionOptions
+
+        abstention = AbstentionOptions(max_cost=args.abstention_cost)
     return EvalOptions(ks=tuple(args.k), respect_top_k=args.respect_top_k, credit_derived=args.credit_derived,
                        budget=budget, assemble=replace(AssembleConfig(), counter=args.counter or "estimate"),
-                       ragas=args.ragas)
+                       ragas=args.ragas, abstention=abstention)
 
 
 def _check_before_loading(args: argparse.Namespace) -> None:
@@ -32,6 +37,15 @@ def _check_before_loading(args: argparse.Namespace) -> None:
         raise ValidationError(f"--k: every cutoff must be >= 1, got {bad[0]}")
     if args.budget is not None and args.budget < 0:
         raise ValidationError(f"--budget must be >= 0 (0: no context metrics), got {args.budget}")
+    if getattr(args, "abstention", False):
+        if not 0 <= args.abstention_cost < 1:
+            raise ValidationError(f"--abstention-cost must be in [0, 1), got {args.abstention_cost}",
+                                  field="abstention_cost")
+        if 10 not in args.k:
+            raise ValidationError(f"--abstention costs recall@10: --k must include 10, got {args.k}", field="k")
+        if args.system:
+            raise ValidationError("--abstention measures lab's own evidence (the best candidate's cosine); "
+                                  "a --system run has none: evaluate a --preset or --config instead")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -78,7 +92,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
             head = "  ".join(f"{k} {m[k]:.4f}" for k in ("recall@5", "recall@10", "ndcg@10", "mrr") if k in m)
             print(f"{done.dataset:<10} {done.config.name:<12} {metrics['questions']:>5} q  {head}  -> {done.folder}")
             _longmemeval_line(metrics)
+            _abstention_line(metrics)
     return 0
+
+
+def _abstention_line(metrics: dict) -> None:
+    a = metrics.get("abstention")
+    if not a:
+        return
+    v = a["validation"] if a["validation"]["answerable"] else a["tune"]
+    part = "validation" if v is a["validation"] else "tune (no validation part)"
+    print(f"{'':<10} abstention: threshold {a['threshold']:.4f} fitted on tune; {part}: precision {v['precision']}  "
+          f"recall {v['recall']}  AUROC {v['auroc']}  {a['metric']} cost {v['cost']}  ({a['negatives']})")
 
 
 def eval_systems(args: argparse.Namespace) -> int:
@@ -289,6 +314,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--counter", choices=["estimate", "exact"], default=None,
                    help="token counter for context metrics (default estimate, or a candidate file's own)")
     p.add_argument("--ragas", action="store_true", help="also report ragas's LLM-free context metrics")
+    p.add_argument("--abstention", action="store_true",
+                   help="also measure abstention: a threshold on the best cosine fitted on tune questions, "
+                        "reported on held-out ones (docs/abstention.md)")
+    p.add_argument("--abstention-cost", dest="abstention_cost", type=float, default=0.01, metavar="COST",
+                   help="recall@10 the abstention threshold may cost answerable tune questions (default 0.01)")
     p.add_argument("--check", metavar="REGRESSIONS_YAML", help="run every condition; OK / OKISH / FAIL, exit 1 on FAIL")
     p.add_argument("--out", default="runs", help="folder for run folders (default runs/)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: env, else .lab/mlflow)")

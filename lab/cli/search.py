@@ -49,7 +49,10 @@ def _check_before_loading(args: argparse.Namespace) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     _check_before_loading(args)
     with _retriever(args) as retriever:
-        hits = retriever.search(args.query, args.namespace, k=args.k, explain=args.explain)
+        response = retriever.search_response(args.query, args.namespace, k=args.k, explain=args.explain)
+    hits = response.results
+    if response.abstention.abstain:  # the preset's abstain.threshold: said beside the results
+        print(f"abstain: {response.abstention.reason}", file=sys.stderr)
     if args.json:
         print_json([h.to_dict() for h in hits])
     else:
@@ -93,6 +96,8 @@ def cmd_context(args: argparse.Namespace) -> int:
     text = ctx.render(args.format)
     if text:
         print(terminal_safe(text, keep_newlines=True))
+    if ctx.abstention is not None and ctx.abstention.abstain:
+        print(f"abstain: {ctx.abstention.reason} (nothing assembled)", file=sys.stderr)
     zones = "  ".join(f"{z} {u.used}/{u.available}" for z, u in ctx.zones.items())
     print(f"\n({len(ctx.items)} items, {ctx.used}/{ctx.budget} tokens [{ctx.counter}]; {zones}; "
           f"{len(ctx.skipped)} skipped)", file=sys.stderr)

@@ -26,9 +26,11 @@ from lab.search.fusion import PreparedCandidates, prepare
 
 
 def candidate_config(config: SearchConfig, depth: int) -> dict[str, Any]:
-    """The parts of a search configuration that change the candidate lists (fusion does not)."""
+    """The parts of a search configuration that change the candidate lists (fusion and the
+    abstention threshold do not)."""
     d = to_dict(config)
     d.pop("fusion")
+    d.pop("abstain")
     d.pop("name")
     d.pop("description")
     d["depth"] = max(config.depth, depth)

@@ -39,6 +39,9 @@ class EvalDataset:
     credit: dict[str, str] = field(default_factory=dict)
     saves: dict[str, dict[str, Any]] = field(default_factory=dict)
     stale: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"qid": pl.String, "memory_id": pl.String}))
+    # questions whose answer is stored nowhere (LongMemEval's _abs): not scored for recall, asked
+    # only to measure abstention (lab.eval.abstention)
+    unanswerable: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=QUESTIONS_SCHEMA))
     reference_time: str | None = None
     # a namespace's own "now" (LongMemEval: each question's date for its own haystack), over reference_time
     reference_times: dict[str, str] = field(default_factory=dict)

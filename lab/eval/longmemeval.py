@@ -8,7 +8,7 @@ evidence turns with ``has_answer: true``), ``haystack_session_ids``, ``haystack_
 answer was never said), ``question_type``, ``question``, ``answer`` and ``question_date``.
 
 Each question is its own namespace (``lme-<question_id>``), so haystacks never meet; each turn is a
-memory (id ``<session id>#<turn index>``) with its session's date as ``created_at`` and the session
+memory (id ``lme-<question_id>:<session id>#<turn index>``: questions share distractor sessions) with its session's date as ``created_at`` and the session
 id kept in its metadata, and the question's date is that namespace's "now" (time signals never see
 the future). Gold for lab's own metrics: the evidence turns (``has_answer``), else every turn of an
 answer session. The file is read one question at a time (a streaming reader over the top-level
@@ -137,6 +137,7 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
     types: dict[str, str] = {}
     now: dict[str, str] = {}
     abstention: list[str] = []
+    unanswerable: list[tuple[str, str, str, str]] = []
     for n, q in enumerate(iter_questions(path), start=1):
         _check(q, n, path)
         qid, ns = str(q["question_id"]), f"lme-{q['question_id']}"
@@ -150,7 +151,9 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
             for t, turn in enumerate(turns):
                 if not isinstance(turn, dict) or not isinstance(turn.get("content"), str):
                     raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: a turn is {{role, content}}")
-                mid = f"{sid}#{t}"
+                # the namespace in the id: questions of one file share distractor sessions, and
+                # an id is unique across a store
+                mid = f"{ns}:{sid}#{t}"
                 memories.append({"id": mid, "namespace": ns, "content": turn["content"], "created_at": created,
                                  "type": "episodic", "metadata": {"session_id": str(sid), "role": turn.get("role"),
                                                                   "turn": t}})
@@ -162,6 +165,7 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
         types[qid] = str(q["question_type"])
         if qid.endswith(ABSTENTION_SUFFIX):  # nothing relevant is stored: no recall to measure
             abstention.append(qid)
+            unanswerable.append((qid, ns, str(q["question"]), str(q["question_type"])))
             continue
         questions.append((qid, ns, str(q["question"]), str(q["question_type"])))
         answer_sessions[qid] = sorted(answers)
@@ -177,10 +181,11 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
               "checksum": "not verified" if checksum is None else "matches" if checksum == known
               else f"unknown checksum {checksum} (not one lab knows: evaluated all the same)" if known is None
               else f"differs from the official {known}",
-              "abstention_questions": abstention,  # their haystacks are stored; they are not asked
+              "abstention_questions": abstention,  # their haystacks are stored; asked only by --abstention
               "longmemeval": {"sessions": sessions, "answer_sessions": answer_sessions, "evidence": evidence_turns,
                               "types": types}}
     return EvalDataset(name=path.stem.replace("_", "-"), memories=memories,
                        questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
                        qrels=pl.DataFrame(qrels, schema=QRELS_SCHEMA, orient="row"),
-                       report=report, source=str(path.resolve()), reference_times=now)
+                       report=report, source=str(path.resolve()), reference_times=now,
+                       unanswerable=pl.DataFrame(unanswerable, schema=QUESTIONS_SCHEMA, orient="row"))

@@ -13,6 +13,7 @@ from lab.config import Candidate, SearchConfig, to_yaml
 from lab.config import load_candidate
 from lab.errors import NotFoundError, ValidationError
 from lab.eval.metrics import compare_runs
+from lab.eval.abstention import plot as abstention_plot
 from lab.eval.runner import EvalResult
 from lab.search.presets import checked, resolve
 
@@ -44,6 +45,10 @@ def write_run(result: EvalResult, qrels: pl.DataFrame, out: Path) -> Path:
     write_trec_run(result.run, out / "run.trec", result.config.name)
     write_trec_qrels(qrels, out / "qrels.trec")
     _plots(result, out)
+    if result.abstention is not None:
+        result.abstention.write_parquet(out / "abstention.parquet")
+        abstention_plot(result.abstention, result.metrics["abstention"], out / "abstention.png",
+                        f"{result.dataset} / {result.config.name}: abstention")
     (out / "report.md").write_text(report_markdown(result), encoding="utf-8")
     return out
 
@@ -113,8 +118,27 @@ def report_markdown(result: EvalResult) -> str:
     for block in ("context", "ragas"):
         if m.get(block):
             lines += ["", f"## {block}", ""] + [f"- {k}: {_fmt(v)}" for k, v in m[block].items()]
+    if m.get("abstention"):
+        lines += abstention_lines(m["abstention"])
     lines += ["", "![recall@k](recall_at_k.png)", "", "![categories](categories.png)", ""]
     return "\n".join(lines)
+
+
+def abstention_lines(a: dict[str, Any]) -> list[str]:
+    """The report's abstention section: the threshold fitted on tune, the figures per part."""
+    metric = a["metric"]
+    cols = ("answerable", "unanswerable", "precision", "recall", "auroc", metric, "cost")
+    lines = ["", "## Abstention", "",
+             f"Threshold {a['threshold']:.4f} on {a['evidence']}, fitted on tune (recall cost <= {a['max_cost']}); "
+             f"negatives: {a['negatives']}; split {a['split']}.", "",
+             "| part | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for part in ("tune", "validation"):
+        lines.append(f"| {part} | " + " | ".join(_fmt(a[part][c]) for c in cols) + " |")
+    if a.get("configured"):
+        v = a["configured"]["validation"]
+        lines += ["", f"The configuration's own threshold {a['configured']['threshold']} on validation: "
+                      f"precision {_fmt(v['precision'])}, recall {_fmt(v['recall'])}, cost {_fmt(v['cost'])}."]
+    return lines + ["", "![abstention](abstention.png)"]
 
 
 def load_run(path: str | Path) -> tuple[dict[str, Any], pl.DataFrame]:

@@ -7,6 +7,7 @@ re-embedded or re-searched. An evaluation reads through a read-only ``Retriever`
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,6 +15,7 @@ import polars as pl
 
 from lab.config import AssembleConfig, SearchConfig, to_dict
 from lab.eval import metrics as M
+from lab.eval.abstention import AbstentionOptions, measure
 from lab.eval.cache import candidate_table, memo_entry, prepared_for
 from lab.eval.context import context_metrics
 from lab.eval.dataset import EvalDataset
@@ -33,6 +35,7 @@ class EvalOptions:
     budget: int | None = None  # context metrics: assemble each question's results into this many tokens
     assemble: AssembleConfig = field(default_factory=AssembleConfig)
     ragas: bool = False
+    abstention: AbstentionOptions | None = None  # measure abstention (lab.eval.abstention) too
 
 
 @dataclass
@@ -44,6 +47,7 @@ class EvalResult:
     per_query: pl.DataFrame  # qid, namespace, category, metric columns
     metrics: dict[str, Any]
     info: dict[str, Any] = field(default_factory=dict)
+    abstention: pl.DataFrame | None = None  # per question asked, with --abstention (lab.eval.abstention)
 
 
 def fused_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig, options: EvalOptions,
@@ -74,8 +78,10 @@ def scored_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig
 
 
 def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, options: EvalOptions | None = None, *,
-             cands: pl.DataFrame | None = None, prepared: PreparedCandidates | None = None) -> EvalResult:
-    """Fuse cached candidates under ``config`` and score them against the dataset's gold."""
+             cands: pl.DataFrame | None = None, prepared: PreparedCandidates | None = None,
+             root: Path | None = None) -> EvalResult:
+    """Fuse cached candidates under ``config`` and score them against the dataset's gold; ``root``:
+    the evaluation root whose candidate cache abstention's questions use (None: the workspace's)."""
     options = options or EvalOptions()
     info: dict[str, Any] = {}
     if cands is None:
@@ -116,5 +122,8 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
     if "longmemeval" in dataset.report:  # the benchmark's own retrieval metrics, beside lab's
         out["longmemeval"] = longmemeval_metrics(run, dataset.report["longmemeval"])
     info["fuse_and_score_s"] = round(time.perf_counter() - started, 3)
+    table = None
+    if options.abstention is not None:
+        table, out["abstention"] = measure(retriever, dataset, config, per_query, options.abstention, root=root)
     info["chunk"] = to_dict(retriever.store.recorded_config().chunk)  # the index-time configuration measured
-    return EvalResult(dataset.name, config, options, run, per_query, out, info)
+    return EvalResult(dataset.name, config, options, run, per_query, out, info, table)

@@ -1,7 +1,7 @@
 """A dataset as Parquet tables: what the DVC ``prepare`` stage writes and later stages read.
 
-``questions.parquet``, ``qrels.parquet`` and ``stale.parquet`` are the evaluation tables as they
-are; ``memories.parquet`` and ``edges.parquet`` hold one row per record with its id, namespace and
+``questions.parquet``, ``qrels.parquet``, ``stale.parquet`` (and ``unanswerable.parquet`` for a
+dataset with unanswerable questions) are the evaluation tables as they are; ``memories.parquet`` and ``edges.parquet`` hold one row per record with its id, namespace and
 the whole record as JSON (records carry free-form metadata, which a fixed column set would lose);
 ``lab-dataset.json`` holds the rest (name, credit, saves, reference time, load report, source,
 fingerprint). Reading the folder gives back an `EvalDataset` with the same fingerprint, so stores
@@ -39,6 +39,8 @@ def write_tables(dataset: EvalDataset, folder: str | Path) -> Path:
     dataset.questions.write_parquet(folder / "questions.parquet")
     dataset.qrels.write_parquet(folder / "qrels.parquet")
     dataset.stale.write_parquet(folder / "stale.parquet")
+    if dataset.unanswerable.height:  # only a dataset that has them (the demo's prepared bytes stay as they were)
+        dataset.unanswerable.write_parquet(folder / "unanswerable.parquet")
     meta = {"name": dataset.name, "credit": dataset.credit, "saves": dataset.saves,
             "reference_time": dataset.reference_time, "report": dataset.report, "source": dataset.source,
             "fingerprint": dataset.fingerprint(), "summary": dataset.summary(),
@@ -60,11 +62,14 @@ def read_tables(folder: str | Path) -> EvalDataset:
         questions = pl.read_parquet(folder / "questions.parquet").cast(QUESTIONS_SCHEMA)
         qrels = pl.read_parquet(folder / "qrels.parquet").cast(QRELS_SCHEMA)
         stale = pl.read_parquet(folder / "stale.parquet")
+        unanswerable = (pl.read_parquet(folder / "unanswerable.parquet").cast(QUESTIONS_SCHEMA)
+                        if (folder / "unanswerable.parquet").is_file() else pl.DataFrame(schema=QUESTIONS_SCHEMA))
     except (OSError, pl.exceptions.PolarsError, json.JSONDecodeError) as exc:
         raise ValidationError(f"{folder}: a prepared table cannot be read ({exc})") from None
     dataset = EvalDataset(meta["name"], memories, questions, qrels, edges=edges, credit=meta.get("credit") or {},
                           saves=meta.get("saves") or {}, stale=stale, reference_time=meta.get("reference_time"),
-                          reference_times=meta.get("reference_times") or {}, report=meta.get("report") or {}, source=meta.get("source") or str(folder))
+                          reference_times=meta.get("reference_times") or {}, report=meta.get("report") or {},
+                          source=meta.get("source") or str(folder), unanswerable=unanswerable)
     if dataset.fingerprint() != meta.get("fingerprint"):
         raise ValidationError(f"{folder}: the memories or edges changed since they were prepared "
                               f"(fingerprint {dataset.fingerprint()} != {meta.get('fingerprint')})")

@@ -56,7 +56,7 @@ def run_eval_unit(unit: EvalUnit) -> list[EvalResult]:
     results = []
     for config in unit.configs:
         cands, _ = candidate_table(retriever, dataset, config, depth=max(unit.options.ks), root=unit.eval_root)
-        results.append(evaluate(retriever, dataset, config, unit.options, cands=cands))
+        results.append(evaluate(retriever, dataset, config, unit.options, cands=cands, root=unit.eval_root))
     return results
 
 

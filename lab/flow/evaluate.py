@@ -138,7 +138,7 @@ def _results(chosen: EvalPlan, data: EvalData, dataset: EvalDataset, retriever: 
         for config in chosen.configs:
             cands, _ = candidate_table(retriever, dataset, config, depth=max(chosen.options.ks),
                                        root=workspace.eval_root)
-            yield run_evaluation(retriever, dataset, config, chosen.options, cands=cands)
+            yield run_evaluation(retriever, dataset, config, chosen.options, cands=cands, root=workspace.eval_root)
         return
     # the questions embedded once here, into the cache every task reads, not once per task
     retriever.embed_queries(dataset.questions["question"].to_list())

@@ -13,6 +13,7 @@ threshold and verdict; the candidate is GO only when every check passes.
         non_regression: [recall@10, ndcg@10]
         signal_health: {vector: 0.95, lexical: 0.80}   # share of questions with candidates
         save_then_search: {recall@10: 0.5}             # questions whose memory was just saved
+        abstention: {max_cost: 0.01, auroc: 0.9, precision: 0.9, cost: 0.02}   # held-out questions
 """
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ from lab.config import read_yaml
 from lab.errors import ValidationError
 from lab.eval.metrics import compare_runs
 
-_SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_search", "observations"}
+_SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_search", "observations", "abstention"}
+# abstention (lab.eval.abstention): the recall@10 the fitted threshold may cost on tune, minimums of
+# its held-out precision, recall and AUROC, and the most recall@10 it may cost there
+_ABSTENTION_KEYS = {"max_cost", "precision", "recall", "auroc", "cost"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class Suite:
     signal_health: dict[str, float] = field(default_factory=dict)
     save_then_search: dict[str, float] = field(default_factory=dict)
     observations: bool = False
+    abstention: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -96,10 +101,14 @@ def load_gate(path: str | Path) -> GateConfig:
         nr = raw.get("non_regression") or []
         if not isinstance(nr, list):
             raise ValidationError(f"{where}.non_regression: expected a list of metrics, got {nr!r}")
+        abstention = _thresholds(raw.get("abstention"), f"{where}.abstention")
+        bad = sorted(set(abstention) - _ABSTENTION_KEYS)
+        if bad:
+            raise ValidationError(f"{where}.abstention: unknown key(s) {bad}; allowed: {sorted(_ABSTENTION_KEYS)}")
         suites.append(Suite(str(name), str(raw["dataset"]), _thresholds(raw.get("min"), f"{where}.min"),
                             tuple(str(m) for m in nr), _thresholds(raw.get("signal_health"), f"{where}.signal_health"),
                             _thresholds(raw.get("save_then_search"), f"{where}.save_then_search"),
-                            bool(raw.get("observations", False))))
+                            bool(raw.get("observations", False)), abstention))
     alpha = float(data.get("alpha", 0.05))
     if not 0 < alpha < 1:
         raise ValidationError(f"{p}: alpha must be in (0, 1), got {alpha}")
@@ -147,7 +156,27 @@ def suite_checks(suite: Suite, result: Any, dataset: Any, champion: Any | None, 
             got = float(pq[name].mean())
             checks.append(Check(suite.name, f"save-then-search {name}", got, f">= {minimum:g}", got >= minimum,
                                 f"{pq.height} questions asked right after their memory was saved"))
-    return checks
+    return checks + abstention_checks(suite, result.metrics.get("abstention"))
+
+
+def abstention_checks(suite: Suite, measured: dict[str, Any] | None) -> list[Check]:
+    """The suite's abstention minimums (and the most recall it may cost), on held-out questions."""
+    wanted = {k: v for k, v in suite.abstention.items() if k != "max_cost"}
+    if not wanted:
+        return []
+    part = measured["validation"] if measured and measured["validation"]["answerable"] else None
+    note = "" if part is None else (f"threshold {measured['threshold']:.4f} fitted on tune; {part['answerable']} answerable "
+                                    f"and {part['unanswerable']} unanswerable held-out questions")
+    out = []
+    for name, bound in sorted(wanted.items()):
+        got = None if part is None else part[name]
+        if name == "cost":
+            out.append(Check(suite.name, f"abstention {measured['metric'] if measured else 'recall'} cost", got,
+                             f"<= {bound:g}", got is not None and got <= bound, note or "no held-out questions"))
+        else:
+            out.append(Check(suite.name, f"abstention {name}", got, f">= {bound:g}", got is not None and got >= bound,
+                             note or "no held-out questions"))
+    return out
 
 
 def verdict(checks: list[Check]) -> str:

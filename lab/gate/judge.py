@@ -59,7 +59,11 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
     dataset = load_dataset(suite.dataset, opts.datasets, observations=suite.observations)
     retriever = eval_retriever(dataset, chosen.save, root=opts.root, embedder=opts.embedder, progress=opts.progress,
                                embeddings=opts.embeddings)
-    result = evaluate(retriever, dataset, chosen.search, EvalOptions())
+    from lab.eval.abstention import AbstentionOptions  # heavy: numba
+
+    measured = (AbstentionOptions(max_cost=suite.abstention.get("max_cost", AbstentionOptions.max_cost))
+                if suite.abstention else None)
+    result = evaluate(retriever, dataset, chosen.search, EvalOptions(abstention=measured), root=opts.root)
     write_run(result, dataset.qrels, folder / suite.name)
     compared = champion is not None and champion.search is not None and bool(suite.non_regression)
     drift = data_drift(champion, suite.name, dataset) if compared else None

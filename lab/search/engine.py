@@ -11,6 +11,7 @@ import polars as pl
 from lab.config import FusionConfig, SearchConfig
 from lab.errors import ValidationError
 from lab.fields import rule
+from lab.search.abstain import Abstention, best_scores, decide
 from lab.search.analysis import QueryAnalysis
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, query_analysis, reference_time
 from lab.search.fusion import explain_learned, fuse_detailed, prepare
@@ -63,6 +64,9 @@ class SearchResponse:
     config: str
     analysis: QueryAnalysis
     results: list[Result] = field(default_factory=list)
+    # "nothing relevant stored", with its evidence (lab.search.abstain); the results are kept, so a
+    # caller can still look at what was found
+    abstention: Abstention = Abstention(False, None, None)
 
 
 @dataclass(frozen=True)
@@ -132,9 +136,11 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
         if missing:
             raise ValidationError(f"search request {missing[0]} has no {name} query vector (config {config.name!r} ranks it)")
         encoder_vectors[name] = [r.encoded[name] for r in requests]  # type: ignore[index]
-    cands = prepare(candidates({namespace: snapshot}, [Query(qid, r.query, namespace) for qid, r in zip(qids, requests)],
-                               np.asarray([r.vector for r in requests]), config, analyses=analyses,
-                               encoder_vectors=encoder_vectors))
+    table = candidates({namespace: snapshot}, [Query(qid, r.query, namespace) for qid, r in zip(qids, requests)],
+                       np.asarray([r.vector for r in requests]), config, analyses=analyses,
+                       encoder_vectors=encoder_vectors)
+    best = best_scores(table)
+    cands = prepare(table)
     ranked, contrib = fuse_detailed(cands, config.fusion)
     ranked = ranked.filter(ranked["rank"].to_numpy() <= limit[ranked["qid"].cast(pl.Int64).to_numpy()])
     picked = ranked.select("qid", "memory_id")
@@ -171,7 +177,8 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
                 pinned=bool(row["pinned"]), episode=episodes[p] if p is not None else None,
                 learned=learned_shares.get((qid, mid)),
             ))
-        responses.append(SearchResponse(request.query, namespace, config.name, analysis, results))
+        responses.append(SearchResponse(request.query, namespace, config.name, analysis, results,
+                                        decide(best.get(qid), config.abstain)))
     return responses
 
 

@@ -330,12 +330,21 @@ class Hit(BaseModel):
     learned: Optional[dict[str, float]] = None
 
 
+class AbstentionOut(BaseModel):
+    """Whether the search says "nothing relevant stored", with its evidence: the best candidate's
+    cosine to the query (null: no candidate) and the served threshold (null: never abstains)."""
+    abstain: bool
+    score: Optional[float] = None
+    threshold: Optional[float] = None
+
+
 class SearchOut(BaseModel):
     query: str
     namespace: str
     config: str
     intent: str
     results: list[Hit]
+    abstention: AbstentionOut
     took_ms: float
 
 
@@ -413,6 +422,7 @@ class ContextOut(BaseModel):
     items: list[ContextEntry]
     citations: list[Citation]
     skipped: list[SkippedOut]
+    abstention: AbstentionOut  # abstain: nothing was assembled
     took_ms: float
 
 

@@ -70,7 +70,7 @@ def searched(body: C.SearchIn, out: C.SearchOut) -> dict[str, Any]:
 def contextual(body: C.ContextIn, out: C.ContextOut) -> dict[str, Any]:
     """A context for an agent: the text and its citations, not every assembled item's details."""
     return out.model_dump(mode="json", include={"query", "namespace", "text", "format", "budget", "used", "zones",
-                                                "citations", "took_ms"})
+                                                "citations", "abstention", "took_ms"})
 
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -128,13 +128,15 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("search", "Hybrid search of one namespace with the served configuration.", C.SearchIn, C.SearchOut,
               ops.search, Rest("POST", "/v1/search", tag="search"),
               Mcp("memory_search", "Search memories: the best matches for a query, ranked, with their scores. "
-                  "explain=true adds each signal's share of a result's score (vector, bm25, recency, graph, ...).",
+                  "explain=true adds each signal's share of a result's score (vector, bm25, recency, graph, ...). "
+                  "abstention.abstain=true means nothing relevant is stored: do not answer from these results.",
                   hints={"readOnlyHint": True}, shape=searched)),
     Operation("context", "Search, then assemble the results into a zoned context within the token budget.",
               C.ContextIn, C.ContextOut, ops.context, Rest("POST", "/v1/context", tag="search"),
               Mcp("memory_context", "Assemble what memory knows about a query into one context within a token "
                   "budget, ordered for a model to read (critical first, then by relevance, recent last), with a "
-                  "citation per memory.", hints={"readOnlyHint": True}, defaults={"format": "markdown"},
+                  "citation per memory. abstention.abstain=true means nothing relevant is stored: the context is "
+                  "empty, say you do not know.", hints={"readOnlyHint": True}, defaults={"format": "markdown"},
                   shape=contextual)),
     Operation("check", "Before a write: the nearest stored memories, which one the text repeats and which it may "
               "contradict.", C.CheckIn, C.CheckOut, ops.check, Rest("POST", "/v1/check", tag="search"),

@@ -241,7 +241,7 @@ async def search(state: AppState, who: Caller, body: C.SearchIn) -> C.SearchOut:
         W.Search(body.query, body.namespace, body.k or config.fusion.top_k, config, body.explain)))
     return C.SearchOut(query=body.query, namespace=body.namespace, config=response.config,
                        intent=response.analysis.intent, results=[r.to_dict() for r in response.results],
-                       took_ms=round((time.perf_counter() - started) * 1000, 3))
+                       abstention=response.abstention.to_dict(), took_ms=round((time.perf_counter() - started) * 1000, 3))
 
 
 async def context(state: AppState, who: Caller, body: C.ContextIn) -> C.ContextOut:
@@ -259,7 +259,7 @@ async def context(state: AppState, who: Caller, body: C.ContextIn) -> C.ContextO
         **{k: data[k] for k in ("budget", "used", "counter", "zones", "items", "skipped")},
         citations=[{"marker": f"[{i.memory_id}]", "memory_id": i.memory_id, "zone": i.zone, "position": i.position}
                    for i in ctx.items],
-        took_ms=round((time.perf_counter() - started) * 1000, 3))
+        abstention=ctx.abstention.to_dict(), took_ms=round((time.perf_counter() - started) * 1000, 3))
 
 
 async def check(state: AppState, who: Caller, body: C.CheckIn) -> C.CheckOut:

@@ -24,7 +24,9 @@ back as it came, marked ``X-Lab-Proxy: passthrough``.
 
 The upstream's answer comes back unchanged (status, body, and a stream event by event), with
 headers saying what was injected: ``X-Lab-Memories`` (ids, comma-separated), ``X-Lab-Context-Tokens``,
-``X-Lab-Namespace`` and ``X-Lab-Position``. An upstream that does not answer in time is 504, one
+``X-Lab-Namespace`` and ``X-Lab-Position``; when the search abstains (nothing relevant stored,
+``abstain.threshold`` of the served configuration), nothing is injected and ``X-Lab-Abstain``
+gives the evidence (``score=0.2134; threshold=0.35``). An upstream that does not answer in time is 504, one
 that cannot be reached 502. With ``save`` (or the server's ``proxy_save``), the user message and
 the answer are saved as episodic memories after the answer is complete.
 """
@@ -116,6 +118,13 @@ def _prefixed(content: Any, text: str) -> Any:
     if isinstance(content, list):
         return [{"type": "text", "text": text}, *content]
     return f"{text}\n\n{content}" if content else text
+
+
+def abstain_header(abstention: C.AbstentionOut) -> str:
+    """``X-Lab-Abstain``'s value: the evidence of a search that found nothing relevant."""
+    if abstention.score is None:
+        return f"no candidate; threshold={abstention.threshold}"
+    return f"score={abstention.score}; threshold={abstention.threshold}"
 
 
 def inject(messages: list[dict[str, Any]], text: str, position: str) -> list[dict[str, Any]]:
@@ -273,6 +282,8 @@ async def chat_completions(request: Request, state: AppState) -> Response:
         body["messages"] = inject(body["messages"], f"{MEMORY_HEADER}\n{got.text}", opts.position)
     audit = {"X-Lab-Memories": ",".join(ids), "X-Lab-Context-Tokens": str(got.used),
              "X-Lab-Namespace": opts.namespace, "X-Lab-Position": opts.position}
+    if got.abstention.abstain:  # nothing was injected, and the caller is told why
+        audit["X-Lab-Abstain"] = abstain_header(got.abstention)
     url = upstream_url(state.settings.proxy_upstream)
     shown = shown_url(url)
     reply = await send_upstream(state, state.proxy_client.build_request(

@@ -55,7 +55,7 @@ class Context:
 
     def finish(self, retriever: Any, response: SearchResponse) -> Any:
         """The search's results assembled into a context (``lab.assemble.Context``)."""
-        return retriever.assemble(response.results, self.namespace, self.assemble, self.config)
+        return retriever.assemble_response(response, self.namespace, self.assemble, self.config)
 
 
 Read = Union[Search, Context]

@@ -209,6 +209,13 @@ def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri
         metrics[f"{name}.ci95_low"], metrics[f"{name}.ci95_high"] = lo, hi
     for name, value in (m.get("context") or {}).items():
         metrics[name] = value
+    abstention = m.get("abstention") or {}
+    if abstention:  # the fitted threshold and each part's figures (abstention.validation.auroc, ...)
+        metrics["abstention.threshold"] = abstention["threshold"]
+        for part in ("tune", "validation"):
+            for name, value in abstention[part].items():
+                if isinstance(value, (int, float)):
+                    metrics[f"abstention.{part}.{name}"] = value
     tags = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(), "store_version": store_version,
             "preset": result.config.name, "run_folder": str(Path(folder).resolve()), **(extra_tags or {})}
     with run(f"{kind} {dataset.name} {result.config.name}", kind, params=flatten(to_dict(result.config)),

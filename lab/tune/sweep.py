@@ -29,7 +29,7 @@ from lab.tune.output import log_sweep, summary, write_sweep
 from lab.tune.params import assemble_config, save_config, search_config, table_point
 from lab.tune.selection import ALPHA, METHOD, corrected_gain, tied_with_best
 from lab.tune.spec import CONTEXT_METRICS, SweepSpec
-from lab.tune.split import split_questions
+from lab.eval.split import split_questions
 from lab.tune.strategies import make_strategy
 
 PARTS = ("tune", "validation", "all")
