@@ -24,6 +24,7 @@ from lab.index.namespace import NamespaceIndex
 from lab.index.snapshot import indexed_config
 from lab.retriever import Retriever, require_model
 from lab.search.engine import Result
+from lab.store.location import is_uri
 from lab.store.layout import StoreVersion, is_store
 from lab.store.store import Store
 from lab.write import EDITABLE, IngestReport, Writer
@@ -70,7 +71,7 @@ class Pipeline:
         with another is refused, since its stored chunks were made with the first one. Index
         parameters may change: indexes are then rebuilt. With ``pin`` the store is read-only.
         """
-        path = Path(path)
+        path = path if is_uri(path) else Path(path)  # a folder, or a URI (lab.store.location)
         exists = is_store(path)
         if not exists and not create:
             raise NotFoundError(f"no lab store at {path} (create one with `lab init --store {path}`)")

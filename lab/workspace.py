@@ -13,7 +13,8 @@ folders, its tracking store, its lock timeout), the same for every thread a serv
 
 Environment variables (read by ``Workspace.resolve`` only):
 ``LAB_STORE``, ``LAB_EVAL_ROOT``, ``LAB_EMBED_CACHE``, ``LAB_DATASETS``, ``LAB_PROJECT``,
-``MLFLOW_TRACKING_URI``, ``LAB_WRITE_LOCK_TIMEOUT``, ``LAB_ENGINE``, ``RAY_ADDRESS``.
+``MLFLOW_TRACKING_URI``, ``LAB_WRITE_LOCK_TIMEOUT``, ``LAB_ENGINE``, ``RAY_ADDRESS``, ``LAB_STORE_CACHE``,
+``LAB_STORAGE_OPTIONS``.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from lab.fields import check_declared, coerce, rule, setting
 
 ENV = {"store": "LAB_STORE", "eval_root": "LAB_EVAL_ROOT", "embed_cache": "LAB_EMBED_CACHE",
        "datasets": "LAB_DATASETS", "project": "LAB_PROJECT", "tracking_uri": "MLFLOW_TRACKING_URI",
-       "write_lock_timeout": "LAB_WRITE_LOCK_TIMEOUT", "engine": "LAB_ENGINE", "ray_address": "RAY_ADDRESS"}
+       "write_lock_timeout": "LAB_WRITE_LOCK_TIMEOUT", "engine": "LAB_ENGINE", "ray_address": "RAY_ADDRESS",
+       "store_cache": "LAB_STORE_CACHE", "storage_options": "LAB_STORAGE_OPTIONS"}
 
 
 def _default_project() -> Path:
@@ -42,7 +44,8 @@ class Workspace:
     """The folders, tracking store and timeouts of one process."""
 
     project: Path = setting(default_factory=_default_project, doc="the folder with datasets/demo, goldens/, params.yaml")
-    store: Path | None = setting(None, doc="the store commands use without --store (none: each command's own default)")
+    # a folder, or a URI (s3://bucket/prefix, file:///path): lab.store.location
+    store: str | None = setting(None, doc="the store commands use without --store (none: each command's own default)")
     eval_root: Path = setting(Path(".lab/eval"), doc="evaluation stores and candidate tables")
     embed_cache: Path | None = setting(None, doc="one embedding cache for every store (none: each store's own)")
     datasets: Path | None = setting(None, doc="the shared datasets (none: ../shared/datasets beside the project)")
@@ -50,9 +53,18 @@ class Workspace:
     write_lock_timeout: float = setting(600.0, above=0, doc="seconds a writer waits for a store's lock")
     engine: str = setting("local", choices=("local", "ray"), doc="where heavy work runs: this process, or Ray (lab.engine)")
     ray_address: str | None = setting(None, doc="the Ray cluster's address (none: a local Ray started per command)")
+    store_cache: Path = setting(Path(".lab/stores"), doc="working folders of stores at a URI (lock, index copies)")
+    storage_options: str | None = setting(None, doc="JSON of deltalake storage options for stores at a URI "
+                                                    "(none: the provider's own environment variables)")
 
     def __post_init__(self) -> None:
         check_declared(self)
+        storage_options(self.storage_options, "the workspace")  # refused here, not at the first store opened
+
+    @property
+    def storage(self) -> dict[str, str]:
+        """The storage options as a mapping (lab.store.location)."""
+        return storage_options(self.storage_options, "the workspace")
 
     @property
     def datasets_root(self) -> Path:
@@ -80,8 +92,27 @@ class Workspace:
             problem = rule(cls, f.name).problem(value)
             if problem:
                 raise ValidationError(f"{f.name} from {where} {problem}", field=f.name)
+            if f.name == "storage_options":
+                storage_options(value, where)  # refused naming where it came from
             values[f.name] = value
         return cls(**values)
+
+
+def storage_options(text: str | None, where: str) -> dict[str, str]:
+    """Storage options from JSON (``{"AWS_REGION": "eu-west-1"}``); refused naming where they came from."""
+    import json
+
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(f"storage_options from {where}: not JSON ({exc})", field="storage_options") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                                              for k, v in value.items()):
+        raise ValidationError(f"storage_options from {where}: expected a JSON object of names to values, got {text!r}",
+                              field="storage_options")
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
 
 _installed: Workspace | None = None

@@ -36,7 +36,7 @@ def _check_before_loading(args: argparse.Namespace) -> None:
             raise ValidationError(f"--{flag} {problem}", field=flag)
     if not args.query.strip():
         raise ValidationError("the query is empty: give the text to search for")
-    store = Path(args.store)
+    store = args.store  # a folder, or a URI (lab.store.location)
     if not is_store(store):
         raise NotFoundError(f"no lab store at {store} (create one with `lab init --store {store}`, "
                             "or name another with --store)")

@@ -48,7 +48,11 @@ class IndexManager:
         self._lock = threading.RLock()
 
     def directory(self, namespace: str) -> Path:
-        return self.store.root / "indexes" / namespace_folder(namespace)
+        return self.store.root / "indexes" / namespace_folder(namespace)  # (a URI's: this machine's copy)
+
+    def _remote(self, namespace: str) -> str:
+        """Where a store at a URI keeps the namespace's snapshot, under its URI."""
+        return f"indexes/{namespace_folder(namespace)}"
 
     def loaded(self) -> dict[str, NamespaceIndex]:
         with self._lock:
@@ -70,6 +74,8 @@ class IndexManager:
                 # the versions these chunks were read at (no log re-read: a stamp taken later could
                 # claim commits whose chunks were not read)
                 seen = str(self.store.known_version())
+                if self.store.location is not None:  # a store at a URI: its snapshot, when newer than ours
+                    self.store.location.fetch(self._remote(namespace), self.directory(namespace))
                 try:
                     idx = load_index(self.directory(namespace), chunks, self.config, namespace, stored)
                 except IndexDamaged as exc:
@@ -197,6 +203,8 @@ class IndexManager:
                     idx.merge()  # a bulk write caught up here would otherwise save a delta of thousands
                 if self._saved.get(ns) != idx.store_version or not self.directory(ns).is_dir():
                     save_index(idx, self.directory(ns))
+                    if self.store.location is not None:  # beside the tables, for every machine
+                        self.store.location.upload(self.directory(ns), self._remote(ns))
                     self._saved[ns] = idx.store_version
                     saved.append(ns)
             self._changed.clear()

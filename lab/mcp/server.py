@@ -107,7 +107,7 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
     every request carries its caller)."""
     server = LabMCPServer("lab-memory", title="lab memory", version=__version__, instructions=INSTRUCTIONS,
                           log_level="WARNING")
-    root = str(state.service.store.root.resolve())
+    root = (str(state.service.store.root.resolve()), state.service.store.where)
 
     def who(ctx: Context) -> Caller:
         request = ctx.request_context.request

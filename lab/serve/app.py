@@ -196,7 +196,7 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
                   **hidden, description="Save, search and assemble agent memories with a gated retrieval configuration.")
     routes.document_routes(app, guarded=settings.auth_on)
     app.state.lab = state
-    root = str(service.store.root.resolve())
+    root = (str(service.store.root.resolve()), service.store.where)  # a store at a URI: its URI too
 
     @app.exception_handler(ApiError)
     @app.exception_handler(LabError)

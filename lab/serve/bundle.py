@@ -16,6 +16,7 @@ from lab.bundle import Bundle, read_bundle, require_go
 from lab.config import AssembleConfig, SaveConfig, SearchConfig
 from lab.embed.registry import require_recorded
 from lab.errors import ConflictError, NotFoundError, ValidationError
+from lab.store.location import is_uri
 from lab.store.layout import WRITE_LOCK, is_store
 from lab.store.store import Store
 
@@ -75,9 +76,12 @@ def seed_store(served: Served, store: str | Path) -> str | None:
     was already there."""
     import shutil
 
-    store = Path(store)
     if is_store(store):
         return None
+    if is_uri(store):  # the packed copy is a folder: a store at a URI is seeded by `lab ingest`
+        raise ValidationError(f"--demo seeds a store folder, not the URI {store}: serve a folder, or fill the "
+                              "store with `lab ingest`")
+    store = Path(store)
     if served.folder is None:
         raise NotFoundError("the served configuration names no bundle folder to seed a store from")
     bundle = Bundle(served.search, served.assemble, served.save, served.manifest, served.folder)

@@ -39,9 +39,12 @@ class PublicError:
         return CODES.get(self.status, "error")
 
 
-def public_message(exc: LabError, store_root: str) -> str:
-    """A lab error's message as a client may see it: no file paths, no list of other namespaces."""
-    text = str(exc).replace(store_root, "<store>")
+def public_message(exc: LabError, store_root: str | tuple[str, ...]) -> str:
+    """A lab error's message as a client may see it: no file paths (nor the store's URI), no list
+    of other namespaces."""
+    text = str(exc)
+    for root in sorted((store_root,) if isinstance(store_root, str) else store_root, key=len, reverse=True):
+        text = text.replace(root, "<store>")
     text = _KNOWN.sub("", text)
     return _PATH.sub("<path>", text)
 
@@ -60,7 +63,7 @@ def validation_error(exc: PydanticValidationError, model: Any = None, prefix: st
     return PublicError(422, f"{where}: {message}" if where else message, where or None)
 
 
-def public_error(exc: BaseException, store_root: str, *, where: str = "") -> PublicError:
+def public_error(exc: BaseException, store_root: str | tuple[str, ...], *, where: str = "") -> PublicError:
     """What a client is told about ``exc``; ``where`` names the request in log lines."""
     if isinstance(exc, ApiError):
         return PublicError(exc.status, exc.message, exc.field, dict(exc.headers or {}))

@@ -44,6 +44,7 @@ from lab.search.engine import SearchRequest
 from lab.serve.bundle import Served, served_save_config
 from lab.serve.settings import Settings
 from lab.serve.work import Context, Create, Read, Write
+from lab.store.location import is_uri
 from lab.store.layout import is_store
 from lab.store.store import Store
 
@@ -67,7 +68,7 @@ class Observer:
     def committed(self, memories: int, seconds: float) -> None: ...
 
 
-def store_config(path: Path, served: Served) -> SaveConfig:
+def store_config(path: Path | str, served: Served) -> SaveConfig:
     """The save config to open the served store with: the gated index-time settings. A store
     created with other chunking or another model is refused (its chunks would not be what the
     gate measured)."""
@@ -96,7 +97,7 @@ class MemoryService:
         self.settings = settings
         self.served = served
         self.observer = observer or Observer()
-        path = Path(settings.store)
+        path = settings.store if is_uri(settings.store) else Path(settings.store)  # a folder, or a URI
         self.pipeline = Pipeline.open(path, store_config(path, served), create=True, embedder=embedder)
         self.store = self.pipeline.store
         self.store.follow_other_writers(settings.refresh_seconds)

@@ -156,6 +156,16 @@ def read_parquet(table: str, path: str, schema: pa.Schema | None, columns: list[
                          f"(run `lab store check` and `lab store repair`)") from None
 
 
+def file_exists(path: str) -> bool:
+    """Is there a file at ``path`` (a local path, or a URI on object storage)?"""
+    if "://" not in path:
+        return Path(path).is_file()
+    from pyarrow import fs as pafs
+
+    filesystem, where = pafs.FileSystem.from_uri(path)
+    return filesystem.get_file_info(where).type == pafs.FileType.File
+
+
 def uri_path(uri: str) -> str:
     """A local path from a data file URI as deltalake lists it (percent-encoded, maybe file://)."""
     from urllib.parse import unquote, urlparse

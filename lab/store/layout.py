@@ -9,6 +9,7 @@ from typing import Any
 
 from lab.config import SaveConfig, from_dict
 from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
+from lab.store.location import Location, is_uri, location_of
 
 STORE_FORMAT = 1
 INFO_FILE = "lab-store.json"  # the store's marker: a folder is a store once this file is in it
@@ -22,7 +23,9 @@ def info_path(root: str | Path) -> Path:
 
 
 def is_store(root: str | Path) -> bool:
-    """Does ``root`` hold a lab store (its info file)?"""
+    """Does ``root`` (a folder, or a URI: lab.store.location) hold a lab store (its info file)?"""
+    if is_uri(root):
+        return location_of(str(root)).exists(INFO_FILE)
     return info_path(root).is_file()
 
 
@@ -66,19 +69,43 @@ class StoreInfo:
         path = info_path(root)
         if not path.is_file():
             raise NotFoundError(f"no lab store at {root} (create one with `lab init --store {root}`)")
+        return cls.parse(path.read_text(encoding="utf-8"), str(path))
+
+    @classmethod
+    def read_at(cls, location: Location) -> "StoreInfo":
+        """The info of the store at a URI (``read``'s errors)."""
+        text = location.read_text(INFO_FILE)
+        if text is None:
+            raise NotFoundError(f"no lab store at {location.uri} (create one with `lab init --store {location.uri}`)")
+        return cls.parse(text, f"{location.uri}/{INFO_FILE}")
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> "StoreInfo":
         try:
-            info = cls(**json.loads(path.read_text(encoding="utf-8")))
+            info = cls(**json.loads(text))
         except (ValueError, TypeError) as exc:
-            raise StoreError(f"{path} is unreadable: {exc}") from exc
+            raise StoreError(f"{where} is unreadable: {exc}") from exc
         if info.format != STORE_FORMAT:
             raise StoreError(f"store format {info.format} is not supported (expected {STORE_FORMAT})")
         return info
 
+    def text(self) -> str:
+        return json.dumps(self.__dict__, indent=2, sort_keys=True)
+
     def write_aside(self, root: Path) -> Path:
         """Write to the info file's temporary copy; ``Path.replace`` it onto ``info_path(root)``."""
         tmp = root / (INFO_FILE + ".tmp")
-        tmp.write_text(json.dumps(self.__dict__, indent=2, sort_keys=True), encoding="utf-8")
+        tmp.write_text(self.text(), encoding="utf-8")
         return tmp
+
+    def put(self, root: Path, location: Location | None = None) -> "StoreInfo":
+        """Replace the store's info file with this one (at its URI in one request, or in its folder
+        written aside and swapped in); returns it."""
+        if location is not None:
+            location.write_text(INFO_FILE, self.text())
+        else:
+            self.write_aside(root).replace(info_path(root))
+        return self
 
     def with_index(self, index: dict[str, Any]) -> "StoreInfo":
         """This info with other index parameters in its save config."""

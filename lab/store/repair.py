@@ -6,6 +6,7 @@ from pathlib import Path
 
 from lab.errors import ConflictError, NotFoundError, StoreError
 from lab.store.delta_log import LogDamage, commit_files, log_damage, recover_torn_commit
+from lab.store.location import is_uri
 from lab.store.layout import PINNED_TABLES, WRITE_LOCK, StoreVersion, is_store
 
 
@@ -13,6 +14,8 @@ def log_damages(root: str | Path) -> list[tuple[LogDamage, str]]:
     """Each table whose latest version cannot be read for a torn commit file, with one line saying
     what is wrong and what to do: repair (a torn newest commit), or restore from a backup, the
     store still opening pinned at the versions before the tear when the table is one a pin fixes."""
+    if is_uri(root):
+        return []  # on object storage a commit file is written whole in one request: none is ever torn
     root = Path(root)
     tables = {p.name: p for p in sorted((root / "tables").glob("*")) if p.is_dir()}
     found = {name: damage for name, path in tables.items() if (damage := log_damage(path)) is not None}
@@ -41,9 +44,11 @@ def recover_torn_commits(root: str | Path, timeout: float = 600.0) -> list[str]:
     before anything is moved: dropping it would lose acknowledged commits."""
     from filelock import FileLock, Timeout
 
-    root = Path(root)
     if not is_store(root):
         raise NotFoundError(f"no lab store at {root} (create one with `lab init --store {root}`)")
+    if is_uri(root):
+        return []  # (see log_damages)
+    root = Path(root)
     try:
         with FileLock(str(root / WRITE_LOCK), timeout=timeout):
             for damage, said in log_damages(root):

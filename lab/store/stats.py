@@ -27,3 +27,10 @@ def describe(mem: pl.DataFrame, chunks: pl.DataFrame, edges: pl.DataFrame, *, ve
     if edges.height:
         out["by_relation"] = dict(sorted(edges.group_by("relation").len().iter_rows()))
     return out
+
+
+def store_stats(store: Any, namespace: str | None = None) -> dict[str, Any]:
+    """``lab stats`` of a store (``describe``), of one namespace or all."""
+    return describe(store.memories(namespace), store.chunks(namespace, embeddings=False), store.edges(namespace),
+                    version=str(store.version()), namespaces=store.namespaces() if namespace is None else [namespace],
+                    embed_model=store.info.embed_model)

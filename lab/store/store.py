@@ -17,12 +17,13 @@ from lab.schema import ACCESS_LOG, EDGES, MEMORIES, NAMESPACES, chunks_schema
 from lab.store.access import AccessLog
 from lab.store.chunks import ChunksTable
 from lab.store.edges import EdgesTable
-from lab.store.layout import STORE_FORMAT, StoreInfo, StoreVersion, info_path, prepare_folder
+from lab.store.layout import INFO_FILE, STORE_FORMAT, StoreInfo, StoreVersion, info_path, prepare_folder
+from lab.store.location import Location, is_uri, location_of
 from lab.store.lock import WriterLock
 from lab.store.memories import MemoriesTable
 from lab.store.namespaces import NamespacesTable
 from lab.store.records import namespace_folder, utcnow, validate_id
-from lab.store.stats import describe
+from lab.store.stats import store_stats
 from lab.store.table import DeltaFrame, in_list
 from lab.workspace import current
 
@@ -35,15 +36,19 @@ class Store:
     lands. A process killed in between leaves invisible chunks, never a half-saved memory.
     """
 
-    def __init__(self, root: Path, info: StoreInfo, pin: StoreVersion | None = None, *, create_tables: bool = True) -> None:
+    def __init__(self, root: Path, info: StoreInfo, pin: StoreVersion | None = None, *, create_tables: bool = True,
+                 location: Location | None = None) -> None:
+        # a store at a URI (``location``) keeps its files there; ``root`` is this machine's working folder
         self.root = root
+        self.location = location
         self.info = info
         self.pin = pin
         self.read_only = pin is not None or not create_tables  # pinned, or opened to read: writes refused
 
         def table(name: str, schema: pa.Schema, version: int | None = None, lazy: tuple[str, ...] = ()) -> DeltaFrame:
-            return DeltaFrame(root / "tables" / name, schema, version=version, create=create_tables and pin is None,
-                              read_only=not create_tables, lazy=lazy)
+            return DeltaFrame(root / "tables" / name if location is None else location.table(name), schema,
+                              version=version, create=create_tables and pin is None, read_only=not create_tables,
+                              lazy=lazy, storage_options=None if location is None else location.options)
 
         self._memories = table("memories", MEMORIES, pin and pin.memories)
         # the embeddings stay in the files: the indexes hold their own copy (ChunksTable.visible)
@@ -61,33 +66,28 @@ class Store:
     # ----------------------------------------------------------------- lifecycle
     @classmethod
     def create(cls, root: str | Path, *, embed_model: str, dim: int, save_config: dict[str, Any]) -> "Store":
-        """A new store in an empty folder (``prepare_folder``), made with this embedder and config."""
-        root = Path(root)
-        info = StoreInfo(format=STORE_FORMAT, created_at=utcnow().isoformat(), lab_version=__version__,
-                         embed_model=embed_model, dim=dim, save_config=save_config)
-        tmp = prepare_folder(root, info)
-        store = cls(root, info)
-        tmp.replace(info_path(root))  # the store exists once its tables and info are in place
-        return store
+        """A new store in an empty folder or at an empty URI (``_create``), of this embedder and config."""
+        return _create(cls, root, StoreInfo(format=STORE_FORMAT, created_at=utcnow().isoformat(), lab_version=__version__,
+                                            embed_model=embed_model, dim=dim, save_config=save_config))
 
     @classmethod
     def open(cls, root: str | Path, *, pin: StoreVersion | str | None = None, read_only: bool = False) -> "Store":
-        """Open a store folder, at its latest version or pinned at ``pin`` (then read-only). ``read_only``
-        opens the latest version to read: a missing table is an error, not created (opening writes nothing)."""
-        root = Path(root)
-        info = StoreInfo.read(root)
-        if isinstance(pin, str):
-            pin = StoreVersion.parse(pin)
-        return cls(root, info, pin, create_tables=not read_only)
+        """Open a store (a folder, or a URI: lab.store.location), latest or pinned at ``pin`` (read-only);
+        ``read_only``: the latest version to read, a missing table an error, not created."""
+        pin = StoreVersion.parse(pin) if isinstance(pin, str) else pin
+        if not is_uri(root):
+            return cls(Path(root), StoreInfo.read(Path(root)), pin, create_tables=not read_only)
+        return _open_at(cls, location_of(str(root)), pin, read_only)
+
+    # the store as users name it: its URI, or its folder
+    where = property(lambda self: self.location.uri if self.location is not None else str(self.root))
 
     def record_index_config(self, index: dict[str, Any]) -> None:
         """Record new index parameters (a writer changed them), so readers load the snapshots built
         with them instead of rebuilding. Written to a temporary file, then swapped in."""
         if self.read_only:
             raise ConflictError(f"store {self.root} is opened read-only: its index configuration cannot change")
-        info = self.info.with_index(index)
-        info.write_aside(self.root).replace(info_path(self.root))
-        self.info = info
+        self.info = self.info.with_index(index).put(self.root, self.location)
 
     def recorded_config(self) -> SaveConfig:
         """The save configuration the store was created with (chunking, embedding, indexes)."""
@@ -202,7 +202,7 @@ class Store:
         for table in (self._memories, self._edges, self._chunks, self._access):
             table.delete(pred)
         self.namespaces_table.delete(name)
-        shutil.rmtree(self.root / "indexes" / namespace_folder(name), ignore_errors=True)
+        _drop_index(self, name)
         return counts
 
     def record_access(self, ids: Sequence[str], *, at: datetime | None = None, context: str = "search") -> int:
@@ -214,9 +214,7 @@ class Store:
     # ----------------------------------------------------------------- maintenance
     def stats(self, namespace: str | None = None) -> dict[str, Any]:
         """``lab stats``: the store's figures (``describe``), of one namespace or all."""
-        return describe(self.memories(namespace), self.chunks(namespace, embeddings=False), self.edges(namespace),
-                        version=str(self.version()), namespaces=self.namespaces() if namespace is None else [namespace],
-                        embed_model=self.info.embed_model)
+        return store_stats(self, namespace)
 
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
         """Drop chunks no memory shows any more (and second copies), then merge small files in every table."""
@@ -227,3 +225,36 @@ class Store:
 
     def file_counts(self) -> dict[str, int]:
         return {name: table.n_files() for name, table in self.tables().items() if name != "namespaces"}
+
+
+def _create(cls: type[Store], root: str | Path, info: StoreInfo) -> Store:
+    """A new store: in a folder, its info moved in place last; at a URI, its tables first, its info
+    last (the store exists once that is there; a killed create leaves empty tables, which the next
+    create reuses)."""
+    if not is_uri(root):
+        tmp = prepare_folder(Path(root), info)
+        store = cls(Path(root), info)
+        tmp.replace(info_path(Path(root)))
+        return store
+    location = location_of(str(root))
+    if location.exists(INFO_FILE):
+        raise ConflictError(f"a store exists already at {location.uri}")
+    if not location.is_empty() and not location.exists("tables"):
+        raise ConflictError(f"{location.uri} is not empty and holds no lab store; choose an empty prefix")
+    location.folder.mkdir(parents=True, exist_ok=True)
+    store = cls(location.folder, info, location=location)
+    location.write_text(INFO_FILE, info.text())
+    return store
+
+
+def _open_at(cls: type[Store], location: Location, pin: StoreVersion | None, read_only: bool) -> Store:
+    info = StoreInfo.read_at(location)
+    location.folder.mkdir(parents=True, exist_ok=True)
+    return cls(location.folder, info, pin, create_tables=not read_only, location=location)
+
+
+def _drop_index(store: Store, namespace: str) -> None:
+    """The namespace's index snapshot removed, here and (a store at a URI) beside its tables."""
+    shutil.rmtree(store.root / "indexes" / namespace_folder(namespace), ignore_errors=True)
+    if store.location is not None:
+        store.location.delete_dir(f"indexes/{namespace_folder(namespace)}")

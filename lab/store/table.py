@@ -12,7 +12,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from lab.errors import ConflictError, StoreError
 from lab.store.delta_log import log_damage, torn_commit
-from lab.store.file_cache import FileCache, StoredRows, uri_path
+from lab.store.file_cache import FileCache, StoredRows, file_exists, uri_path
 
 
 # a version check that finds no next commit file still re-reads the log this often (a log whose
@@ -26,33 +26,24 @@ class DeltaFrame:
     Every write is one Delta commit (atomic).
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, *, version: int | None = None, create: bool = True,
-                 read_only: bool = False, lazy: tuple[str, ...] = ()) -> None:
+    def __init__(self, path: Path | str, schema: pa.Schema, *, version: int | None = None, create: bool = True,
+                 read_only: bool = False, lazy: tuple[str, ...] = (), storage_options: dict[str, str] | None = None) -> None:
+        # a folder here, or a URI (a store on object storage: lab.store.location), whose files are
+        # written whole in one request: no torn commit to look for, and no file to rename
+        self.local = path if isinstance(path, Path) else None
         self.path = path
+        self.name = path.name if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[-1]
+        self.options = storage_options
         self.schema = schema
         self.pinned = version is not None
         self.read_only = read_only or self.pinned
-        if not DeltaTable.is_deltatable(str(path)):
-            if self.pinned or not create:
-                raise StoreError(f"no Delta table at {path}")
-            write_deltalake(str(path), schema.empty_table(), mode="ignore")
-        if version is None and torn_commit(path) is not None:  # one file read: the common tear
-            damage = log_damage(path)  # (the oldest torn file the latest version needs: maybe an older one)
-            if damage is not None:
-                raise StoreError(f"table {path.name}: {damage.describe()}")
-        try:
-            self._dt = DeltaTable(str(path), version=version)
-        except Exception as exc:  # deltalake raises several types for a missing version
-            damage = log_damage(path)  # an older commit file torn: name it, not deltalake's parse error
-            if damage is not None and (version is None or damage.version <= version):
-                raise StoreError(f"table {path.name}: {damage.describe()}") from None
-            raise StoreError(f"cannot open Delta table {path} at version {version}: {exc}") from exc
+        self._dt = open_delta(self, version, create and not self.pinned, schema)
         self._held = False
         # a reader that may see other processes' commits a little late (a server: its own writes
         # move ``_dt`` at once) re-reads the log at most this often; 0 = on every version check
         self.refresh_seconds = 0.0
         self._checked_at = float("-inf")
-        self._rows = FileCache(path.name, schema, lazy)
+        self._rows = FileCache(self.name, schema, lazy)
 
     def hold(self) -> None:
         """The store's writer lock is held: read the log tail once; until ``unhold`` no one else
@@ -81,7 +72,10 @@ class DeltaFrame:
     def committed_after(self, version: int) -> bool:
         """Has anyone committed past ``version``? One stat (see ``_next_commit_exists``); a pinned
         table never moves."""
-        return not self.pinned and (self.path / "_delta_log" / f"{version + 1:020d}.json").exists()
+        if self.pinned:
+            return False
+        log = f"_delta_log/{version + 1:020d}.json"
+        return (self.local / log).exists() if self.local is not None else file_exists(f"{self.path}/{log}")
 
     def refresh(self) -> None:
         """Look for other processes' commits now, whatever ``refresh_seconds`` says."""
@@ -93,7 +87,7 @@ class DeltaFrame:
         try:
             self._dt.update_incremental()
         except Exception as exc:  # deltalake raises several types for a damaged log
-            raise StoreError(f"table {self.path.name}: its Delta log cannot be read: {exc} "
+            raise StoreError(f"table {self.name}: its Delta log cannot be read: {exc} "
                              "(run `lab store check`)") from None
         self._checked_at = time.monotonic()
 
@@ -113,7 +107,7 @@ class DeltaFrame:
 
     def _check_writable(self) -> None:
         if self.pinned:
-            raise ConflictError(f"{self.path.name} is pinned at version {self._dt.version()}: read-only")
+            raise ConflictError(f"{self.name} is pinned at version {self._dt.version()}: read-only")
         if self.read_only:
             raise ConflictError(f"{self.path} is opened read-only: writes go through a writer (Pipeline)")
 
@@ -189,17 +183,18 @@ class DeltaFrame:
         or cannot be read in full."""
         import pyarrow.parquet as pq
 
-        dt = self._dt if version is None else DeltaTable(str(self.path), version=version)
+        dt = self._dt if version is None else DeltaTable(str(self.path), version=version, storage_options=self.options)
         out = []
         for uri in dt.file_uris():
-            path = Path(uri_path(uri))
-            if not path.is_file():
-                out.append((path.name, "missing"))
+            path = uri_path(uri)
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            if not file_exists(path):
+                out.append((name, "missing"))
                 continue
             try:
                 pq.read_table(path)
             except Exception as exc:  # a damaged file: pyarrow raises several types
-                out.append((path.name, f"unreadable ({type(exc).__name__}: {str(exc)[:120]})"))
+                out.append((name, f"unreadable ({type(exc).__name__}: {str(exc)[:120]})"))
         return out
 
     def drop_damaged_files(self) -> list[str]:
@@ -209,8 +204,8 @@ class DeltaFrame:
         self._check_writable()
         damaged = self.damaged_files()
         for name, problem in damaged:
-            if problem != "missing":
-                (self.path / name).rename(self.path / f"{name}.damaged")
+            if problem != "missing" and self.local is not None:  # (on object storage it is left in place)
+                (self.local / name).rename(self.local / f"{name}.damaged")
         if damaged:
             self._dt.repair(dry_run=False)
             self._dt.update_incremental()
@@ -219,6 +214,27 @@ class DeltaFrame:
 
     def n_files(self) -> int:
         return len(self._dt.file_uris())
+
+
+def open_delta(table: DeltaFrame, version: int | None, create: bool, schema: pa.Schema) -> DeltaTable:
+    """The Delta table of ``table`` at ``version`` (created empty when absent and ``create``); a torn
+    commit file of a local table is named, not deltalake's parse error."""
+    uri, local, options = str(table.path), table.local, table.options
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
+        if not create:
+            raise StoreError(f"no Delta table at {table.path}")
+        write_deltalake(uri, schema.empty_table(), mode="ignore", storage_options=options)
+    if local is not None and version is None and torn_commit(local) is not None:  # one file read: the common tear
+        damage = log_damage(local)  # (the oldest torn file the latest version needs: maybe an older one)
+        if damage is not None:
+            raise StoreError(f"table {table.name}: {damage.describe()}")
+    try:
+        return DeltaTable(uri, version=version, storage_options=options)
+    except Exception as exc:  # deltalake raises several types for a missing version
+        damage = log_damage(local) if local is not None else None  # an older commit file torn
+        if damage is not None and (version is None or damage.version <= version):
+            raise StoreError(f"table {table.name}: {damage.describe()}") from None
+        raise StoreError(f"cannot open Delta table {table.path} at version {version}: {exc}") from exc
 
 
 def full_frame(delta: DeltaFrame) -> pl.DataFrame:

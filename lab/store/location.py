@@ -1,0 +1,161 @@
+"""Where a store lives: a folder on this machine, or a URI on object storage.
+
+A store root given as a URI (``s3://bucket/prefix``, ``gs://``, ``abfs://``, ``file:///path``) keeps
+its Delta tables, its info file and its index snapshots at that URI. The tables go through
+deltalake with ``storage_options`` (the workspace's, else none: deltalake and pyarrow read the
+provider's own environment variables, ``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+``GOOGLE_APPLICATION_CREDENTIALS``...). lab's own files go through pyarrow's filesystem for the
+scheme. What is process state and never data stays on this machine, in the store's *working
+folder* under the workspace's ``store_cache``: the writers' lock, the embedding cache, and local
+copies of the index snapshots (fetched from the URI when it holds a newer one, uploaded after
+each save).
+
+Object stores replace a file in one request, so there is no torn file to repair; they have no OS
+lock either, so the lock guards the writers of one machine only: a store at a URI takes one
+writing process at a time (readers anywhere). A ``file://`` URI goes through exactly this path on
+a local disk, which is how it is tested where no object store is reachable.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.errors import StoreError, ValidationError
+from lab.workspace import current
+
+# schemes deltalake opens (pyarrow's filesystem must open them too, for the info file and snapshots)
+SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az")
+
+
+def is_uri(root: str | Path) -> bool:
+    """Is ``root`` a URI (``scheme://...``) rather than a folder path?"""
+    return isinstance(root, str) and "://" in root
+
+
+def display(root: str | Path) -> str:
+    """The root as users wrote it: a URI as it is, a folder as its path."""
+    return root if is_uri(root) else str(root)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A store at a URI: the URI (no trailing slash), the deltalake storage options, and the
+    local working folder of this machine."""
+
+    uri: str
+    folder: Path
+    options: dict[str, str] = field(default_factory=dict)
+
+    def table(self, name: str) -> str:
+        return f"{self.uri}/tables/{name}"
+
+    def _fs(self):
+        from pyarrow import fs as pafs
+
+        try:
+            filesystem, base = pafs.FileSystem.from_uri(self.uri)
+        except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a scheme it cannot open
+            raise StoreError(f"store {self.uri}: cannot open its filesystem ({exc}); lab opens "
+                             f"{', '.join(s + '://' for s in SCHEMES)}") from None
+        return filesystem, base.rstrip("/")
+
+    def exists(self, rel: str) -> bool:
+        from pyarrow import fs as pafs
+
+        filesystem, base = self._fs()
+        return filesystem.get_file_info(f"{base}/{rel}").type != pafs.FileType.NotFound
+
+    def read_text(self, rel: str) -> str | None:
+        """The text of the file at ``rel`` under the URI (None: there is none)."""
+        filesystem, base = self._fs()
+        try:
+            with filesystem.open_input_stream(f"{base}/{rel}") as fh:
+                return fh.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, rel: str, text: str) -> None:
+        """One object written in one request (an object store replaces it whole, never half)."""
+        filesystem, base = self._fs()
+        path = f"{base}/{rel}"
+        filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with filesystem.open_output_stream(path) as fh:
+            fh.write(text.encode("utf-8"))
+
+    def is_empty(self) -> bool:
+        from pyarrow import fs as pafs
+
+        filesystem, base = self._fs()
+        info = filesystem.get_file_info(base)
+        if info.type == pafs.FileType.NotFound:
+            return True
+        return not filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+
+    def delete_dir(self, rel: str) -> None:
+        filesystem, base = self._fs()
+        try:
+            filesystem.delete_dir(f"{base}/{rel}")
+        except FileNotFoundError:
+            pass
+
+    def upload(self, local: Path, rel: str) -> None:
+        """Copy the folder ``local`` to ``rel``: every file but the manifest first, the manifest
+        last (a reader fetches a snapshot by its manifest, so it never sees half of one)."""
+        filesystem, base = self._fs()
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        self.delete_dir(rel)
+        for path in sorted(files, key=lambda p: p.name == "manifest.json" and p.parent == local):
+            target = f"{base}/{rel}/{path.relative_to(local).as_posix()}"
+            filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            with open(path, "rb") as src, filesystem.open_output_stream(target) as dst:
+                while block := src.read(1 << 22):
+                    dst.write(block)
+
+    def fetch(self, rel: str, local: Path) -> bool:
+        """Make ``local`` the copy of the folder at ``rel`` when that one's manifest differs from
+        the local copy's (downloaded aside, then swapped in); False: there is none at the URI."""
+        import shutil
+
+        from pyarrow import fs as pafs
+
+        remote = self.read_text(f"{rel}/manifest.json")
+        if remote is None:
+            return False
+        here = local / "manifest.json"
+        if here.is_file() and here.read_text(encoding="utf-8") == remote:
+            return True
+        filesystem, base = self._fs()
+        tmp = local.with_name(f".{local.name}.fetch")
+        shutil.rmtree(tmp, ignore_errors=True)
+        for info in filesystem.get_file_info(pafs.FileSelector(f"{base}/{rel}", recursive=True)):
+            if info.type != pafs.FileType.File:
+                continue
+            target = tmp / info.path[len(f"{base}/{rel}/"):]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with filesystem.open_input_stream(info.path) as src, open(target, "wb") as dst:
+                while block := src.read(1 << 22):
+                    dst.write(block)
+        shutil.rmtree(local, ignore_errors=True)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp.replace(local)
+        return True
+
+
+def locate(root: str, cache: Path, options: dict[str, str] | None = None) -> Location:
+    """The location of a store at the URI ``root``, its working folder under ``cache``."""
+    scheme = root.split("://", 1)[0].lower()
+    if scheme not in SCHEMES:
+        raise ValidationError(f"store {root}: unknown scheme {scheme + '://'!r}; a store is a folder or a URI of "
+                              f"{', '.join(s + '://' for s in SCHEMES)}", field="store")
+    uri = root.rstrip("/")
+    name = uri.split("://", 1)[1].strip("/").replace("/", "-")[-40:] or "root"
+    folder = cache / f"{scheme}-{name}-{hashlib.sha256(uri.encode()).hexdigest()[:12]}"
+    return Location(uri, folder, dict(options or {}))
+
+
+def location_of(root: str) -> Location:
+    """The location of the store at the URI ``root``, by the installed workspace's working folders
+    and storage options."""
+    workspace = current()
+    return locate(root, workspace.store_cache, workspace.storage)
