@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lab.errors import ValidationError
+from lab.errors import NotFoundError, ValidationError
 # check_number and from_dict are lab.fields', imported from here by code that reads configs
 from lab.fields import check_declared, check_number, from_dict, setting  # noqa: F401
 
@@ -242,11 +242,12 @@ YAML_ALIAS_NODES = 10_000  # nodes a file's aliases may add, all told (anchors r
 
 
 def read_yaml(path: str | Path, what: str) -> Any:
-    """A YAML file's parsed content; a missing file, invalid YAML or aliases that would expand past
-    ``YAML_ALIAS_NODES`` nodes (a "billion laughs" bomb) is a ValidationError naming ``what``."""
+    """A YAML file's parsed content. A missing file is a NotFoundError (exit 3, as every other
+    missing input); invalid YAML or aliases that would expand past ``YAML_ALIAS_NODES`` nodes (a
+    "billion laughs" bomb) a ValidationError; each names ``what`` and the file."""
     p = Path(path)
     if not p.is_file():
-        raise ValidationError(f"{what} not found: {p}")
+        raise NotFoundError(f"{what} not found: {p}")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -312,7 +313,7 @@ def read_config_file(path: str | Path) -> Any:
     """The parsed content of a .json, .yaml or .yml config file; errors name the file."""
     p = Path(path)
     if not p.is_file():
-        raise ValidationError(f"config file not found: {p}")
+        raise NotFoundError(f"config file not found: {p}")
     if p.suffix == ".json":
         try:
             return json.loads(p.read_text(encoding="utf-8"))

@@ -113,11 +113,14 @@ def _(mo, numbers, session, views):
 
 
 @app.cell
-def _(change_table, mo, numbers, session, views):
+def ranked_lists_of_one_question(change_table, mo, numbers, session, views):
     mo.stop(change_table.value is None or change_table.value.height == 0,
             mo.md("_Select a question above to see its ranked lists, before and after._"))
     _qid = change_table.value["qid"][0]
-    mo.vstack([mo.md(f"**{_qid}**: {change_table.value['question'][0]}. Each memory's rank in every signal's "
+    _question = change_table.value["question"][0].rstrip()
+    # a question ends in its own mark ("...two days ago?"): a period only where it has none
+    _stop = "" if _question.endswith((".", "?", "!")) else "."
+    mo.vstack([mo.md(f"**{_qid}**: {_question}{_stop} Each memory's rank in every signal's "
                      "own list (empty: that signal did not return it)."),
                mo.hstack([mo.vstack([mo.md("preset"), mo.ui.table(views.rounded(
                               session.ranked(_qid, session.baseline)), selection=None)]),

@@ -77,3 +77,26 @@ def test_a_packed_store_travels_with_the_bundle_and_an_unreachable_one_is_refuse
     store.rename(tmp_path / "moved")
     with pytest.raises(NotFoundError, match=r"not reachable: file://.*/judged \(pinned version 3\)"):
         read_bundle(big).store_path()
+
+
+def test_a_bundle_folder_named_bundle_is_named_by_its_gate_run_and_never_by_its_path(tmp_path):
+    # `lab gate --export` writes runs/gate/GATE-RUN/bundle: "bundle bundle" said nothing
+    exported = write_bundle(tmp_path / "lab-memory-demo-best" / "bundle", resolve("lab"), AssembleConfig(), None,
+                            {"verdict": "GO"})
+    assert load_bundle(exported).source == "bundle lab-memory-demo-best"
+    named = write_bundle(tmp_path / "mine", resolve("lab"), AssembleConfig(), None, {"verdict": "GO"})
+    assert load_bundle(named).source == "bundle mine"
+    assert str(tmp_path) not in load_bundle(exported).source  # /ready shows it: no path
+
+
+def test_no_champion_registered_suggests_the_demo_champion(tmp_path):
+    from lab.serve.bundle import load_model
+    from lab.serve.settings import DEMO_MODEL
+
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    with pytest.raises(NotFoundError, match=r"no registered model version models:/lab-memory@champion .*"
+                                            r"serve the demo's champion with `lab serve --demo`"):
+        load_model("models:/lab-memory@champion", empty)
+    # the demo's own champion missing: --demo is what failed, so the hint is `lab demo`
+    with pytest.raises(NotFoundError, match=r"\(`lab demo` registers it on GO\)"):
+        load_model(DEMO_MODEL, empty)

@@ -175,3 +175,93 @@ def test_every_sub_command_has_a_description_and_every_option_a_help():
 
     walk(build_parser(), [])
     assert missing == []
+
+
+def test_models_table_columns_line_up_for_every_row():
+    entries = json.loads(run("models", "--json").stdout)
+    lines = run("models").stdout.splitlines()
+    header, rows, abouts = lines[0], lines[1:1 + 2 * len(entries):2], lines[2:2 + 2 * len(entries):2]
+    # (header, the entry's cell, left-aligned?): a left column's cells start where its header
+    # starts, a right column's (numbers) end where its header ends
+    columns = [("model", lambda e: e["id"], True), ("alias", lambda e: e["alias"], True),
+               ("backend", lambda e: e["backend"], True), ("dim", lambda e: str(e["dim"]), False),
+               ("tokens", lambda e: str(e["max_tokens"]), False),
+               ("MB", lambda e: "-" if e["size_mb"] is None else f"{e['size_mb']:.1f}", False),
+               ("license", lambda e: e["license"], True)]
+    assert any(len(e["id"]) > 27 for e in entries)  # the long sparse id that once pushed its row out of line
+    for entry, row, about in zip(entries, rows, abouts):
+        at = 0
+        for name, cell, left in columns:
+            start = row.index(cell(entry) + " " if name != "license" else cell(entry), at)
+            if left:
+                assert start == header.index(name), (name, row)
+            else:
+                assert start + len(cell(entry)) == header.index(name) + len(name), (name, row)
+            at = start + len(cell(entry))
+        assert about == " " * header.index("alias") + entry["about"]
+
+
+def test_bm25s_does_not_log_its_index_builds_at_the_default_level(tmp_path: Path):
+    store = str(tmp_path / "s")
+    run("init", "--store", store, "--model", "fake-hash-256")
+    data = tmp_path / "m.jsonl"
+    data.write_text(json.dumps({"namespace": "n", "content": "hello world"}) + "\n", encoding="utf-8")
+    # a root handler, as `lab serve` (uvicorn), the MCP SDK or a library logging through the root
+    # logger installs one: bm25s sets its own logger to DEBUG on import, so each build reached it
+    code = ("import logging, sys; logging.basicConfig(); from lab.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    for args in (("ingest", str(data), "--store", store), ("search", "hello", "--store", store, "--namespace", "n")):
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "Building index from tokens" not in proc.stderr and "bm25s" not in proc.stderr, args
+
+
+def test_k_is_accepted_as_short_for_dash_dash_k_wherever_a_command_has_it():
+    import argparse
+
+    from lab.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["search", "x", "--namespace", "n", "-k", "3"]).k == 3
+    assert parser.parse_args(["eval", "--dataset", "demo", "-k", "1", "5"]).k == [1, 5]
+    without = []
+
+    def walk(p, path):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, path + [name])
+            elif "--k" in action.option_strings and "-k" not in action.option_strings:
+                without.append(" ".join(path))
+
+    walk(parser, [])
+    assert without == []
+
+
+def test_a_missing_gate_or_sweep_file_is_not_found_naming_the_file(tmp_path: Path):
+    missing = str(tmp_path / "nope.yaml")
+    for args, what in ((("gate", "--config", missing, "--no-track"), "gate config"),
+                       (("sweep", missing, "--no-track"), "sweep file")):
+        proc = run(*args, check=False)
+        assert proc.returncode == 3, (args, proc.stderr)  # 3: not found, as every other missing input
+        assert f"error: {what} not found: {missing}" in proc.stderr
+
+
+def test_a_missing_default_store_points_at_the_demo_store_when_there_is_one(tmp_path: Path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "LAB_STORE"}
+
+    def lab(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*LAB, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+
+    before = lab("search", "x", "--namespace", "atlas")
+    assert before.returncode == 3 and "no lab store at .lab/store" in before.stderr
+    assert ".lab/demo" not in before.stderr  # no demo store: no hint
+    assert lab("init", "--store", ".lab/demo", "--model", "fake-hash-256").returncode == 0  # as `lab demo` leaves it
+    for command in ("search", "context"):
+        proc = lab(command, "x", "--namespace", "atlas")
+        assert proc.returncode == 3, proc.stderr
+        assert "no lab store at .lab/store (the demo's store is .lab/demo: add --store .lab/demo" in proc.stderr
+    named = lab("search", "x", "--namespace", "atlas", "--store", "elsewhere")
+    assert named.returncode == 3 and ".lab/demo" not in named.stderr  # a store named on purpose: no guess

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import polars as pl
 import pytest

@@ -95,3 +95,19 @@ def test_the_settings_page_lists_every_declared_setting_with_its_range(monkeypat
     fields = {f.name: f for f in dataclasses.fields(C.FusionConfig)}
     monkeypatch.setattr(fields["k"], "metadata", {RULE: Rule(low=0, high=500, doc="the RRF constant")})
     assert "| `fusion.k` | float | `60.0` | >= 0 and <= 500 | the RRF constant |" in gen.render()
+
+
+def test_the_manual_loads_no_web_fonts_so_it_reads_the_same_offline():
+    # mkdocs-material links Google's font servers on every page unless its font is turned off
+    theme = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["theme"]
+    assert theme["name"] == "material" and theme.get("font") is False
+
+
+def test_the_serving_page_says_the_api_docs_page_works_offline():
+    from lab.serve.routes import docs_assets
+
+    # lab serve serves Swagger UI's files itself (routes.document_routes), so /docs needs no CDN
+    assert (Path(docs_assets()) / "swagger-ui-bundle.js").is_file()
+    row = next(line for line in (ROOT / "docs" / "serving.md").read_text(encoding="utf-8").split("\n")
+               if "`GET /docs`" in line)
+    assert "CDN" not in row and "works offline" in row

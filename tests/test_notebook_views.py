@@ -1,11 +1,16 @@
 """The notebooks' charts and tables from lab.tune.views, checked as Vega-Lite specs and frames."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import types
+from pathlib import Path
 
 import polars as pl
 
 from lab.tune import views
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def sweep_fixture() -> dict:
@@ -30,3 +35,22 @@ def test_the_sweep_heatmap_has_axes_a_browser_can_read():
 def test_the_top_table_prints_four_decimals():
     top = views.top_configurations(sweep_fixture(), 3)
     assert top["tune/recall@10"].to_list() == [0.53, 0.52, 0.51] and top["gap"].to_list() == [0.05, 0.05, 0.05]
+
+
+def test_a_question_header_adds_no_period_after_the_question_s_own_mark():
+    import marimo as mo
+
+    spec = importlib.util.spec_from_file_location("tune_notebook", ROOT / "notebooks" / "tune.py")
+    notebook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(notebook)
+    session = types.SimpleNamespace(baseline=None, ranked=lambda qid, numbers: pl.DataFrame({"memory_id": ["m1"]}))
+    stub_views = types.SimpleNamespace(rounded=lambda frame: frame)
+
+    def header(question: str) -> str:
+        selected = types.SimpleNamespace(value=pl.DataFrame({"qid": ["q1"], "question": [question]}))
+        shown, _ = notebook.ranked_lists_of_one_question.run(change_table=selected, mo=mo, numbers=None,
+                                                             session=session, views=stub_views)
+        return shown.text
+
+    assert "two days ago? Each memory" in header("What bug got fixed two days ago?")  # once: '...ago?. Each'
+    assert "the pool size. Each memory" in header("the pool size")

@@ -163,3 +163,12 @@ def test_a_store_on_an_s3_api_through_deltalake_and_pyarrow(tmp_path, monkeypatc
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_errors_hide_the_store_uri_and_a_path_only_where_it_stands_whole():
+    from lab.errors import NotFoundError
+    from lab.serve.errors import public_message
+
+    said = NotFoundError("unknown namespace 's' in s3://team/mem and /srv/s (create it with POST /v1/namespaces)")
+    assert public_message(said, ("/srv/s", "s3://team/mem")) == \
+        "unknown namespace 's' in <store> and <store> (create it with POST /v1/namespaces)"

@@ -215,7 +215,7 @@ def test_gate_cli_exit_codes(workspace, tmp_path):
     assert got.returncode == 2 and "suites" in got.stderr
     got = subprocess.run(cmd[:5] + [str(tmp_path / "none.yaml")] + cmd[6:], capture_output=True, text=True, env=env,
                          timeout=120)
-    assert got.returncode == 2 and "not found" in got.stderr
+    assert got.returncode == 3 and "gate config not found" in got.stderr  # 3: not found, as every missing input
 
 
 def test_a_candidate_file_carries_its_index_and_assembly_settings_through_gate_and_export(workspace, tmp_path):

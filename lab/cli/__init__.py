@@ -18,6 +18,7 @@ from lab.cli import serve as serve_commands
 from lab.cli import stage as stage_commands
 from lab.cli import store as store_commands
 from lab.cli import tune as tune_commands
+from lab.cli.common import quiet_chatty_libraries
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     _one_line_warnings()
+    quiet_chatty_libraries()
     try:
         return args.func(args)
     except LabError as exc:

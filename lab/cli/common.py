@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from contextlib import contextmanager
 from typing import Any
@@ -10,13 +11,38 @@ from typing import Any
 DEFAULT_STORE = ".lab/store"
 
 
-def store_arg(p: argparse.ArgumentParser) -> None:
+def default_store() -> str:
+    """The store a command reads without --store: $LAB_STORE, else .lab/store."""
     from lab.workspace import current
 
-    p.add_argument(
-        "--store", default=str(current().store or DEFAULT_STORE),
-        help=f"store folder (env LAB_STORE; default {DEFAULT_STORE})",
-    )
+    return str(current().store or DEFAULT_STORE)
+
+
+def store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=default_store(), help=f"store folder (env LAB_STORE; default {DEFAULT_STORE})")
+
+
+# libraries that log every routine step at DEBUG or INFO (bm25s: each index it builds)
+CHATTY_LOGGERS = ("bm25s",)
+
+
+class _WarningsUnlessDebugging(logging.Filter):
+    """A chatty library's records below WARNING are dropped unless the root logger is at DEBUG
+    (`lab serve --log-level debug`): asked for, they are shown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or logging.getLogger().level == logging.DEBUG
+
+
+def quiet_chatty_libraries() -> None:
+    """Keep CHATTY_LOGGERS' routine records out of a command's output. A filter, not a level:
+    bm25s sets its logger to DEBUG when it is imported, which is after this (it is imported by the
+    command that needs it), and any root handler (uvicorn's for `lab serve`, the MCP SDK's, one a
+    library installs by logging through the root logger) would print its debug lines."""
+    for name in CHATTY_LOGGERS:
+        chatty = logging.getLogger(name)
+        if not any(isinstance(f, _WarningsUnlessDebugging) for f in chatty.filters):
+            chatty.addFilter(_WarningsUnlessDebugging())
 
 
 def command_workspace(datasets: str | None = None, tracking_uri: str | None = None):

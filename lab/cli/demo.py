@@ -6,6 +6,15 @@ import argparse
 
 from lab.cli.common import command_workspace, print_hits
 
+DEMO_STORE = ".lab/demo"
+
+
+def demo_store() -> str:
+    """The store `lab demo` builds without --store: $LAB_STORE, else .lab/demo."""
+    from lab.workspace import current
+
+    return str(current().store or DEMO_STORE)
+
 
 def _print_done(step) -> None:
     r = step.result
@@ -68,8 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     from lab.workspace import current
 
     p = sub.add_parser("demo", help="the main job on the demo data: ingest, evaluate, sweep, gate, export on GO")
-    p.add_argument("--store", default=str(current().store or ".lab/demo"),
-                   help="store folder (env LAB_STORE; default .lab/demo)")
+    p.add_argument("--store", default=demo_store(), help=f"store folder (env LAB_STORE; default {DEMO_STORE})")
     p.add_argument("--data", default=str(current().project / "datasets" / "demo"), help="memories file or folder (default: datasets/demo)")
     p.add_argument("--out", default="runs", help="folder for run, sweep and gate folders (default runs/)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: env, else .lab/mlflow)")

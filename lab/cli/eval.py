@@ -295,7 +295,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system-settings", dest="system_settings", metavar="JSON",
                    help="a built-in system's knobs, e.g. '{\"weights\": 0.7}' for txtai's hybrid weight")
     p.add_argument("--config", help="a .yaml/.json SearchConfig instead of a preset")
-    p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cutoffs")
+    p.add_argument("-k", "--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cutoffs")
     p.add_argument("--respect-top-k", action="store_true", help="cut at each preset's own top_k, as served")
     p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
     p.add_argument("--summaries", action="store_true", help="LoCoMo: add session summaries as memories")

@@ -6,6 +6,41 @@ import argparse
 from lab.cli.common import print_json
 
 
+# the table's columns: header, the entry's field, alignment ("<" left, ">" right)
+COLUMNS = (("model", "id", "<"), ("alias", "alias", "<"), ("backend", "backend", "<"), ("dim", "dim", ">"),
+           ("tokens", "max_tokens", ">"), ("MB", "size_mb", ">"), ("license", "license", "<"))
+SPEED_COLUMNS = (("query ms", "query_ms", ">"), ("passages/s", "passages_per_s", ">"))
+GAP = "  "
+
+
+def _cell(entry: dict, field: str) -> str:
+    value = entry.get(field)
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def models_table(entries: list[dict], measure: bool = False) -> list[str]:
+    """The models as aligned rows, each followed by its description; every column as wide as its
+    widest cell, so a long model id (a sparse head's) does not push its row out of line."""
+    columns = COLUMNS + (SPEED_COLUMNS if measure else ())
+    cells = [[_cell(e, field) for _, field, _ in columns] for e in entries]
+    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, (header, _, _) in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        return GAP.join(f"{v:{align}{w}}" for v, (_, _, align), w in zip(values, columns, widths))
+
+    lines = [line([header for header, _, _ in columns]).rstrip()]
+    indent = " " * (widths[0] + len(GAP))
+    for entry, row in zip(entries, cells):
+        if entry["installed"]:
+            lines.append(line(row).rstrip())
+        else:  # no speed to show: what installs it, in the speed columns' place
+            lines.append(line(row[:len(COLUMNS)]) + GAP + f"not installed: {entry['install']}")
+        lines.append(indent + entry["about"])
+    return lines
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from lab.embed.survey import survey
 
@@ -13,18 +48,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print_json(entries)
         return 0
-    speed = "  query ms  passages/s" if args.measure else ""
-    print(f"{'model':<27} {'alias':<12} {'backend':<21} {'dim':>4} {'tokens':>6} {'MB':>6}  {'license':<10}{speed}")
-    for e in entries:
-        size = f"{e['size_mb']:6.1f}" if e["size_mb"] is not None else f"{'-':>6}"
-        line = (f"{e['id']:<27} {e['alias']:<12} {e['backend']:<21} {e['dim']:>4} {e['max_tokens']:>6} {size}  "
-                f"{e['license']:<10}")
-        if not e["installed"]:
-            line += f"  not installed: {e['install']}"
-        elif args.measure:
-            line += f"  {e['query_ms']:>8.1f}  {e['passages_per_s']:>10.1f}"
-        print(line)
-        print(f"{'':<27} {e['about']}")
+    print("\n".join(models_table(entries, measure=args.measure)))
     print("\nA store's model is embed.model (`lab eval --model ALIAS`, a save config); a local folder is "
           "st:PATH (sentence-transformers) or onnx:PATH (model.onnx + tokenizer.json).\n"
           "Models of one space (the same vectors) may query each other's stores: `lab serve --query-model`.")

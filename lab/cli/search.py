@@ -5,7 +5,8 @@ import argparse
 import sys
 from dataclasses import replace
 
-from lab.cli.common import print_hits, print_json, store_arg, terminal_safe
+from lab.cli.common import default_store, print_hits, print_json, store_arg, terminal_safe
+from lab.cli.demo import demo_store
 
 
 def _retriever(args: argparse.Namespace):
@@ -38,12 +39,22 @@ def _check_before_loading(args: argparse.Namespace) -> None:
         raise ValidationError("the query is empty: give the text to search for")
     store = args.store  # a folder, or a URI (lab.store.location)
     if not is_store(store):
-        raise NotFoundError(f"no lab store at {store} (create one with `lab init --store {store}`, "
-                            "or name another with --store)")
+        raise NotFoundError(f"no lab store at {store} ({_where_to_look(store)})")
     for flag in ("preset", "assemble"):
         value = getattr(args, flag, None)
         if value and Path(value).suffix.lower() in (".yaml", ".yml", ".json") and not Path(value).is_file():
             raise NotFoundError(f"--{flag} {value}: no such file")
+
+
+def _where_to_look(store: str) -> str:
+    """The hint of a missing store: after `lab demo` the store a user means without --store is
+    most likely the demo's, which is not the default one."""
+    from lab.store.layout import is_store
+
+    demo = demo_store()
+    if store == default_store() and store != demo and is_store(demo):
+        return f"the demo's store is {demo}: add --store {demo}; or create one with `lab init --store {store}`"
+    return f"create one with `lab init --store {store}`, or name another with --store"
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -122,7 +133,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     store_arg(p)
     p.add_argument("--namespace", required=True)
     p.add_argument("--preset", default=None, help="preset name or a .yaml/.json SearchConfig (default: lab)")
-    p.add_argument("--k", type=int, default=None, help="results to return (default: the preset's top_k)")
+    p.add_argument("-k", "--k", type=int, default=None, help="results to return (default: the preset's top_k)")
     p.add_argument("--explain", action="store_true", help="per-signal ranks, scores, contributions, counterfactual ranks")
     p.add_argument("--query-model", dest="query_model", default="auto",
                    help="model encoding the query: auto (the fastest of the store's vector space), store, or a model id")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli.common import print_json
+from lab.cli.common import print_json, quiet_chatty_libraries
 
 
 def open_served(args: argparse.Namespace, log_stream=None):
@@ -28,7 +28,7 @@ def open_served(args: argparse.Namespace, log_stream=None):
     settings = load_settings(flags, config_file=args.config)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=log_stream or sys.stderr)
-    logging.getLogger("bm25s").setLevel(max(logging.WARNING, logging.getLogger().level))  # it logs every build
+    quiet_chatty_libraries()  # a root handler now prints what reaches it: bm25s's DEBUG lines, unfiltered
     served = load_bundle(settings.bundle) if settings.bundle else load_model(settings.model, settings.tracking_uri)
     seeded = seed_store(served, settings.store) if getattr(args, "demo", False) else None
     if seeded:

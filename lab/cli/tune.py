@@ -230,7 +230,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def add_gate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gate", help="GO/NO-GO of a candidate against the gold-standard gate; exit 0 GO, 1 NO-GO, 2 error")
+    p = sub.add_parser("gate", help="GO/NO-GO of a candidate against the gold-standard gate; "
+                                    "exit 0 GO, 1 NO-GO, 2 invalid input, 3 not found")
     p.add_argument("--config", default="goldens/gate.yaml", help="the gate file (default goldens/gate.yaml)")
     p.add_argument("--candidate", default="lab", help="a preset name or a SearchConfig file (e.g. a sweep's best.yaml)")
     p.add_argument("--export", action="store_true", help="on GO: register the model as @champion and write the bundle")

@@ -28,7 +28,7 @@ from lab.serve import ops
 from lab.serve.auth import ApiKey
 from lab.serve.caller import Caller
 from lab.serve.contract import NamespaceRef
-from lab.serve.errors import public_error, validation_error
+from lab.serve.errors import public_error, store_roots, validation_error
 from lab.serve.operations import OPERATIONS, Operation
 from lab.serve.state import ApiError, AppState
 from lab.version import __version__
@@ -107,7 +107,7 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
     every request carries its caller)."""
     server = LabMCPServer("lab-memory", title="lab memory", version=__version__, instructions=INSTRUCTIONS,
                           log_level="WARNING")
-    root = (str(state.service.store.root.resolve()), state.service.store.where)
+    root = store_roots(state.service.store)
 
     def who(ctx: Context) -> Caller:
         request = ctx.request_context.request

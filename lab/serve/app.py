@@ -24,7 +24,7 @@ from lab.errors import LabError
 from lab.serve import routes
 from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
-from lab.serve.errors import public_error
+from lab.serve.errors import public_error, store_roots
 from lab.serve.guard import RequestGuard
 from lab.serve.ops import RESERVED_LAST_SEGMENT
 from lab.serve.metrics import Metrics
@@ -196,7 +196,7 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
                   **hidden, description="Save, search and assemble agent memories with a gated retrieval configuration.")
     routes.document_routes(app, guarded=settings.auth_on)
     app.state.lab = state
-    root = (str(service.store.root.resolve()), service.store.where)  # a store at a URI: its URI too
+    root = store_roots(service.store)
 
     @app.exception_handler(ApiError)
     @app.exception_handler(LabError)

@@ -16,6 +16,7 @@ from lab.bundle import Bundle, read_bundle, require_go
 from lab.config import AssembleConfig, SaveConfig, SearchConfig
 from lab.embed.registry import require_recorded
 from lab.errors import ConflictError, NotFoundError, ValidationError
+from lab.serve.settings import DEMO_MODEL
 from lab.store.location import is_uri
 from lab.store.layout import WRITE_LOCK, is_store
 from lab.store.store import Store
@@ -42,12 +43,20 @@ class Served:
 def load_bundle(folder: str | Path, source: str | None = None) -> Served:
     """The bundle at ``folder`` (``lab.bundle``); refused unless its manifest's verdict is GO."""
     bundle = require_go(read_bundle(folder), str(folder))
+    name = bundle_name(folder)
     # its embedding models load here, from the files it was gated with (a bundle written before
     # bundles recorded them names none)
-    require_recorded(bundle.manifest.get("embedding_models") or [], f"bundle {Path(folder).resolve().name}")
-    # named by its folder's name, not its path: /ready shows the source and must not reveal paths
-    return Served(bundle.search, bundle.assemble, bundle.save, bundle.manifest,
-                  source or f"bundle {Path(folder).resolve().name}", Path(folder))
+    require_recorded(bundle.manifest.get("embedding_models") or [], f"bundle {name}")
+    return Served(bundle.search, bundle.assemble, bundle.save, bundle.manifest, source or f"bundle {name}",
+                  Path(folder))
+
+
+def bundle_name(folder: str | Path) -> str:
+    """A bundle named by its folder's name, not its path (/ready shows the source and must not
+    reveal paths); `lab gate --export` writes runs/gate/GATE-RUN/bundle, so a folder named
+    ``bundle`` is named by its parent, the gate run it came from."""
+    path = Path(folder).resolve()
+    return path.parent.name if path.name == "bundle" and path.parent.name else path.name
 
 
 def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
@@ -57,8 +66,10 @@ def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
         raise ValidationError(f"model {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
     found = track.model_version(match["name"], alias=match["alias"], version=match["version"], uri=tracking_uri)
     if found is None:
-        raise NotFoundError(f"no registered model version {model_uri} in {track.tracking_uri(tracking_uri)} "
-                            "(a GO from `lab gate --export` registers one; or serve a folder with --bundle)")
+        how = ("`lab demo` registers it on GO" if model_uri == DEMO_MODEL else
+               "a GO from `lab gate --export` registers one; or serve a folder with --bundle; or, after "
+               "`lab demo`, serve the demo's champion with `lab serve --demo`")
+        raise NotFoundError(f"no registered model version {model_uri} in {track.tracking_uri(tracking_uri)} ({how})")
     if found.get("verdict") != "GO":
         raise ConflictError(f"refusing to serve {model_uri} (version {found['version']}): its gate verdict is "
                             f"{found.get('verdict')!r}, not GO")

@@ -44,9 +44,16 @@ def public_message(exc: LabError, store_root: str | tuple[str, ...]) -> str:
     of other namespaces."""
     text = str(exc)
     for root in sorted((store_root,) if isinstance(store_root, str) else store_root, key=len, reverse=True):
-        text = text.replace(root, "<store>")
+        # the whole path or URI only, never the same letters inside a word
+        text = re.sub(r"(?<![\w.-])" + re.escape(root) + r"(?![\w.-])", "<store>", text)
     text = _KNOWN.sub("", text)
     return _PATH.sub("<path>", text)
+
+
+def store_roots(store: Any) -> tuple[str, ...]:
+    """What names the served store in a message, to hide from clients: its folder's absolute path
+    and, for a store at a URI, the URI."""
+    return (str(store.root.resolve()),) + ((store.where,) if store.location is not None else ())
 
 
 def validation_error(exc: PydanticValidationError, model: Any = None, prefix: str = "") -> PublicError:
