@@ -60,7 +60,11 @@ def candidate_table(retriever: Retriever, dataset: EvalDataset, config: SearchCo
         config = replace(config, reference_time=dataset.reference_time)
     cconf = candidate_config(config, depth)
     questions = dataset.questions.sort("qid")
-    key = digest(str(retriever.version), str(Path(retriever.store.root).resolve()), cconf, to_dict(retriever.indexes.config),
+    # a store under the evaluation root by its path there, not its absolute path: the same tables
+    # get the same file name in every checkout (DVC records the folder's hash)
+    store = Path(retriever.store.root).resolve()
+    where = store.relative_to(root.resolve()).as_posix() if store.is_relative_to(root.resolve()) else str(store)
+    key = digest(str(retriever.version), where, cconf, to_dict(retriever.indexes.config),
                  questions.select("qid", "namespace", "question").rows(), retriever.embedder.model_id,
                  retriever.query_embedder.model_id, search_code(),
                  *([sorted(dataset.reference_times.items())] if dataset.reference_times else []))

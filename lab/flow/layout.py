@@ -101,9 +101,12 @@ def svg(path: Path, title: str, draw: Callable[[Any], Any]) -> None:
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    draw(ax)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, format="svg", metadata={"Date": None})  # no timestamp: the same data, the same file
-    plt.close(fig)
+    # no timestamp, and clip-path ids from a fixed salt rather than a random one: the same data,
+    # the same bytes, so `dvc repro` in another checkout leaves dvc.lock as committed
+    with matplotlib.rc_context({"svg.hashsalt": "lab"}):
+        fig, ax = plt.subplots(figsize=(6.4, 3.6))
+        draw(ax)
+        ax.set_title(title, fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path, format="svg", metadata={"Date": None})
+        plt.close(fig)
