@@ -27,6 +27,24 @@ def require_dataset(relative: str) -> Path:
     return path
 
 
+def demo_questions(n: int):
+    """The demo goldens with their first ``n`` questions (by id) only: a third-party system embeds
+    each question on its own through its model, so a test that proves it runs through the harness
+    asks a third of them (the corpus is the whole demo's)."""
+    from dataclasses import replace
+
+    import polars as pl
+
+    from lab.eval.goldens import load_dataset
+
+    dataset = load_dataset("demo")
+    kept = dataset.questions.sort("qid").head(n)
+    ids = set(kept["qid"].to_list())
+    return replace(dataset, questions=kept, qrels=dataset.qrels.filter(pl.col("qid").is_in(list(ids))),
+                   saves={q: v for q, v in dataset.saves.items() if q in ids},
+                   stale=dataset.stale.filter(pl.col("qid").is_in(list(ids))))
+
+
 @pytest.fixture
 def pipe(tmp_path: Path) -> Pipeline:
     p = Pipeline.open(tmp_path / "store", embedder=FakeEmbedder(), create=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import demo_questions
 from serving import free_port
 
 from lab.adapters.base import AdapterError
@@ -23,7 +24,6 @@ from lab.adapters.harness import evaluate_system
 from lab.adapters.registry import open_system
 from lab.config import FAKE_MODEL
 from lab.errors import ValidationError
-from lab.eval.goldens import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ROOT / "goldens" / "systems"
@@ -153,7 +153,7 @@ def _described_against_in_process(argv: list[str], ready: str, cwd: Path, env: d
     """The demo goldens through ``file`` against the server ``argv`` starts (stopped by its PID),
     then through the in-process ``builtin``: (described, in process)."""
     server = _start(argv, ready, cwd, env)
-    dataset = load_dataset("demo")
+    dataset = demo_questions(40)
     try:
         with open_system(str(SYSTEMS / file), cwd / "h", env=file_env) as system:
             described = evaluate_system(system, dataset, progress=False)

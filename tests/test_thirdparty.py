@@ -10,7 +10,7 @@ import pytest
 from lab.adapters.harness import evaluate_system
 from lab.adapters.registry import BUILTIN, open_system, require_packages
 from lab.errors import ValidationError
-from lab.eval.goldens import load_dataset
+from conftest import demo_questions
 
 THIRD_PARTY = ["txtai", "chroma", "mem0", "mempalace"]
 
@@ -26,7 +26,7 @@ def test_each_system_runs_offline_on_the_demo_goldens(name, tmp_path):
         if os.environ.get("CI") == "true":
             pytest.fail(f"system {name!r} is not installed under CI: .ci/setup installs the extra {BUILTIN[name].extra!r}")
         pytest.skip(f"the extra {BUILTIN[name].extra!r} is not installed")
-    dataset = load_dataset("demo")
+    dataset = demo_questions(40)
     with open_system(name, tmp_path / name) as system:
         result = evaluate_system(system, dataset, progress=False)
     m = result.metrics
