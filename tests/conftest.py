@@ -45,6 +45,19 @@ def demo_questions(n: int):
                    stale=dataset.stale.filter(pl.col("qid").is_in(list(ids))))
 
 
+def demo_golden_subset(folder: Path, n: int) -> Path:
+    """``demo_questions`` as a golden file (named demo, about the project's demo data) for a
+    command line: the first ``n`` questions by id."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "goldens" / "demo.yaml").read_text(encoding="utf-8"))
+    doc["questions"] = sorted(doc["questions"], key=lambda q: str(q["id"]))[:n]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "demo.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
 @pytest.fixture
 def pipe(tmp_path: Path) -> Pipeline:
     p = Pipeline.open(tmp_path / "store", embedder=FakeEmbedder(), create=True)

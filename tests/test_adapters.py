@@ -127,7 +127,9 @@ def test_lab_in_process_over_http_and_over_mcp_rank_alike(tmp_path):
     from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig
     from lab.search.presets import resolve
 
-    dataset = load_dataset("demo")
+    from conftest import demo_questions
+
+    dataset = demo_questions(40)  # each face embeds every question on its own: a third of them prove it
     save = SaveConfig(embed=EmbedConfig(model=DEFAULT_MODEL))
     with LabSystem(tmp_path / "inproc", resolve("lab"), save) as system:
         here = evaluate_system(system, dataset, progress=False, check_round_trip=False)

@@ -133,6 +133,8 @@ def test_abstention_questions_are_kept_apart(fixture, tmp_path):
 def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third_party_system(tmp_path):
     fixture = build_fixture(require_dataset("longmemeval-sample/longmemeval_s_sample.json"), tmp_path / "lme",
                             abstention=False)
+    # one haystack (about 500 turns): Chroma embeds every turn through its own model
+    fixture.write_text(json.dumps(json.loads(fixture.read_text())[:1]))
     env = {**os.environ, "LAB_EVAL_ROOT": str(tmp_path / "eval")}
     got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(fixture), "--preset", "bm25",
                           "--model", FAKE_MODEL, "--no-track", "--quiet", "--out", str(tmp_path / "runs")],
@@ -141,7 +143,7 @@ def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third
     assert got.stderr.startswith("warning: longmemeval_s_fixture.json: sha256 ")
     assert "LongMemEval session recall_any@5" in got.stdout
     metrics = json.loads((tmp_path / "runs" / "longmemeval-s-fixture+fake-bm25" / "metrics.json").read_text())
-    assert metrics["longmemeval"]["questions"] == 3 and set(metrics["longmemeval"]["session"]) >= {
+    assert metrics["longmemeval"]["questions"] == 1 and set(metrics["longmemeval"]["session"]) >= {
         "recall_any@5", "recall_all@5", "ndcg@10"}
     pytest.importorskip("chromadb")
     got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(fixture), "--system", "chroma",
@@ -149,4 +151,4 @@ def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third
                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert got.returncode == 0, got.stderr[-2000:]
     system = json.loads((tmp_path / "runs" / "longmemeval-s-fixture-system-chroma" / "metrics.json").read_text())
-    assert system["longmemeval"]["session"]["recall_any@5"] >= 0.0 and system["questions"] == 3
+    assert system["longmemeval"]["session"]["recall_any@5"] >= 0.0 and system["questions"] == 1
