@@ -28,7 +28,7 @@ import polars as pl
 from lab.config import SearchConfig
 from lab.errors import ValidationError
 from lab.eval.cache import candidate_table
-from lab.eval.dataset import EvalDataset
+from lab.eval.dataset import QUESTIONS_SCHEMA, EvalDataset
 from lab.retriever import Retriever
 from lab.search.abstain import best_scores
 from lab.eval.split import MIN_GROUPS, split_questions
@@ -133,10 +133,12 @@ def measure(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, pe
     if parts is None:
         parts = split_questions(everything, options.validation, options.seed)
     negatives, kind = unanswerable_questions(dataset, parts)
-    asked = replace(dataset, questions=pl.concat([dataset.questions.select(negatives.columns[:4]),
-                                                  negatives.select(negatives.columns[:4])]))
-    cands, _ = candidate_table(retriever, asked, config, depth=options.k, root=root)
-    best = best_scores(cands)
+    # the answerable questions' candidates are the evaluation's own table (cached); only the
+    # unanswerable ones are searched here
+    own, _ = candidate_table(retriever, dataset, config, depth=options.k, root=root)
+    asked = replace(dataset, questions=negatives.select(list(QUESTIONS_SCHEMA)))
+    theirs, _ = candidate_table(retriever, asked, config, depth=options.k, root=root)
+    best = {**best_scores(own), **best_scores(theirs)}
     positives = (dataset.questions.select("qid", "namespace").join(parts.select("qid", "part"), on="qid")
                  .join(per_query.select("qid", metric), on="qid", how="left")
                  .with_columns(pl.lit(True).alias("answerable"), pl.col("qid").alias("source")))
