@@ -24,37 +24,44 @@ def _(TuneSession, mo):
     _args = mo.cli_args()
     with mo.status.spinner("opening the dataset and its cached candidates"):
         session = TuneSession.from_args(_args)
-    return (session,)
+    started = f"the configuration file {_args.get('config')}" if _args.get("config") else \
+        f"the preset {_args.get('preset') or 'lab'}"
+    return session, started
 
 
 @app.cell
-def _(mo):
+def configuration_source(mo, started):
     from lab.tune.session import TUNED
 
-    _choices = ["the starting configuration"] + (["what the tune notebook has now"] if TUNED.is_file() else [])
-    analysed = mo.ui.dropdown(_choices, value=_choices[-1], label="analyse")
-    mo.hstack([analysed, mo.md(f"<small>the tune notebook writes its current knobs to `{TUNED}`</small>")],
-              justify="start")
-    return TUNED, analysed
+    # the preset unless the reader picks otherwise: the tune notebook's file changes with every slider
+    source = mo.ui.radio({started: "start", f"the tune notebook's last saved knobs ({TUNED})": "tuned"},
+                         value=started, label="analyse")
+    source
+    return TUNED, source
 
 
 @app.cell
-def _(TUNED, analysed, session):
+def _(TUNED, mo, session, source, started):
     from lab.config import load_candidate
 
-    if analysed.value == "the starting configuration":
-        numbers = session.baseline
+    mo.stop(source.value == "tuned" and not TUNED.is_file(),
+            mo.md(f"**The tune notebook has saved no knobs yet**: it writes `{TUNED}` (from the folder it runs "
+                  "in) as its sliders move. Open it (`marimo edit notebooks/tune.py`), or analyse the preset."))
+    if source.value == "start":
+        numbers, analysed = session.baseline, started
     else:
         _tuned = load_candidate(TUNED)
         numbers = session.numbers(_tuned.search, _tuned.assemble or session.base_assemble)
-    return (numbers,)
+        analysed = f"the tune notebook's last saved knobs ({TUNED})"
+    return analysed, numbers
 
 
 @app.cell
-def _(mo, numbers, session):
+def _(analysed, mo, numbers, session):
     category = mo.ui.dropdown(["all"] + sorted(set(session.categories.tolist())), value="all", label="category")
     cutoff = mo.ui.slider(1, 50, 1, value=10, label="missed = gold outside the top", show_value=True)
-    mo.vstack([mo.md(f"# What `{numbers.search.name}` misses on {session.dataset.name}"),
+    mo.vstack([mo.md(f"# What `{numbers.search.name}` misses on {session.dataset.name}\n"
+                     f"Analysing <span id='analysed'>{analysed}</span>."),
                mo.hstack([category, cutoff], justify="start")])
     return category, cutoff
 
@@ -68,38 +75,42 @@ def _(category, cutoff, numbers, session):
 
 @app.cell
 def _(misses, mo, pl, session, views):
-    _cols = ["qid", "category", "question", "memory_id", "fused_rank", *session.signals]
+    _per_gold = ["memory_id", "fused_rank", *[s for s in session.signals if s in misses.columns]]
+    _table = views.per_question(misses.select("qid", "category", "question", *_per_gold), _per_gold)
     mo.vstack([
         mo.md(f"**{misses.height}** gold memories outside the top, in **{misses['qid'].n_unique()}** questions. "
-              "Each signal's column is the rank its own list gave the gold memory (empty: not returned)."),
+              "One row per question: `memory_id` lists its missed gold memories, and the fused rank and each "
+              "signal's column give their ranks in the same order (–: past the top 100, or not returned)."),
         views.signal_rank_chart(misses, session.signals),
-        mo.ui.table(misses.select([c for c in _cols if c in misses.columns]).with_columns(pl.col("question").str.slice(0, 90)),
-                    selection=None, page_size=10),
+        mo.ui.table(_table.with_columns(pl.col("question").str.slice(0, 90)), selection=None, page_size=10),
     ])
     return
 
 
 @app.cell
 def _(misses, mo):
-    _rows = misses.head(25).iter_rows(named=True)
     _blocks = []
-    for _r in _rows:
+    for _q in misses.partition_by("qid", maintain_order=True)[:25]:  # one block per question, each gold in it
+        _r = _q.row(0, named=True)
+        _gold = "".join(f"<p><b>gold</b> [{g['memory_id']}] (fused rank {g['fused_rank'] or '> 100'}): {g['gold_text']}</p>"
+                        for g in _q.iter_rows(named=True))
         _instead = "".join(f"<li>[{i}] {t}</li>" for i, t in zip(_r["retrieved_ids"] or [], _r["retrieved_texts"] or []))
         _blocks.append(f"<details><summary><b>{_r['qid']}</b> ({_r['category']}): {_r['question']}</summary>"
-                       f"<p><b>gold</b> [{_r['memory_id']}] (fused rank {_r['fused_rank'] or '> 100'}): {_r['gold_text']}</p>"
-                       f"<p><b>retrieved instead</b></p><ol>{_instead}</ol></details>")
-    mo.vstack([mo.md("### Gold beside what was retrieved (first 25)"), mo.Html("".join(_blocks) or "<i>no misses</i>")])
+                       f"{_gold}<p><b>retrieved instead</b></p><ol>{_instead}</ol></details>")
+    mo.vstack([mo.md("### Gold beside what was retrieved (first 25 questions)"),
+               mo.Html("".join(_blocks) or "<i>no misses</i>")])
     return
 
 
 @app.cell
-def _(mo, pl, rescues):
-    _counts = rescues.group_by("rescue").len().sort("rescue") if rescues.height else rescues
+def _(mo, pl, rescues, views):
+    _per_gold = ["rescue", "memory_id", "fused_rank", "gold_text"]
+    _table = (views.per_question(rescues.select("qid", "category", "question", *_per_gold)
+                                 .with_columns(pl.col("gold_text").str.slice(0, 120)), _per_gold, separator=" | ")
+              .with_columns(pl.col("question").str.slice(0, 80)) if rescues.height else rescues)
     mo.vstack([mo.md("### Rescues: gold in the top that only one of BM25 and the vector list returned"),
-               mo.ui.table(_counts, selection=None),
-               mo.ui.table(rescues.select("rescue", "qid", "category", "question", "memory_id", "fused_rank", "gold_text")
-                           .with_columns(pl.col("question").str.slice(0, 80), pl.col("gold_text").str.slice(0, 120))
-                           if rescues.height else rescues, selection=None, page_size=10)])
+               mo.ui.table(views.rescue_counts(rescues), selection=None),
+               mo.ui.table(_table, selection=None, page_size=10)])
     return
 
 

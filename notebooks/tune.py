@@ -69,15 +69,16 @@ def _(mo, reset_button, session, start):
 
 
 @app.cell
-def _(TUNED, boost, budget, critical, method, recency, rrf_k, session, weights):
+def current_knobs(TUNED, boost, budget, critical, method, mo, recency, rrf_k, session, weights):
     knobs = {"fusion.method": method.value, "fusion.k": rrf_k.value, "fusion.neighbour_boost": boost.value,
              **{f"fusion.weights.{s}": w for s, w in weights.value.items()},
              "assemble.critical_ratio": critical.value, "assemble.recency_ratio": recency.value,
              "assemble.budget": budget.value}
     search, assemble = session.configure(knobs)
     numbers = session.numbers(search, assemble)
-    # the errors notebook can analyse what is tuned here (its "currently tuned" choice reads this file)
-    session.write_candidate(search, assemble, TUNED)
+    # the errors notebook can analyse what is tuned here (its "last saved knobs" choice reads this file)
+    _saved = session.write_candidate(search, assemble, TUNED)
+    mo.md(f"<small>These knobs are saved to {_saved} for the errors notebook.</small>")
     return assemble, numbers, search
 
 
@@ -122,9 +123,9 @@ def ranked_lists_of_one_question(change_table, mo, numbers, session, views):
     _stop = "" if _question.endswith((".", "?", "!")) else "."
     mo.vstack([mo.md(f"**{_qid}**: {_question}{_stop} Each memory's rank in every signal's "
                      "own list (empty: that signal did not return it)."),
-               mo.hstack([mo.vstack([mo.md("preset"), mo.ui.table(views.rounded(
+               mo.hstack([mo.vstack([mo.md("preset"), mo.ui.table(views.memories_table(
                               session.ranked(_qid, session.baseline)), selection=None)]),
-                          mo.vstack([mo.md("tuned"), mo.ui.table(views.rounded(
+                          mo.vstack([mo.md("tuned"), mo.ui.table(views.memories_table(
                               session.ranked(_qid, numbers)), selection=None)])], widths="equal")])
     return
 
@@ -147,9 +148,9 @@ def _(mo, session):
 
 
 @app.cell
-def _(mo, query_box, search, session, space_pick, views):
+def live_query(mo, query_box, search, session, space_pick, views):
     mo.stop(not query_box.value.strip(), mo.md("_Type a query above._"))
-    mo.ui.table(views.rounded(session.live_search(query_box.value, space_pick.value, search)), selection=None)
+    mo.ui.table(views.memories_table(session.live_search(query_box.value, space_pick.value, search)), selection=None)
     return
 
 

@@ -22,7 +22,11 @@ def chromium() -> str:
 
 
 class OfflineBrowser:
-    """A Chromium page that may reach localhost only; ``outside`` lists what it tried to fetch elsewhere."""
+    """A Chromium page that may reach localhost only (``local=False``: not even that); ``outside``
+    lists what it tried to fetch elsewhere."""
+
+    def __init__(self, local: bool = True) -> None:
+        self.local = local
 
     def __enter__(self) -> "OfflineBrowser":
         from playwright.sync_api import sync_playwright
@@ -37,7 +41,8 @@ class OfflineBrowser:
 
         def gate(route) -> None:
             url = route.request.url
-            if url.startswith(("data:", "blob:", "file:")) or urlparse(url).hostname in ("127.0.0.1", "localhost"):
+            local = self.local and urlparse(url).hostname in ("127.0.0.1", "localhost")
+            if url.startswith(("data:", "blob:", "file:")) or local:
                 route.continue_()
             else:
                 self.outside.append(url)

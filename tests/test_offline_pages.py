@@ -1,5 +1,5 @@
 """Every page lab offers a person renders with no network: the four marimo apps (`marimo run`),
-`lab serve`'s /docs, and the DVC plots page. Chromium runs with every request that is not to
+`lab serve`'s /docs, the DVC plots page and an exported notebook opened as a file. Chromium runs with every request that is not to
 localhost (or a data:/blob:/file: URL) aborted and recorded; a page passes when its content is on
 screen and it asked for nothing outside."""
 from __future__ import annotations
@@ -81,27 +81,31 @@ def test_the_dvc_plots_page_renders_offline(tmp_path):
         assert b.outside == [], b.outside
 
 
-def test_an_exported_notebook_renders_offline(notebook_workspace):
-    """`lab export-notebook`: marimo's own export loads its frontend from a CDN (blank offline); this
-    page loads it from the copy beside it, served from localhost."""
+def test_an_exported_notebook_renders_from_a_file_with_no_network(notebook_workspace):
+    """`lab export-notebook`: marimo's own export loads its frontend from a CDN, and a page whose
+    modules sit in files beside it is blank from file:// (Chromium refuses module scripts there).
+    The page carries its frontend: opened as a file with every request refused, even to localhost,
+    it reads nothing but itself, draws its charts and table, and shows no code until asked."""
     root, env = notebook_workspace
     out = root / "exported"
     got = subprocess.run([str(BIN / "lab"), "export-notebook", "sweep", "--out", str(out), "--args", "--sweep demo-small"],
                          env=env, cwd=root, capture_output=True, text=True, timeout=600)
     assert got.returncode == 0, got.stderr[-3000:]
-    html = (out / "sweep.html").read_text(encoding="utf-8")
-    assert "cdn.jsdelivr.net" not in html and "./marimo-static/" in html
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "-d", str(out), str(port), "--bind", "127.0.0.1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/sweep.html", 30)
-        with OfflineBrowser() as b:
-            page = b.page()
-            page.goto(f"http://127.0.0.1:{port}/sweep.html")
-            page.get_by_text("Top configurations").first.wait_for(timeout=120_000)
-            page.locator(".vega-embed").first.wait_for(timeout=60_000)
-            assert b.outside == [], b.outside
-    finally:
-        server.terminate()
-        server.wait(30)
+    page_file = out / "sweep.html"
+    assert f"{page_file} (" in got.stdout and "MB" in got.stdout and "localhost" not in got.stdout, got.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.html"]  # one file, nothing beside it
+    with OfflineBrowser(local=False) as b:
+        page = b.page()
+        read: list[str] = []
+        page.on("request", lambda r: read.append(r.url) if not r.url.startswith(("data:", "blob:")) else None)
+        page.goto(page_file.as_uri())
+        page.get_by_text("Top configurations").first.wait_for(timeout=120_000)
+        chart = page.locator(".vega-embed svg, .vega-embed canvas").first
+        chart.wait_for(timeout=60_000)
+        box = chart.bounding_box()
+        assert box and box["width"] > 100 and box["height"] > 100, box
+        assert page.get_by_text("validation/recall@10").first.is_visible()  # the top-configurations table
+        body = page.inner_text("body")
+        assert "views.top_configurations" not in body and page.locator(".cm-editor").count() == 0  # code hidden
+        assert b.outside == [], b.outside
+        assert [u.split("?")[0] for u in read] == [page_file.as_uri()], read

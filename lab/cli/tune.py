@@ -86,7 +86,7 @@ def _print_champions(uri: str | None) -> None:
 
 
 def cmd_export_notebook(args: argparse.Namespace) -> int:
-    from lab.tune.export import ASSETS, export_offline
+    from lab.tune.export import export_offline
     from lab.workspace import current
 
     name = args.notebook
@@ -94,19 +94,18 @@ def cmd_export_notebook(args: argparse.Namespace) -> int:
     import shlex
 
     page = export_offline(path, args.out, shlex.split(args.args or ""))
-    print(f"{page} (with marimo's frontend in {Path(args.out) / ASSETS}); it needs no network. View it over "
-          f"localhost: .venv/bin/python -m http.server -d {args.out} 8000 --bind 127.0.0.1, then "
-          f"http://127.0.0.1:8000/{page.name}")
+    print(f"{page} ({page.stat().st_size / 1e6:.1f} MB, marimo's frontend inside): open it in a browser as a "
+          "file, no server or network needed; code cells start hidden (the page's ... menu shows them)")
     return 0
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export-notebook", help="run a notebook and export it as an HTML page that works offline",
-                       description="Run a marimo notebook and write NAME.html with marimo's frontend files beside it "
-                                   "(marimo's own export loads them from a CDN and is blank offline), e.g. "
-                                   "lab export-notebook sweep --args '--sweep demo-small'")
+    p = sub.add_parser("export-notebook", help="run a notebook and export it as one HTML file that opens offline",
+                       description="Run a marimo notebook and write NAME.html, one self-contained file with marimo's "
+                                   "frontend inside (marimo's own export loads it from a CDN and is blank offline) "
+                                   "and code cells hidden, e.g. lab export-notebook sweep --args '--sweep demo-small'")
     p.add_argument("notebook", help="tune, sweep, errors, context (notebooks/NAME.py) or a notebook file")
-    p.add_argument("--out", default="runs/notebooks", help="folder for the page and its assets (default runs/notebooks)")
+    p.add_argument("--out", default="runs/notebooks", help="folder for the page (default runs/notebooks)")
     p.add_argument("--args", default="", help="the notebook's own arguments, quoted: --args '--dataset locomo'")
     p.set_defaults(func=cmd_export_notebook)
 

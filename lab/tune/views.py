@@ -62,6 +62,22 @@ def rounded(frame: pl.DataFrame, decimals: int = 4) -> pl.DataFrame:
     return frame.with_columns(pl.col(c).round(decimals) for c, t in frame.schema.items() if t.is_float())
 
 
+def shortened(text: pl.Expr, width: int) -> pl.Expr:
+    """``text`` cut to ``width`` characters, an ellipsis marking a cut."""
+    return pl.when(text.str.len_chars() > width).then(text.str.slice(0, width - 1) + "…").otherwise(text)
+
+
+def memories_table(frame: pl.DataFrame, width: int = 110) -> pl.DataFrame:
+    """A ranked list of memories to read (`TuneSession.ranked`, `TuneSession.live_search`): each
+    memory's text, shortened to ``width`` characters, right after its id (placed last, behind every
+    signal's rank, it was off the edge of a half-page table, which showed ids only)."""
+    if "text" not in frame.columns:
+        raise ValidationError(f"a table of memories needs a text column; this one has {frame.columns}")
+    at = frame.columns.index("memory_id") + 1
+    order = [c for c in frame.columns[:at] if c != "text"] + ["text"] + [c for c in frame.columns[at:] if c != "text"]
+    return rounded(frame.select(order).with_columns(shortened(pl.col("text"), width)))
+
+
 def paired_markdown(paired: pl.DataFrame) -> str:
     """`TuneSession.paired` as a table: the change per metric with its 95% CI and p-value, and
     whether it is significant at 0.05, as `lab compare` prints it."""
@@ -238,6 +254,31 @@ def gap_chart(sweep: dict[str, Any]):
 
 
 # ---------------------------------------------------------------------------- errors
+def per_question(frame: pl.DataFrame, per_gold: Sequence[str], *, separator: str = ", ",
+                 missing: str = "–") -> pl.DataFrame:
+    """One row per question from rows per (question, gold memory), in the frame's order: each
+    column of ``per_gold`` becomes the question's values joined by ``separator`` in row order
+    (``missing`` for a null), every other column is the question's own. A question with two gold
+    memories is one row, not two."""
+    unknown = [c for c in ("qid", *per_gold) if c not in frame.columns]
+    if unknown:
+        raise ValidationError(f"column(s) {unknown} not in the table; it has {frame.columns}")
+    own = [c for c in frame.columns if c not in per_gold and c != "qid"]
+    joined = [pl.col(c).cast(pl.String).fill_null(missing).str.join(separator).alias(c) for c in per_gold]
+    return (frame.group_by("qid", maintain_order=True).agg(*[pl.col(c).first() for c in own], *joined)
+            .select(frame.columns))
+
+
+def rescue_counts(rescues: pl.DataFrame) -> pl.DataFrame:
+    """Per kind of rescue (lexical, semantic): how many questions, and how many gold memories."""
+    schema = {"rescue": pl.String, "questions": pl.UInt32, "gold memories": pl.UInt32}
+    if rescues.height == 0:
+        return pl.DataFrame(schema=schema)
+    return (rescues.group_by("rescue").agg(pl.col("qid").n_unique().alias("questions"),
+                                           pl.len().alias("gold memories"))
+            .sort("rescue").cast(schema))
+
+
 def signal_rank_chart(misses: pl.DataFrame, signals: Sequence[str]):
     """For the missed gold memories: how many each signal returned at all, and in its own top 10."""
     alt = _alt()
