@@ -53,13 +53,21 @@ def peak_gb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2, 3)
 
 
-def records(size: int) -> list[dict]:
-    """LoCoMo's turns, numbered to be unique, repeated to ``size`` memories."""
+def records(size: int, only: range | None = None) -> list[dict]:
+    """LoCoMo's turns, numbered to be unique, repeated to ``size`` memories (``only``: just those)."""
     from lab.eval.locomo import load_conversations
 
     turns = [t for c in load_conversations(DATASETS / "locomo" / "locomo10-dev.json") for t in c.turns]
     return [{"namespace": NAMESPACE, "content": f"{turns[i % len(turns)]['content']} (#{i})",
-             "created_at": turns[i % len(turns)]["created_at"]} for i in range(size)]
+             "created_at": turns[i % len(turns)]["created_at"]} for i in (only or range(size))]
+
+
+def rss_now() -> dict:
+    """The process's resident memory now, split into its own (anonymous) pages and pages of mapped
+    files (the snapshot's vectors: the OS page cache's, reclaimable and shared between processes)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    gb = lambda name: round(int(fields[name].split()[0]) / 1024 ** 2, 3)  # noqa: E731
+    return {"rss_anon_gb": gb("RssAnon"), "rss_file_gb": gb("RssFile")}
 
 
 def questions() -> list[str]:
@@ -136,7 +144,6 @@ def phase_library(size: int, n_queries: int) -> dict:
     from lab.retriever import Retriever
     from lab.store.store import Store
 
-    recs = records(size)
     started = time.perf_counter()
     retriever = Retriever.open(BENCH / f"scale-{size}", embedder=precomputed([]))
     retriever.index(NAMESPACE)  # the snapshot, loaded
@@ -151,7 +158,7 @@ def phase_library(size: int, n_queries: int) -> dict:
     # a stored vector must be found as its own memory: exactly (where the index keeps it) and by the
     # vector-only search (hnswlib: approximate, so its share is reported; random vectors in 384
     # dimensions have no neighbourhoods, the hardest case for a graph index)
-    probe = [recs[i]["content"] for i in range(0, size, max(1, size // 25))]
+    probe = [r["content"] for r in records(size, range(0, size, max(1, size // 25)))]
     found = 0
     for text, vector in zip(probe, random_unit_vectors(probe, 384)):
         exact = snap.index.exact_vector(vector, 1)
@@ -173,16 +180,29 @@ def phase_library(size: int, n_queries: int) -> dict:
             latencies.append(time.perf_counter() - started)
         out[f"search_{preset}"] = percentiles(latencies)
     out["peak_rss_gb"] = peak_gb()
+    out["rss_at_end"] = rss_now()
     return out
+
+
+def phase_resave(size: int) -> dict:
+    """A reused store's snapshot saved again by this lab (its format may have changed since the
+    store was built: snapshots now hold their vectors); the store's tables are not touched."""
+    from lab.index.snapshot import save_index
+    from lab.pipeline import Pipeline
+
+    with Pipeline.open(BENCH / f"scale-{size}", embedder=precomputed([])) as pipe:
+        idx = pipe.index(NAMESPACE)
+        started = time.perf_counter()
+        save_index(idx, pipe.indexes.directory(NAMESPACE))
+        return {"snapshot_save_s": round(time.perf_counter() - started, 1), "peak_rss_gb": peak_gb()}
 
 
 def phase_saves(size: int, n_saves: int) -> dict:
     """Single saves into the store (a copy) with its index loaded, as a server saves."""
     from lab.pipeline import Pipeline
 
-    recs = records(size)
     fresh = [f"a new note {i} about the weekend plans, number {size + i}" for i in range(n_saves)]
-    with Pipeline.open(BENCH / f"scale-{size}-copy", embedder=precomputed(fresh + [r["content"] for r in recs[:1]])) as pipe:
+    with Pipeline.open(BENCH / f"scale-{size}-copy", embedder=precomputed(fresh + [r["content"] for r in records(size, range(1))])) as pipe:
         started = time.perf_counter()
         pipe.index(NAMESPACE)
         load_s = time.perf_counter() - started
@@ -259,6 +279,8 @@ def one_size(size: int, args: argparse.Namespace) -> dict:
     recorded = json.loads(marker.read_text()) if marker.is_file() else {}
     if recorded.get("settings") == wanted and (BENCH / f"scale-{size}" / "lab-store.json").is_file():
         build = {**recorded["build"], "reused": f"built {recorded['built_at']}"}
+        if not (BENCH / f"scale-{size}" / "indexes" / NAMESPACE / "vectors.npy").is_file():
+            build["snapshot_resaved"] = run_phase("resave", size, args)
     else:
         build = run_phase("build", size, args)
         marker.write_text(json.dumps({"settings": wanted, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -334,13 +356,13 @@ def main() -> None:
     parser.add_argument("--no-compact", action="store_true", help="skip the saves and compact phases")
     parser.add_argument("--compact-max", type=int, default=10 ** 9,
                         help="compact only stores of at most this size (compact rebuilds the index: 40 min at 1M)")
-    parser.add_argument("--phase", choices=["build", "library", "saves"], help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=["build", "library", "saves", "resave"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     BENCH.mkdir(parents=True, exist_ok=True)
     if args.phase:  # a child: one phase at one size, its figures as the last line
         size = args.sizes[0]
         run = {"build": lambda: phase_build(size, args.batch), "library": lambda: phase_library(size, args.queries),
-               "saves": lambda: phase_saves(size, args.saves)}[args.phase]
+               "saves": lambda: phase_saves(size, args.saves), "resave": lambda: phase_resave(size)}[args.phase]
         print(json.dumps(run()))
         return
     results: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],

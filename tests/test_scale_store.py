@@ -2,6 +2,8 @@
 held by counting scans, copies and allocations, never by timing."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import polars as pl
 import pytest
@@ -94,6 +96,10 @@ def test_an_index_loads_its_vectors_a_file_at_a_time(tmp_path, monkeypatch):
     monkeypatch.setattr(file_cache, "read_parquet", spy)
     with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
         assert pipe.index("n").n_live == 30
+    assert not [c for c in reads if "embedding" in c]  # a snapshot's vectors come from its own file
+    shutil.rmtree(root / "indexes" / "n")  # no snapshot: the build reads them from the table
+    with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
+        assert pipe.index("n").n_live == 30
     vector_reads = [c for c in reads if "embedding" in c]
     assert vector_reads == [["embedding"]] * 3  # each file's vector column once, on its own
 
@@ -133,8 +139,16 @@ def test_the_first_save_into_a_loaded_index_grows_it_by_a_quarter_not_double(tmp
     with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
         idx = pipe.index("n")
         assert len(idx._vectors) == 200 and idx.vector._index.get_max_elements() == 200
+        # the snapshot's vectors are its file's pages, not a copy in memory; new ones go beside them
+        assert isinstance(idx._vectors.base, np.memmap) and len(idx._vectors.tail) == 0
         pipe.save("one more memory", namespace="n")
         assert len(idx._vectors) == 250 and idx.vector._index.get_max_elements() == 250
+        label = idx.labels_of(pipe.store.memories("n").filter(pl.col("content") == "one more memory")["id"][0])[0]
+        assert label == 200 and np.array_equal(idx._vectors[label], FakeEmbedder().embed(["one more memory"])[0])
+    with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:  # saved on close, mapped again on load
+        idx = pipe.index("n")
+        assert isinstance(idx._vectors.base, np.memmap) and len(idx._vectors) == 201
+        assert np.array_equal(idx._vectors[200], FakeEmbedder().embed(["one more memory"])[0])
 
 
 def test_the_rows_of_a_table_read_whole_give_their_vectors_from_the_frame():

@@ -72,3 +72,24 @@ def test_walks_of_depth_zero_or_over_nothing_rank_nothing():
     assert len(sig._walk(order, np.zeros(5, dtype=bool), score, 3)[0]) == 0
     assert len(sig._walk(np.zeros(0, dtype=np.int64), allowed, score, 3)[0]) == 0
     assert sig._walk(order, allowed, score, 3)[0].tolist() == [0, 1, 2]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(["tim", "time", "John", "new york", "york", "x"]), max_size=4),
+                          st.booleans()), min_size=1, max_size=80),
+       st.lists(st.sampled_from(["Tim", "tim", "John", "New York", "York", "zed"]), max_size=5),
+       st.integers(1, 15))
+def test_the_entity_signal_equals_a_scan_and_sort_of_every_memory(rows, entities, depth):
+    import polars as pl
+
+    # few words, so many memories tie on how many names they hold; names repeated and differing
+    # only in case count once per mention, as a scan per mention counted them
+    view = view_of([0.0] * len(rows), [0] * len(rows))
+    view.text_lower = pl.Series([" ".join(words).lower() for words, _ in rows])
+    allowed = np.array([ok for _, ok in rows])
+    counts = np.zeros(len(rows))
+    for name in entities:
+        counts += np.array([name.lower() in " ".join(words).lower() for words, _ in rows])
+    positions, scores = sig.entity(view, allowed, tuple(entities), depth)
+    assert positions.tolist() == brute_top(counts, allowed & (counts > 0), depth)
+    assert scores.tolist() == counts[positions].tolist()

@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 
 from lab.config import IndexConfig
+from lab.index.chunk_vectors import ChunkVectors
 from lab.index.embeddings import write_vectors
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
 from lab.index.vector import GraphShortfall, VectorIndex
@@ -71,9 +72,9 @@ class ViewIndex:
         self.live = np.zeros(0, dtype=bool)
         self.label_of: dict[str, int] = {}
         self.vector = VectorIndex(dim, config.vector)
-        # a plain copy of the chunk vectors by label: exact cosines for any memory without
-        # hnswlib's per-item get_items (~18 us per vector), at 1.5 kB per chunk of memory
-        self._vectors = np.zeros((0, dim), dtype=np.float32)
+        # the chunk vectors by label: exact cosines for any memory without hnswlib's per-item
+        # get_items (~18 us per vector); a loaded snapshot's are mapped from its file
+        self._vectors = ChunkVectors(dim)
         self.analyzer = LexicalAnalyzer(config.lexical)
         self.lexical = LexicalIndex(config.lexical, self.analyzer)
         self.lexical_labels = np.zeros(0, dtype=np.int64)
@@ -115,28 +116,21 @@ class ViewIndex:
         self.texts.extend(chunks["text"].gather(rows).to_list())
         self.live = np.concatenate([self.live, np.ones(n, dtype=bool)])
         self.label_of.update(zip(chunk_ids, labels))
-        self._grow_vectors(start + n)
+        self._vectors.reserve(start + n)
+        into, first = self._vectors.writable_from(start)
         label_of_row = np.empty(n, dtype=np.int64)
-        label_of_row[order] = np.arange(start, start + n, dtype=np.int64)
-        write_vectors(chunks, label_of_row, self._vectors, stored)
-        self.vector.add(self._vectors[start:start + n], np.asarray(labels, dtype=np.int64))
+        label_of_row[order] = np.arange(start - first, start - first + n, dtype=np.int64)
+        write_vectors(chunks, label_of_row, into, stored)
+        self.vector.add(into[start - first:start - first + n], np.asarray(labels, dtype=np.int64))
         return labels
 
     def locked(self) -> threading.RLock:
         """The index's lock (re-entrant): held, nothing changes the index (a snapshot being saved)."""
         return self._lock
 
-    def restore_vectors(self, vectors: np.ndarray) -> None:
+    def restore_vectors(self, vectors: ChunkVectors) -> None:
         """The stored vectors by label, as a loaded snapshot has them (the exact cosine's source)."""
         self._vectors = vectors
-
-    def _grow_vectors(self, needed: int) -> None:
-        """Room for ``needed`` vectors, grown by a quarter (not doubled: the first save into a loaded
-        index of a million chunks would otherwise hold 1.5 GB more for rows never filled)."""
-        if needed > len(self._vectors):
-            grown = np.zeros((max(needed, len(self._vectors) + len(self._vectors) // 4), self.dim), dtype=np.float32)
-            grown[: len(self._vectors)] = self._vectors
-            self._vectors = grown
 
     def apply(self, added: pl.DataFrame | None, removed: list[str], store_version: str) -> None:
         """Fold a store change in: new chunks into the vector index and lexical delta, removals masked."""
@@ -193,7 +187,7 @@ class ViewIndex:
 
     def cosines(self, query_vector: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Cosine between the query and the chunks at ``labels`` (exact, from stored vectors)."""
-        return self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
+        return self._vectors.take(labels) @ np.asarray(query_vector, dtype=np.float32)
 
     def best_cosine(self, query_vector: np.ndarray, memory_ids: list[str]) -> dict[str, float]:
         """Cosine between the query and each memory's best chunk (exact, from stored vectors)."""
@@ -204,7 +198,7 @@ class ViewIndex:
             labels.extend(got)
         if not labels:
             return {}
-        sims = self._vectors[labels] @ np.asarray(query_vector, dtype=np.float32)
+        sims = self._vectors.take(labels) @ np.asarray(query_vector, dtype=np.float32)
         out: dict[str, float] = {}
         for mid, sim in zip(owners, sims.tolist()):
             if sim > out.get(mid, -np.inf):
@@ -313,7 +307,7 @@ class ViewIndex:
             sims = np.empty(len(labels), dtype=np.float32)
             # a block of labels at a time: gathering every vector at once copied 1.5 GB at a million chunks
             for start in range(0, len(labels), EXACT_BLOCK):
-                sims[start:start + EXACT_BLOCK] = self._vectors[labels[start:start + EXACT_BLOCK]] @ query
+                sims[start:start + EXACT_BLOCK] = self._vectors.take(labels[start:start + EXACT_BLOCK]) @ query
             return collapse(labels, sims, self.memory_of, k)
 
     def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:

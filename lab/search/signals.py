@@ -73,11 +73,37 @@ def entity(view: NamespaceView, allowed: np.ndarray, entities: tuple[str, ...], 
     """Exact (case-insensitive) substring matches of the query's entities; score = how many match."""
     if not entities or not len(view.ids):
         return EMPTY
-    counts = np.zeros(len(view.ids))
-    for name in entities:
-        counts += view.contains(name.lower())
-    positions = np.flatnonzero(allowed & (counts > 0))
-    return top(positions, counts[positions], depth)
+    names = tuple(dict.fromkeys(name.lower() for name in entities))
+    counts = np.zeros(len(view.ids), dtype=np.int32)
+    for hit, times in zip(view.contains_all(names), _multiplicity(entities, names)):
+        counts += hit * times if times > 1 else hit
+    counts[~allowed] = 0
+    return top_counts(counts, depth)
+
+
+def _multiplicity(entities: tuple[str, ...], names: tuple[str, ...]) -> list[int]:
+    """How many of the query's entities each distinct lower-cased name stands for (a name the
+    analysis found twice counts twice, as it did when each was scanned on its own)."""
+    lowered = [e.lower() for e in entities]
+    return [lowered.count(n) for n in names]
+
+
+def top_counts(counts: np.ndarray, depth: int) -> Ranked:
+    """`top` for small non-negative integer scores over every position (0: not a candidate),
+    without sorting: the positions of each count, highest count first, are already in id order.
+    At a million memories a common name matches a fifth of them, and sorting those cost ~3 ms."""
+    picked: list[np.ndarray] = []
+    need = depth
+    for value in range(int(counts.max(initial=0)), 0, -1):
+        if need <= 0:
+            break
+        at = np.flatnonzero(counts == value)[:need]
+        picked.append(at)
+        need -= len(at)
+    if not picked:
+        return EMPTY
+    positions = np.concatenate(picked).astype(np.int64)
+    return positions, counts[positions].astype(np.float64)
 
 
 def temporal(view: NamespaceView, allowed: np.ndarray, window: TimeWindow, depth: int) -> Ranked:
