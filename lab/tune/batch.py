@@ -6,12 +6,12 @@ cutoffs up to K only need the rank of each gold memory, and that rank only needs
 ever be ahead of it. Two exact reductions make a configuration cost a fraction of a millisecond:
 
 * **Dominance pruning.** Pair p' is always ranked ahead of pair p (for every non-negative weighting
-  and k, for every fuser whose per-row base value is monotone in the row) when p' is at least as
-  good as p on every signal and on every lever feature in play (`rules.ordering_dims`), and its
-  memory id sorts first (so a tie on score also goes its way). A pair with K or more such pairs
-  ahead of it can never reach the top K, so it is dropped before any configuration is scored. A
-  neighbour boost gives a pair its neighbours' scores, outside that order: those configurations
-  compare every pair of a question (slower, still compiled).
+  and k, for every fuser whose per-row base value is monotone in the row and not negative) when p'
+  is at least as good as p on every signal and on every lever feature in play
+  (`rules.ordering_dims`), its memory id sorts first (so a tie on score also goes its way), and,
+  under a neighbour boost, each neighbouring turn of p has a neighbouring turn of p' at least as
+  good (so p' is lent at least what p is). A pair with K or more such pairs ahead of it can never
+  reach the top K, so it is dropped before any configuration is scored.
 * **Gold ranks by counting.** A gold pair's rank is one plus the number of live pairs of its query
   that score higher, or equal with a smaller memory id: the same order `fuse` sorts by.
 
@@ -166,20 +166,18 @@ class BatchScorer:
     # ------------------------------------------------------------------ pruning
     def _ordering_key(self, config: FusionConfig) -> tuple:
         """How ``config``'s levers can reorder pairs: configurations with equal keys share their
-        comparisons. A neighbour boost makes a pair's score take its neighbours', outside the
-        per-pair dominance pruned by, so those configurations compare every pair of a question."""
-        if config.neighbour_boost:
-            return ("every pair",)
-        return rules.ordering_key([config], self.prep.features)
+        comparisons. A neighbour boost lends a pair its neighbours' scores: those configurations
+        are pruned with the neighbours compared too."""
+        return (bool(config.neighbour_boost), *rules.ordering_key([config], self.prep.features))
 
     def _comparisons(self, method: str, key: tuple) -> _Comparisons:
         fuser = get_fuser(method)
-        cache_key = key if key == ("every pair",) else (method if not fuser.uses_k else "rank-based", *key)
+        cache_key = (method if not fuser.uses_k else "rank-based", *key)
         if cache_key not in self._pruned:
-            self._pruned[cache_key] = self._every_pair() if key == ("every pair",) else self._prune(method, key)
+            self._pruned[cache_key] = self._prune(method, key[1:], neighbours=key[0])
         return self._pruned[cache_key]
 
-    def _prune(self, method: str, key: tuple) -> _Comparisons:
+    def _prune(self, method: str, key: tuple, neighbours: bool = False) -> _Comparisons:
         from lab.tune.kernels import dominance  # heavy: numba
 
         fuser = get_fuser(method)
@@ -198,43 +196,34 @@ class BatchScorer:
         dims_list = [np.where(row_of[:, s] >= 0, good_rows[np.maximum(row_of[:, s], 0)], -np.inf)
                      for s in range(n_sig)] + rules.ordering_dims(key, prep.features)
         good = np.ascontiguousarray(np.stack(dims_list, axis=1), dtype=np.float64)
-        gold = np.flatnonzero((self.pair_rel > 0) & self._listed)
+        # a pair no list ranked is live only when a neighbour lends it a score
+        gold = np.flatnonzero((self.pair_rel > 0) & (self._listed | neighbours))
         q_start = np.searchsorted(prep.pair_q, np.arange(len(prep.qids) + 1)).astype(np.int64)
+        none = np.zeros(0, dtype=np.int64)
+        prev, nxt = prep.adjacent() if neighbours else (none, none)
         always, comp_start, comp = dominance(q_start, prep.pair_q.astype(np.int64), good,
-                                             prep.pair_m.astype(np.int64), gold.astype(np.int64), self.depth)
+                                             prep.pair_m.astype(np.int64), gold.astype(np.int64), self.depth,
+                                             np.ascontiguousarray(prev, dtype=np.int64),
+                                             np.ascontiguousarray(nxt, dtype=np.int64))
         # golds with depth or more pairs always ahead can never count: drop them and their lists
         live = always < self.depth
         keep_comp = np.repeat(live, np.diff(comp_start))
         comp = comp[keep_comp]
         comp_start = np.r_[0, np.cumsum(np.diff(comp_start)[live])].astype(np.int64)
         gold, always = gold[live], always[live]
-        need, inverse = np.unique(np.r_[gold, comp], return_inverse=True)
-        none = np.zeros(0, dtype=np.int64)
-        return self._laid_out(need, gold, inverse[:len(gold)], always, comp_start, inverse[len(gold):], (none, none))
-
-    def _every_pair(self) -> _Comparisons:
-        """Every gold against every other pair of its question, none pruned, and each pair's
-        neighbouring turns: what a neighbour boost needs (it can lift any pair, even one no list
-        ranked)."""
-        prep = self.prep
-        gold = np.flatnonzero(self.pair_rel > 0)
-        in_gold_query = np.zeros(len(prep.qids), dtype=bool)
-        in_gold_query[prep.pair_q[gold]] = True
-        need = np.flatnonzero(in_gold_query[prep.pair_q])
+        if not neighbours:
+            need, inverse = np.unique(np.r_[gold, comp], return_inverse=True)
+            return self._laid_out(need, gold, inverse[:len(gold)], always, comp_start, inverse[len(gold):],
+                                  (none, none))
+        # the turns next to every scored pair are scored too (their first stage is what they lend)
+        scored = np.r_[gold, comp]
+        around = np.r_[prev[scored], nxt[scored]]
+        need = np.unique(np.r_[scored, around[around >= 0]])
         local = np.full(prep.n_pairs, -1, dtype=np.int64)
         local[need] = np.arange(len(need))
-        # a gold's query holds need positions [first, first + size); it is compared with all but itself
-        q_first = np.searchsorted(prep.pair_q[need], np.arange(len(prep.qids) + 1))
-        first, size = q_first[prep.pair_q[gold]], np.diff(q_first)[prep.pair_q[gold]]
-        comp_start = np.r_[0, np.cumsum(size - 1)].astype(np.int64)
-        offset = np.arange(int(comp_start[-1])) - np.repeat(comp_start[:-1], size - 1)
-        offset += offset >= np.repeat(local[gold] - first, size - 1)  # step over the gold itself
-        comp_local = np.repeat(first, size - 1) + offset
-        prev, nxt = prep.adjacent()
-        near = (np.where(prev >= 0, local[np.maximum(prev, 0)], -1)[need],
-                np.where(nxt >= 0, local[np.maximum(nxt, 0)], -1)[need])
-        return self._laid_out(need, gold, local[gold], np.zeros(len(gold), dtype=np.int64), comp_start, comp_local,
-                              near)
+        near = (np.where(prev[need] >= 0, local[np.maximum(prev[need], 0)], -1),
+                np.where(nxt[need] >= 0, local[np.maximum(nxt[need], 0)], -1))
+        return self._laid_out(need, gold, local[gold], always, comp_start, local[comp], near)
 
     def _laid_out(self, need, gold, gold_local, always, comp_start, comp_local, near) -> _Comparisons:
         prep, i64 = self.prep, np.int64

@@ -35,11 +35,37 @@ def _at_least(good: np.ndarray, a: int, b: int) -> bool:
 
 
 @njit(cache=True)
-def _ahead_count(good: np.ndarray, mem: np.ndarray, lo: int, hi: int, p: int, cap: int) -> int:
-    """How many pairs of [lo, hi) are always ahead of p (at least as good, smaller id), up to ``cap``."""
+def _lends_at_least(good: np.ndarray, a: int, b: int, prev: np.ndarray, nxt: np.ndarray) -> bool:
+    """Under a neighbour boost, pair a is lent at least what pair b is, whatever the configuration:
+    each of b's neighbouring turns has a neighbouring turn of a at least as good on every dimension
+    (what a turn lends is its score before the boost, monotone in those dimensions, or 0 when it is
+    not live, and a turn at least as good is live when the other is). Without ``prev``/``nxt``
+    (empty: no neighbour boost) nothing is lent, and this holds."""
+    if len(prev) == 0:
+        return True
+    for side in range(2):
+        n = prev[b] if side == 0 else nxt[b]
+        if n < 0:
+            continue
+        if not ((prev[a] >= 0 and _at_least(good, prev[a], n)) or (nxt[a] >= 0 and _at_least(good, nxt[a], n))):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _always_ahead(good: np.ndarray, mem: np.ndarray, a: int, b: int, prev: np.ndarray, nxt: np.ndarray) -> bool:
+    """Pair a is ranked ahead of pair b under every configuration pruned together: at least as good
+    on every dimension, lent at least as much by its neighbours, and its memory id first (ties)."""
+    return mem[a] < mem[b] and _at_least(good, a, b) and _lends_at_least(good, a, b, prev, nxt)
+
+
+@njit(cache=True)
+def _ahead_count(good: np.ndarray, mem: np.ndarray, lo: int, hi: int, p: int, cap: int,
+                 prev: np.ndarray, nxt: np.ndarray) -> int:
+    """How many pairs of [lo, hi) are always ahead of p, up to ``cap``."""
     n = 0
     for o in range(lo, hi):
-        if mem[o] < mem[p] and _at_least(good, o, p):
+        if _always_ahead(good, mem, o, p, prev, nxt):
             n += 1
             if n >= cap:
                 break
@@ -48,9 +74,11 @@ def _ahead_count(good: np.ndarray, mem: np.ndarray, lo: int, hi: int, p: int, ca
 
 @njit(cache=True)
 def dominance(q_start: np.ndarray, pair_q: np.ndarray, good: np.ndarray, mem: np.ndarray, gold: np.ndarray,
-              depth: int):
+              depth: int, prev: np.ndarray, nxt: np.ndarray):
     """For every gold pair: the pairs always ahead of it (count), and the pairs whose order against it
     depends on the configuration (a list), leaving out pairs that can never reach the top ``depth``.
+    ``prev``/``nxt``: each pair's neighbouring turns (pair indices, -1: none) when the configurations
+    have a neighbour boost, else empty.
 
     Returns (always_ahead per gold, comparison offsets per gold, compared pair indices)."""
     n_pairs = len(pair_q)
@@ -70,15 +98,14 @@ def dominance(q_start: np.ndarray, pair_q: np.ndarray, good: np.ndarray, mem: np
             for p in range(lo, hi):
                 if p == g:
                     continue
-                p_ge = _at_least(good, p, g)
-                if p_ge and mem[p] < mem[g]:
+                if _always_ahead(good, mem, p, g, prev, nxt):
                     if pass_ == 0:
                         always[i] += 1
                     continue
-                if _at_least(good, g, p) and mem[g] < mem[p]:
+                if _always_ahead(good, mem, g, p, prev, nxt):
                     continue  # always behind the gold
                 if capped[p] < 0:
-                    capped[p] = _ahead_count(good, mem, lo, hi, p, depth)
+                    capped[p] = _ahead_count(good, mem, lo, hi, p, depth, prev, nxt)
                 if capped[p] >= depth:
                     continue  # can only be ahead of a gold that is out of the top depth anyway
                 if pass_ == 0:
