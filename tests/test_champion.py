@@ -75,18 +75,64 @@ def test_the_champion_loads_from_another_folder_with_only_what_lab_demo_prints(d
     assert answer["rows"] == 2
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()  # nothing stray left behind
 
-    # the logged model: an input example, and requirements pip can resolve (lab from where it was installed)
-    model_dirs = list((root / ".lab" / "mlflow" / "artifacts").rglob("MLmodel"))
-    assert len(model_dirs) == 1, model_dirs  # one version, logged once
-    folder = model_dirs[0].parent
+    # the logged model: an input example, lab's own code, and requirements that name no path of
+    # this machine (lab travels as code inside the model)
+    folder = model_folder(root)
     example = json.loads((folder / "input_example.json").read_text())
     assert "atlas" in json.dumps(example) or "namespace" in json.dumps(example)
-    requirement = (folder / "requirements.txt").read_text().splitlines()[0]
-    assert requirement.startswith("lab"), requirement
-    if requirement.startswith("lab @ file://"):
-        source = Path(requirement.removeprefix("lab @ file://"))
-        assert 'name = "lab"' in (source / "pyproject.toml").read_text()
+    requirements = (folder / "requirements.txt").read_text()
+    assert "file://" not in requirements and not re.search(r"^lab\b", requirements, re.M), requirements
+    assert re.search(r"^mlflow==", requirements, re.M) and re.search(r"^hnswlib==", requirements, re.M)
+    assert (folder / "code" / "lab" / "track" / "model.py").is_file()
     assert (folder / "artifacts" / "bundle" / "store" / "lab-store.json").is_file()
+
+
+def model_folder(root: Path) -> Path:
+    model_dirs = list((root / ".lab" / "mlflow" / "artifacts").rglob("MLmodel"))
+    assert len(model_dirs) == 1, model_dirs  # one version, logged once
+    return model_dirs[0].parent
+
+
+def test_the_printed_load_line_runs_as_printed_and_shows_ids_and_context(demo_twice, tmp_path):
+    root, env, (_, second) = demo_twice
+    exported = re.search(r"export (MLFLOW_TRACKING_URI)=(\S+)", second)
+    line = re.search(r"^ +(\S+) -c '(.+)'$", second, re.M)
+    assert exported and line, second[-1500:]
+    assert line[1] == sys.executable  # the project's own interpreter, by its path
+    clean = {k: v for k, v in env.items() if k != "LAB_DATASETS"}
+    got = subprocess.run([line[1], "-c", line[2]], cwd=tmp_path, env={**clean, exported[1]: exported[2]},
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+    ids, context = got.stdout.split("\n", 1)
+    assert ids.startswith("['atlas-") and "..." not in ids  # the whole list, not a truncated frame
+    assert len(context.strip()) > 100 and "memory_ids" not in context
+
+
+def test_the_champion_rebuilds_in_a_fresh_environment_from_its_own_requirements(demo_twice, tmp_path):
+    """A virtual environment with nothing but the model's requirements.txt installed (from the
+    package index pip is configured with) loads the model from its folder alone and answers."""
+    root, env, _ = demo_twice
+    folder = model_folder(root)
+    fresh = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True, timeout=300)
+    python = fresh / "bin" / "python"
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                "-r", str(folder / "requirements.txt")], capture_output=True, text=True, timeout=1500)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
+    # nothing of this checkout is importable there: lab comes from the model's own code folder
+    assert subprocess.run([str(python), "-c", "import lab"], cwd=tmp_path, capture_output=True).returncode != 0
+    code = ("import json, sys, mlflow\n"
+            f"m = mlflow.pyfunc.load_model({str(folder)!r})\n"
+            "import lab\n"
+            "r = m.predict({'query': ['why did billing fail?'], 'namespace': ['atlas'], 'k': [3]}).iloc[0]\n"
+            "print(json.dumps({'ids': list(r.memory_ids), 'lab': lab.__file__, 'context': r.context}))\n")
+    clean = {k: v for k, v in env.items() if not k.startswith(("LAB_", "MLFLOW_", "PYTHON", "VIRTUAL_ENV"))}
+    got = subprocess.run([str(python), "-c", code], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr[-3000:]
+    answer = json.loads(got.stdout.strip().splitlines()[-1])
+    assert len(answer["ids"]) == 3 and all(i.startswith("atlas-") for i in answer["ids"])
+    assert answer["lab"].startswith(str(folder / "code" / "lab"))
+    assert answer["context"]
 
 
 def test_lab_serve_demo_answers_a_search_on_the_demo_data(demo_twice):

@@ -74,9 +74,14 @@ def env_line(uri: str | None = None) -> str:
 
 def load_line(model_uri: str) -> str:
     """The Python that loads a registered champion and answers its own input example (the gate's
-    first question, so it fits whatever data the model serves), after ``env_line``."""
-    return (f'python -c \'import mlflow; m = mlflow.pyfunc.load_model("{model_uri}"); '
-            'print(m.predict(m.input_example))\'')
+    first question, so it fits whatever data the model serves), after ``env_line``: the project's
+    own interpreter, named by its path (a bare ``python`` is another one on many machines), and
+    what it prints is the ranked ids and the assembled context, not a truncated frame."""
+    import shlex
+    import sys
+
+    return (f"{shlex.quote(sys.executable)} -c 'import mlflow; m = mlflow.pyfunc.load_model(\"{model_uri}\"); "
+            "r = m.predict(m.input_example).iloc[0]; print(list(r.memory_ids)); print(r.context)'")
 
 
 def _quiet() -> None:
@@ -335,17 +340,35 @@ def model_version(model: str, *, alias: str | None = None, version: str | None =
             "data": json.loads(mv.tags["lab.data"]) if "lab.data" in mv.tags else None}
 
 
-def lab_requirement() -> str:
-    """How pip installs this lab elsewhere: the folder or URL it was installed from (pip's
-    direct_url.json: an editable checkout, a local wheel), else the released version."""
+def model_requirements() -> list[str]:
+    """What the registered model's environment installs: lab's own dependencies (not its extras) at
+    the versions installed here, and mlflow and pandas. lab itself travels inside the model (its
+    code, logged with it), so the model rebuilds from its artifact alone on any machine: no
+    ``lab @ file:///<this clone>`` that exists only here. A local version label (torch's ``+cpu``)
+    is dropped: ``==2.13.0`` accepts the CPU build, and an index that has only that build serves it."""
     from importlib import metadata
 
-    try:
-        direct = metadata.distribution("lab").read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        direct = None
-    url = json.loads(direct).get("url") if direct else None
-    return f"lab @ {url}" if url else f"lab=={__version__}"
+    from packaging.requirements import Requirement
+
+    pinned = {}
+    for text in metadata.requires("lab") or []:
+        req = Requirement(text)
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        try:
+            version = metadata.version(req.name)
+        except metadata.PackageNotFoundError:  # not installed here: the declared range, as is
+            pinned[req.name.lower()] = str(req)
+            continue
+        pinned[req.name.lower()] = f"{req.name}=={version.split('+')[0]}"
+    for name in ("mlflow", "pandas"):
+        pinned.setdefault(name, f"{name}=={metadata.version(name).split('+')[0]}")
+    return [pinned[name] for name in sorted(pinned)]
+
+
+def lab_code() -> str:
+    """The folder of the ``lab`` package, logged with the model (MLflow puts it on the path at load)."""
+    return str(Path(__file__).resolve().parents[1])  # lab/track/__init__.py -> lab/
 
 
 def model_signature():
@@ -427,8 +450,7 @@ def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, ass
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(name="model", python_model=LabModel(), artifacts={"bundle": str(bundle)},
                                        signature=model_signature(), input_example=input_example,
-                                       pip_requirements=[lab_requirement(), f"mlflow=={mlflow.__version__}",
-                                                         f"pandas=={pd.__version__}"])
+                                       pip_requirements=model_requirements(), code_paths=[lab_code()])
     tags = {"lab.config": config_json, "lab.assemble": assemble_json, "lab.bundle": str(Path(bundle).resolve()),
             "lab.verdict": verdict, **({"lab.save": save_json} if save_json else {}),
             **({"lab.digest": digest} if digest else {}),
