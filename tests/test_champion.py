@@ -116,7 +116,8 @@ def test_the_champion_rebuilds_in_a_fresh_environment_from_its_own_requirements(
     fresh = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True, timeout=300)
     python = fresh / "bin" / "python"
-    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+    # (--no-compile: byte-compiling torch's and the rest's sources is a minute here, and proves nothing)
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
                                 "-r", str(folder / "requirements.txt")], capture_output=True, text=True, timeout=1500)
     assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-3000:]
     # nothing of this checkout is importable there: lab comes from the model's own code folder
