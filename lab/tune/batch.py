@@ -35,6 +35,7 @@ from lab.errors import ValidationError
 from lab.search.fusion import PreparedCandidates, RankedLists, fuse_arrays, get_fuser, rules
 
 BATCH_METRICS: tuple[str, ...] = ("recall", "ndcg", "hit", "mrr")
+LENDS_ONLY = -2  # as a turn's previous turn in `_Comparisons.near`: scored for what it lends, never ranked
 
 
 def metric_names(ks: Sequence[int]) -> list[str]:
@@ -82,7 +83,8 @@ class _Comparisons:
     gold_q_start: np.ndarray  # offsets of each prepared query's golds
     mem: np.ndarray  # memory code of each pair in ``need`` (ties go to the smaller)
     features: np.ndarray  # (rules.FEATURES, need): what the levers read of each pair in ``need``
-    # need positions of each one's previous and next turn (-1: none); empty when pruned (no neighbour boost)
+    # need positions of each one's previous and next turn (-1: none; LENDS_ONLY as the previous: a
+    # turn only lent from, never ranked); empty without a neighbour boost
     near: tuple[np.ndarray, np.ndarray]
 
     def golds(self) -> tuple[np.ndarray, ...]:
@@ -223,6 +225,10 @@ class BatchScorer:
         local[need] = np.arange(len(need))
         near = (np.where(prev[need] >= 0, local[np.maximum(prev[need], 0)], -1),
                 np.where(nxt[need] >= 0, local[np.maximum(nxt[need], 0)], -1))
+        # a turn scored only for what it lends is never ranked: -2 spares it the second stage
+        lends_only = np.ones(len(need), dtype=bool)
+        lends_only[local[scored]] = False
+        near[0][lends_only] = LENDS_ONLY
         return self._laid_out(need, gold, local[gold], always, comp_start, local[comp], near)
 
     def _laid_out(self, need, gold, gold_local, always, comp_start, comp_local, near) -> _Comparisons:

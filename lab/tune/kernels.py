@@ -217,6 +217,8 @@ def _score_query(lo, hi, need, rows, pair_intent, weighting, feats, levers, near
         return score
     prev, nxt = near
     for u in range(lo, hi):
+        if prev[u] < -1:  # a turn only lent from (batch.LENDS_ONLY): never ranked, its lift unread
+            continue
         so = (u - lo) * nb
         po = (prev[u] - lo) * nb if prev[u] >= 0 else -1
         no = (nxt[u] - lo) * nb if nxt[u] >= 0 else -1
