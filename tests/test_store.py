@@ -247,6 +247,31 @@ def test_compact_merges_files_and_drops_stale_chunks(pipe, monkeypatch):
     assert pipe.search("changed", "alpha", k=1)[0].content == "changed"
 
 
+def test_compact_keeps_an_index_with_few_dead_chunks_and_rebuilds_a_worn_one(tmp_path):
+    import json
+
+    root = tmp_path / "s"
+    with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
+        pipe.save_many([{"namespace": "few", "content": f"note {i} about the garden"} for i in range(20)]
+                       + [{"namespace": "worn", "content": f"note {i} about the kitchen"} for i in range(20)],
+                       progress=False)
+        pipe.index("few"), pipe.index("worn")  # loaded: a delete masks its chunks' labels (not rebuilt)
+        pipe.delete(pipe.list("few")["id"][:2].to_list(), hard=True)  # a tenth of its chunks dead
+        pipe.delete(pipe.list("worn")["id"][:10].to_list(), hard=True)  # half of them
+    graph = (root / "indexes" / "few" / "vectors.hnsw").read_bytes()
+    with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
+        report = pipe.compact()
+        assert (report["indexes_rebuilt"], report["indexes_kept"]) == (["worn"], ["few"])
+        assert len(pipe.search("garden", "few", k=30)) == 18 and len(pipe.search("kitchen", "worn", k=30)) == 10
+        version = str(pipe.store.version())
+    # kept: the same graph, saved again at the compacted store's version; rebuilt: no dead labels left
+    manifests = {ns: json.loads((root / "indexes" / ns / "manifest.json").read_text()) for ns in ("few", "worn")}
+    assert (root / "indexes" / "few" / "vectors.hnsw").read_bytes() == graph
+    assert manifests["few"]["store_version"] == manifests["worn"]["store_version"] == version
+    assert (manifests["few"]["n_labels"], manifests["few"]["n_live"]) == (20, 18)
+    assert (manifests["worn"]["n_labels"], manifests["worn"]["n_live"]) == (10, 10)
+
+
 def test_content_updates_leave_no_chunk_rows_behind_and_the_store_checks_clean(pipe):
     from lab.write.check import check_store
 

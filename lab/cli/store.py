@@ -118,7 +118,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
             print(f"{table:<11} files {before[table]:>5} -> {after[table]:>5}")
         print(f"stale chunks removed: {report['stale_chunks_removed']}; second copies removed: "
               f"{report['duplicate_chunks_removed']}; indexes rebuilt: "
-              f"{', '.join(report['indexes_rebuilt']) or '-'}")
+              f"{', '.join(report['indexes_rebuilt']) or '-'}; kept (few deleted chunks): "
+              f"{', '.join(report['indexes_kept']) or '-'}")
     return 0
 
 

@@ -161,6 +161,30 @@ class IndexManager:
                     idx.merge_in_background()
             self._changed.add(namespace)
 
+    def keep_or_rebuild(self, namespace: str, max_dead_share: float) -> bool:
+        """After a compaction: keep the namespace's index (caught up with the compacted tables, its
+        lexical deltas folded in) unless ``max_dead_share`` or more of its chunk labels are dead
+        (deleted or replaced chunks, which hnswlib only masks), or it came from no snapshot; then
+        rebuild it. True when rebuilt. Compaction rewrites files, not rows, so a kept index still
+        matches every live chunk; rebuilding the graph of a million chunks takes most of an hour."""
+        with self._lock:
+            idx = self.get(namespace)
+            if namespace not in self._saved:  # built just now (no usable snapshot): save it as built
+                self._changed.add(namespace)
+                return True
+            parts = [idx, *idx.views.values()]
+            labels = sum(len(part.chunk_ids) for part in parts)
+            dead = labels - sum(part.n_live for part in parts)
+            if labels and dead / labels >= max_dead_share:
+                self.build(namespace)
+                return True
+            idx.wait_for_merge()
+            if idx.delta_size or any(v.delta_size for v in idx.views.values()):
+                idx.merge()
+                self._saved.pop(namespace, None)  # saved again, folded
+            self._changed.add(namespace)
+            return False
+
     def touch(self, namespace: str, version: StoreVersion) -> None:
         """A write changed memory rows but no chunks: the index reflects the new version as is."""
         with self._lock:

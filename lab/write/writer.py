@@ -75,6 +75,9 @@ def _locked(method):
     return run
 
 
+# `compact` rebuilds an index when this share of its chunk labels is dead (masked, still in the
+# hnswlib graph and the BM25 main index), else keeps it: a rebuild of a million chunks takes most of an hour
+REBUILD_DEAD_SHARE = 0.2
 EMBED_AHEAD_MIN = 64  # a save of at least this many new memories shows its embedding progress
 
 
@@ -389,9 +392,14 @@ class Writer:
 
     @_locked
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
-        """Compact the store's tables and the embedding cache, and rebuild every index."""
+        """Compact the store's tables and the embedding cache; rebuild the indexes worn by deletes
+        (REBUILD_DEAD_SHARE of their chunk labels dead) and keep the others, saved at the new version."""
         report = self.store.compact(vacuum_hours=vacuum_hours)
         if self.cache is not None:
             report["embedding_cache_parts_merged"] = self.cache.compact()
-        report["indexes_rebuilt"] = self.build()
+        rebuilt, kept = [], []
+        for ns in self.store.namespaces():
+            (rebuilt if self.indexes.keep_or_rebuild(ns, REBUILD_DEAD_SHARE) else kept).append(ns)
+        self.indexes.save_changed()
+        report["indexes_rebuilt"], report["indexes_kept"] = rebuilt, kept
         return report
