@@ -93,3 +93,34 @@ def test_the_entity_signal_equals_a_scan_and_sort_of_every_memory(rows, entities
     positions, scores = sig.entity(view, allowed, tuple(entities), depth)
     assert positions.tolist() == brute_top(counts, allowed & (counts > 0), depth)
     assert scores.tolist() == counts[positions].tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, "s1", "s2", "s10"]), st.integers(0, 5), st.booleans()),
+                max_size=60),
+       st.lists(st.integers(0, 70), max_size=40))
+def test_episode_arrays_and_label_positions_equal_a_loop_over_every_memory(rows, labels):
+    import json
+
+    import polars as pl
+
+    # few times, so turns tie on time and fall back to id order; invalid memories are no turn
+    view = view_of([h * 60.0 for _, h, _ in rows], [0] * len(rows))
+    view.valid = np.array([ok for _, _, ok in rows], dtype=bool)
+    view.rows = pl.DataFrame({"id": view.ids,
+                              "metadata": [json.dumps({"session": ep}) if ep else "{}" for ep, _, _ in rows]},
+                             schema={"id": pl.String, "metadata": pl.String})
+    members: dict[str, list[int]] = {}
+    for p in sorted(range(len(rows)), key=lambda p: (view.created_s[p], p)):
+        if rows[p][0] is not None and rows[p][2]:
+            members.setdefault(rows[p][0], []).append(p)
+    ep, turn = np.full(len(rows), -1.0), np.full(len(rows), -1.0)
+    before, after = np.full(len(rows), -1), np.full(len(rows), -1)
+    for group in members.values():
+        ep[group], turn[group] = group[0], np.arange(len(group))
+        before[group[1:]], after[group[:-1]] = group[:-1], group[1:]
+    assert view.episode_members() == members and view.has_episodes() == bool(members)
+    assert [a.tolist() for a in view.episode_turns()] == [ep.tolist(), turn.tolist()]
+    assert [a.tolist() for a in view.adjacent_turns()] == [before.tolist(), after.tolist()]
+    memory_of = [f"m{i:03d}" for i in labels]  # some beyond the view: no position
+    assert view.label_positions(1, memory_of).tolist() == [view.pos.get(m, -1) for m in memory_of]

@@ -196,7 +196,7 @@ def candidates(
                            ).astype(np.int64)
         pool = listed
         ep_of, turn_of = nsview.episode_turns()
-        if len(listed) and nsview.episode_members():
+        if len(listed) and nsview.has_episodes():
             # the turns just before and after each candidate join the pool (features only, no
             # list): a neighbour boost can then lift an answer next to its question
             before, after = nsview.adjacent_turns()

@@ -26,7 +26,7 @@ class NamespaceView:
     access: np.ndarray
     valid: np.ndarray
     types: np.ndarray
-    tags: list[list[str]]
+    tags: list[list[str]] | pl.Series  # a Series until a tag filter needs the lists (`_mask`)
     superseded: np.ndarray
     text_lower: pl.Series  # title + content, lower-cased, for exact matching
     neighbours: dict[int, list[tuple[int, str, float]]]
@@ -49,6 +49,7 @@ class NamespaceView:
     _members: dict[str, list[int]] | None = None
     _derived_mask: np.ndarray | None = None
     _episode_turns: tuple[np.ndarray, np.ndarray] | None = None
+    _order: tuple[np.ndarray, np.ndarray] | None = None  # `_episode_order`
     _adjacent: tuple[np.ndarray, np.ndarray] | None = None
 
     def contains(self, needle: str) -> np.ndarray:
@@ -91,26 +92,45 @@ class NamespaceView:
             self._episodes = self.rows.select(episode_expr()).to_series().to_list() if self.ids else []
         return self._episodes
 
+    def _episode_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """The valid memories that have an episode, grouped by episode and in turn order within
+        it (created_at, then id), as positions; and where each episode's group starts in them.
+        Array work, not a Python loop per memory: a view is rebuilt after every write, and at a
+        million memories the loop cost a second of the next search."""
+        if self._order is None:
+            n = len(self.ids)
+            codes = (self.rows.select(episode_expr().rank("dense")).to_series().fill_null(0).to_numpy()
+                     .astype(np.int64) - 1) if n else np.zeros(0, dtype=np.int64)
+            members = np.flatnonzero((codes >= 0) & self.valid)
+            members = members[np.lexsort((members, self.created_s[members], codes[members]))]
+            grouped = codes[members]
+            starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if len(members) else np.zeros(0, np.int64)
+            self._order = (members, starts)
+        return self._order
+
     def episode_members(self) -> dict[str, list[int]]:
         """Episode key -> positions of its valid memories, by (created_at, id): the turns in order."""
         if self._members is None:
-            members: dict[str, list[int]] = {}
-            for p in np.lexsort((np.arange(len(self.ids)), self.created_s)).tolist():
-                ep = self.episodes[p]
-                if ep is not None and self.valid[p]:
-                    members.setdefault(ep, []).append(p)
-            self._members = members
+            members, starts = self._episode_order()
+            ends = np.r_[starts[1:], len(members)].astype(np.int64)
+            episodes = self.episodes
+            self._members = {episodes[int(members[a])]: members[a:b].tolist() for a, b in zip(starts, ends)}
         return self._members
+
+    def has_episodes(self) -> bool:
+        """Whether any valid memory belongs to an episode."""
+        return len(self._episode_order()[0]) > 0
 
     def episode_turns(self) -> tuple[np.ndarray, np.ndarray]:
         """Per position: a number naming its episode (its first turn's position; -1 for none) and
         its turn in it (0-based, over the episode's valid memories by time)."""
         if self._episode_turns is None:
+            members, starts = self._episode_order()
+            sizes = np.diff(np.r_[starts, len(members)]).astype(np.int64)
             ep = np.full(len(self.ids), -1.0)
             turn = np.full(len(self.ids), -1.0)
-            for members in self.episode_members().values():
-                ep[members] = float(members[0])
-                turn[members] = np.arange(len(members), dtype=np.float64)
+            ep[members] = np.repeat(members[starts], sizes).astype(np.float64)
+            turn[members] = (np.arange(len(members)) - np.repeat(starts, sizes)).astype(np.float64)
             self._episode_turns = (ep, turn)
         return self._episode_turns
 
@@ -118,11 +138,14 @@ class NamespaceView:
         """Per position: the position of the turn just before it and just after it in its
         episode (-1 for none)."""
         if self._adjacent is None:
+            members, starts = self._episode_order()
             before = np.full(len(self.ids), -1, dtype=np.int64)
             after = np.full(len(self.ids), -1, dtype=np.int64)
-            for members in self.episode_members().values():
-                before[members[1:]] = members[:-1]
-                after[members[:-1]] = members[1:]
+            if len(members):
+                same = np.ones(len(members) - 1, dtype=bool)
+                same[starts[1:] - 1] = False  # the last turn of an episode and the first of the next
+                before[members[1:][same]] = members[:-1][same]
+                after[members[:-1][same]] = members[1:][same]
             self._adjacent = (before, after)
         return self._adjacent
 
@@ -149,7 +172,11 @@ class NamespaceView:
         """Index label -> memory position (-1 for labels of memories no longer here)."""
         cached = self._label_maps.get(index_id)
         if cached is None or len(cached) != len(memory_of):
-            cached = np.fromiter((self.pos.get(m, -1) for m in memory_of), dtype=np.int64, count=len(memory_of))
+            # a hash join in polars, not a dictionary lookup per label (a second at a million labels)
+            cached = (pl.Series(memory_of, dtype=pl.String)
+                      .replace_strict(self.rows["id"], pl.int_range(len(self.ids), eager=True, dtype=pl.Int64),
+                                      default=-1, return_dtype=pl.Int64).to_numpy()
+                      if len(self.ids) and len(memory_of) else np.full(len(memory_of), -1, dtype=np.int64))
             self._label_maps[index_id] = cached
         return cached
 
@@ -220,6 +247,8 @@ class NamespaceView:
             keep &= np.isin(self.types, list(filters.types))
         if filters.tags:
             wanted = set(filters.tags)
+            if isinstance(self.tags, pl.Series):  # made lists once, when a filter first asks
+                self.tags = self.tags.to_list()
             keep &= np.fromiter((bool(wanted & set(t)) for t in self.tags), dtype=bool, count=len(self.tags))
         if filters.since:
             keep &= self.created_s >= parse_time(filters.since, "filters.since").timestamp()
@@ -264,9 +293,10 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
         access=access,
         valid=memories["valid"].to_numpy().astype(bool) if ids else np.zeros(0, dtype=bool),
         types=memories["type"].to_numpy().astype(str) if ids else np.zeros(0, dtype=str),
-        tags=memories["tags"].to_list(),
+        tags=memories["tags"],
         superseded=superseded,
-        text_lower=(memories["title"] + "\n" + memories["content"]).str.to_lowercase(),
+        text_lower=memories.select(pl.concat_str([pl.col("title"), pl.lit("\n"), pl.col("content")])
+                                   .str.to_lowercase()).to_series(),
         neighbours=dict(neighbours),
         contradicts=dict(contradicts),
         derived_from=dict(derived_from),
