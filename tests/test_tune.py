@@ -305,3 +305,58 @@ def test_the_gate_refuses_a_delta_over_data_changed_since_the_champion_was_judge
     moved = load_dataset("demo")
     moved.qrels = moved.qrels.with_columns(moved.qrels["memory_id"].shift(1, fill_value="x"))
     assert moved.gold_fingerprint() != dataset.gold_fingerprint() and moved.fingerprint() == dataset.fingerprint()
+
+
+NOUNS = ("gym bag", "toolbox", "bike shed", "wine cellar", "garden gate", "filing cabinet", "attic hatch", "boat house",
+         "server rack", "mail box", "gun safe", "piano bench", "tack room", "pool house", "dog kennel", "green house",
+         "wood stove", "tree house", "rain barrel", "fire pit", "root cellar", "guest suite", "music room", "dark room",
+         "ski locker", "tool crib", "paint shed", "pantry door", "chicken coop", "hay loft")
+
+
+def _two_suites(folder: Path) -> Path:
+    """A corpus where each code was changed once (the old value in 2025, the current one six hours
+    before the reference time), and two gold files over it: one asking for the codes as first set
+    (gold: the old memories), one for the current codes (gold: the new ones)."""
+    corpus = folder / "codes"
+    corpus.mkdir(parents=True)
+    memories, old, new = [], [], []
+    for i, noun in enumerate(NOUNS):
+        for version, (when, code) in enumerate((("2025-01-10T09:00:00Z", 4000 + i), ("2026-03-14T12:00:00Z", 7000 + i))):
+            mid = f"code-{i:02d}-{version}"
+            memories.append({"id": mid, "namespace": "home", "content": f"The lock code of the {noun} is {code}.",
+                             "created_at": when})
+        question = {"namespace": "home", "question": f"lock code of the {noun}", "category": "codes"}
+        old.append({**question, "id": f"old-{i:02d}", "expected": [f"code-{i:02d}-0"]})
+        new.append({**question, "id": f"new-{i:02d}", "expected": [f"code-{i:02d}-1"]})
+    (corpus / "memories.jsonl").write_text("".join(json.dumps(m) + "\n" for m in memories))
+    for name, questions in (("first", old), ("current", new)):
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump({
+            "name": name, "dataset": "codes", "reference_time": "2026-03-14T18:00:00Z", "questions": questions}))
+    gate = folder / "gate.yaml"
+    gate.write_text(yaml.safe_dump({"model": "lab-two-suites", "alpha": 0.05, "suites": {
+        name: {"dataset": str(folder / f"{name}.yaml"), "non_regression": ["ndcg@10"]} for name in ("first", "current")}}))
+    return gate
+
+
+def test_a_candidate_better_on_one_suite_and_significantly_worse_on_another_is_no_go_said_per_suite(workspace, tmp_path):
+    """Issue 46 #5: the gate judges every suite it names against the champion on that suite."""
+    from lab.gate.checks import load_gate
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    gate = load_gate(_two_suites(tmp_path / "data"))
+    # the champion ranks a code's two versions by BM25 alone (a tie: the first-set one, by id); the
+    # candidate boosts memories younger than a day, so the current code comes first
+    champion, candidate = tmp_path / "lexical.yaml", tmp_path / "recent.yaml"
+    champion.write_text(yaml.safe_dump({"name": "lexical", "signals": ["lexical"],
+                                        "fusion": {"weights": {"lexical": 1.0}}}))
+    candidate.write_text(yaml.safe_dump({"name": "lexical-recent", "signals": ["lexical"],
+                                         "fusion": {"weights": {"lexical": 1.0}, "recent_hours": 24,
+                                                    "recent_boost": 3.0}}))
+    first = _gate(gate, str(champion), workspace, uri, export=True)
+    assert first.verdict == "GO" and first.export is not None
+    judged = _gate(gate, str(candidate), workspace, uri)
+    by_suite = {c.suite: c for c in judged.checks if c.name == "non-regression ndcg@10"}
+    assert judged.verdict == "NO-GO"
+    assert by_suite["current"].passed and by_suite["current"].value > 0.3  # it wins this suite
+    assert not by_suite["first"].passed and by_suite["first"].value < -0.3  # and loses that one
+    assert [line.split(" = ")[0] for line in judged.failed] == ["first: non-regression ndcg@10"]
