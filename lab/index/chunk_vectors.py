@@ -48,7 +48,7 @@ class ChunkVectors:
         """The vectors at ``labels`` (a copy), in that order."""
         labels = np.asarray(labels, dtype=np.int64)
         nb = len(self.base)
-        if labels.size and labels.max(initial=-1) < nb:
+        if labels.size and labels.max() < nb:
             return np.asarray(self.base[labels])
         if not nb:
             return self.tail[labels]

@@ -15,8 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lab.config import IndexConfig, to_dict
-from lab.index import chunk_vectors
-from lab.index.chunk_vectors import ChunkVectors
+from lab.index.chunk_vectors import FILE as VECTORS_FILE, ChunkVectors
 from lab.index.lexical import LexicalIndex
 from lab.index.namespace import NamespaceIndex, split_views
 from lab.index.embeddings import write_vectors
@@ -110,7 +109,7 @@ def _save(idx: ViewIndex, directory: Path, views: dict[str, ViewIndex]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         idx.vector.save(tmp / "vectors.hnsw")
-        idx._vectors.save(tmp / chunk_vectors.FILE, len(idx.chunk_ids))
+        idx.vectors.save(tmp / VECTORS_FILE, len(idx.chunk_ids))
         idx.lexical.save(tmp / "bm25")
         pq.write_table(
             pa.table({
@@ -136,7 +135,7 @@ def _save(idx: ViewIndex, directory: Path, views: dict[str, ViewIndex]) -> None:
         shutil.rmtree(old, ignore_errors=True)
         # the vectors just written replace the ones held in memory (a built index's 1.5 GB at a
         # million chunks): from now on their pages are the file's, read on demand
-        idx.restore_vectors(ChunkVectors.mapped(directory / chunk_vectors.FILE, idx.dim))
+        idx.restore_vectors(ChunkVectors.mapped(directory / VECTORS_FILE, idx.dim))
 
 
 def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
@@ -200,10 +199,10 @@ def _load_into(idx: ViewIndex, directory: Path, chunks: pl.DataFrame, config: In
     if (text.is_null().to_numpy() & idx.live).any():
         return None  # the store lost rows the index still needs (e.g. compaction): rebuild
     idx.texts = text.fill_null("").to_list()
-    if (directory / chunk_vectors.FILE).is_file():  # verified against the manifest's digest
-        vectors = ChunkVectors.mapped(directory / chunk_vectors.FILE, idx.dim)
+    if (directory / VECTORS_FILE).is_file():  # verified against the manifest's digest
+        vectors = ChunkVectors.mapped(directory / VECTORS_FILE, idx.dim)
         if len(vectors) != len(idx.chunk_ids):
-            raise IndexDamaged(f"{chunk_vectors.FILE} holds {len(vectors)} vectors for {len(idx.chunk_ids)} labels")
+            raise IndexDamaged(f"{VECTORS_FILE} holds {len(vectors)} vectors for {len(idx.chunk_ids)} labels")
     else:  # saved before snapshots held their vectors: read from the store's chunk table
         positions = rows.join(by_label.unique("chunk_id", keep="last"), on="chunk_id", how="left").sort("_at")[
             "_label"].fill_null(-1).cast(pl.Int64).to_numpy()

@@ -128,6 +128,11 @@ class ViewIndex:
         """The index's lock (re-entrant): held, nothing changes the index (a snapshot being saved)."""
         return self._lock
 
+    @property
+    def vectors(self) -> ChunkVectors:
+        """The stored chunk vectors by label (what a snapshot saves beside the graph)."""
+        return self._vectors
+
     def restore_vectors(self, vectors: ChunkVectors) -> None:
         """The stored vectors by label, as a loaded snapshot has them (the exact cosine's source)."""
         self._vectors = vectors

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shlex
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -77,9 +79,6 @@ def load_line(model_uri: str) -> str:
     first question, so it fits whatever data the model serves), after ``env_line``: the project's
     own interpreter, named by its path (a bare ``python`` is another one on many machines), and
     what it prints is the ranked ids and the assembled context, not a truncated frame."""
-    import shlex
-    import sys
-
     return (f"{shlex.quote(sys.executable)} -c 'import mlflow; m = mlflow.pyfunc.load_model(\"{model_uri}\"); "
             "r = m.predict(m.input_example).iloc[0]; print(list(r.memory_ids)); print(r.context)'")
 
