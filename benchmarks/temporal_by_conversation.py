@@ -1,16 +1,15 @@
 """Where the `lab` preset's temporal lever helps and where it hurts, conversation by conversation
-(issue 46 #2): LoCoMo dev, `lab` as it is against `lab` without its question-time handling (the
-query's time window as a `temporal` list, weight 0.5, and the analysis that finds it), per
-conversation and category, with the paired change's 95% bootstrap CI and randomization p-value.
+(issue 46 #2): LoCoMo dev, `lab` as it is against `lab` without its temporal list (a named
+window's memories, said or telling of then; a "when" question's first hits that hold a time
+expression) and the analysis that finds it, per conversation and category, with the paired
+change's 95% bootstrap CI and randomization p-value. Also: how many gold turns of each category
+hold a time expression (`lab.search.timex`), against all turns: why a "when" question's evidence
+is its datable hits.
 
     .venv/bin/python benchmarks/temporal_by_conversation.py [--metric recall@10]
 
 A change whose CI excludes 0 and whose p-value is below 0.05 is marked helps / hurts; the rest
-are "no clear change". What the
-lever reads of a question is its date words resolved against the question's reference time; what
-it ranks by is each memory's created_at (a LoCoMo turn's session date): a conversation whose
-temporal questions name no resolvable date gains nothing, one whose sessions lie far from the
-dates its questions name can lose. Results: stdout and benchmarks/results/temporal_by_conversation.json.
+are "no clear change". Results: stdout and benchmarks/results/temporal_by_conversation.json.
 """
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ from lab.eval.locomo import load_locomo  # noqa: E402
 from lab.eval.metrics import compare_runs  # noqa: E402
 from lab.eval.runner import EvalOptions, evaluate  # noqa: E402
 from lab.eval.stores import eval_retriever  # noqa: E402
+from lab.search import timex  # noqa: E402
 from lab.search.presets import preset  # noqa: E402
 
 METRICS = ("recall@10", "ndcg@10")
@@ -84,8 +84,18 @@ def main() -> None:
               f"delta {row['delta']:+.4f} [{row['delta_low']:+.4f}, {row['delta_high']:+.4f}]  p {row['p_value']:.3f}  "
               f"{row['verdict']}", flush=True)
     temporal = [r for r in table if r["category"] == "temporal" and r["conversation"] != "all"]
+    texts = pl.Series([str(m.get("title") or "") + " " + str(m["content"]) for m in dataset.memories]).str.to_lowercase()
+    has_time = dict(zip([m["id"] for m in dataset.memories], timex.dated(texts).tolist()))
+    gold = dataset.qrels.join(dataset.questions.select("qid", "category"), on="qid")
+    dated_share = {"all turns": round(sum(has_time.values()) / max(len(has_time), 1), 3)}
+    for cat in sorted(set(gold["category"])):
+        ids = gold.filter(pl.col("category") == cat)["memory_id"].to_list()
+        dated_share[f"{cat} gold turns"] = round(sum(has_time.get(i, False) for i in ids) / max(len(ids), 1), 3)
+    print(f"share holding a time expression: {dated_share}", flush=True)
     report("temporal_by_conversation", {
-        "dataset": "locomo dev", "metric": args.metric, "lever": "the temporal list (weight 0.5) and question-time analysis",
+        "dataset": "locomo dev", "metric": args.metric,
+        "lever": f"the temporal list (weight {lab.fusion.weights.get('temporal', 0.0):g}) and question-time analysis",
+        "share_holding_a_time_expression": dated_share,
         "table": table,
         "temporal_questions": {"helps": [r["conversation"] for r in temporal if r["verdict"] == "helps"],
                                "hurts": [r["conversation"] for r in temporal if r["verdict"] == "hurts"],

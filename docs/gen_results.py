@@ -69,6 +69,8 @@ def benchmark(path: Path) -> list[str]:
         return lines + models_tables(data)
     if path.stem == "systems" and isinstance(data, dict):
         return lines + systems_tables(data)
+    if path.stem.startswith("default_cv") and isinstance(data, dict) and "levers" in data:
+        return lines + default_cv_tables(data)
     rows = [(k, v) for k, v in _leaves(data) if k not in ("benchmark", "machine")]
     lines += ["| measure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows[:MAX_ROWS]]
@@ -174,6 +176,26 @@ def systems_tables(data: dict[str, Any]) -> list[str]:
                              f"{e['ndcg@10']:.4f}")
         lines.append("")
     return lines
+
+
+def default_cv_tables(data: dict[str, Any]) -> list[str]:
+    """The nested selection of the default: the outer-fold estimate per dataset, then each lever:
+    in how many folds it was chosen, its held-out gain per dataset and whether it entered."""
+    names = list(data["datasets"])
+    lines = [f"Default found: `{data['default']}`", "",
+             "| dataset | questions | outer-fold recall@10 | nDCG@10 | recall@10 per fold (min-max) | vs RRF k 2 (recall@10) |",
+             "|---|---|---|---|---|---|"]
+    for name, d in data["datasets"].items():
+        spread, vs = d["outer_fold_recall@10_spread"], d["outer_fold_vs_rrf_k2"]["recall@10"]
+        lines.append(f"| {name} | {d['questions']} | {d['outer_fold']['recall@10']} | {d['outer_fold']['ndcg@10']} | "
+                     f"{spread['min']}-{spread['max']} | {vs['delta']:+} [{vs['ci95'][0]}, {vs['ci95'][1]}] |")
+    lines += ["", "| lever | chosen in folds | setting | " + " | ".join(f"gain on {n} (recall@10; nDCG@10)" for n in names)
+              + " | enters |", "|---" * (len(names) + 4) + "|"]
+    for lever, e in data["levers"].items():
+        gains = [f"{e['gain'][n]['recall@10']['delta']:+}; {e['gain'][n]['ndcg@10']['delta']:+}" for n in names]
+        lines.append(f"| {lever} | {e['chosen_in_folds']} | {e['setting']} | " + " | ".join(gains)
+                     + f" | {'yes' if e['enters'] else 'no'} |")
+    return lines + [""]
 
 
 def render() -> str:

@@ -346,7 +346,7 @@ def load_config(cls: type[T], path: str | Path) -> T:
 
 
 # --------------------------------------------------------------------------- search
-SIGNALS: tuple[str, ...] = ("vector", "lexical", "recency", "frequency", "graph", "entity", "temporal")
+SIGNALS: tuple[str, ...] = ("vector", "lexical", "recency", "frequency", "graph", "entity", "temporal", "hop")
 # every ranked list search can make: the signals, each view's vector and lexical lists, and each
 # extra encoder's list (ENCODERS)
 LISTS: tuple[str, ...] = (*SIGNALS, *(f"{s}@{v}" for v in VIEWS for s in VIEW_SIGNALS), *ENCODERS.values())
@@ -354,7 +354,7 @@ LISTS: tuple[str, ...] = (*SIGNALS, *(f"{s}@{v}" for v in VIEWS for s in VIEW_SI
 
 def _default_weights() -> dict[str, float]:
     return {"vector": 1.0, "lexical": 1.0, "recency": 0.0, "frequency": 0.0, "graph": 0.0,
-            "entity": 0.0, "temporal": 0.0}
+            "entity": 0.0, "temporal": 0.0, "hop": 0.0}
 
 
 def _default_edge_weights() -> dict[str, float]:
@@ -401,6 +401,19 @@ class GraphConfig:
 
     def __post_init__(self) -> None:
         check_declared(self, "graph.")
+
+
+@dataclass(frozen=True)
+class HopConfig:
+    """The second hop: the vector index searched again with the query moved toward its first hits
+    (Rocchio feedback), so evidence that resembles the first answers more than the question (the
+    other half of a multi-hop question) can rank."""
+
+    seeds: int = setting(3, low=1, doc="top hits of the vector and lexical lists (RRF-merged) moved toward")
+    mix: float = setting(0.5, low=0, high=1, doc="share of the hits' mean vector in the second query (0: the query alone)")
+
+    def __post_init__(self) -> None:
+        check_declared(self, "hop.")
 
 
 @dataclass(frozen=True)
@@ -517,6 +530,7 @@ class SearchConfig:
     reference_time: str | None = setting(None, doc="ISO 8601 'now'; none: the namespace's latest memory")
     filters: FilterConfig = setting(default_factory=FilterConfig, doc="what may be a candidate at all")
     graph: GraphConfig = setting(default_factory=GraphConfig, doc="the graph signal's walk")
+    hop: HopConfig = setting(default_factory=HopConfig, doc="the hop signal's second query")
     analysis: AnalysisConfig = setting(default_factory=AnalysisConfig, doc="rule-based query analysis")
     fusion: FusionConfig = setting(default_factory=FusionConfig, doc="how the ranked lists are fused")
     abstain: AbstainConfig = setting(default_factory=AbstainConfig, doc="when to answer 'nothing relevant stored'")

@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lab.search.presets import preset
+
 from tests.browser import chromium as find_chromium
 from tests.serving import free_port
 
@@ -111,14 +113,15 @@ def test_tune_notebook_in_a_real_browser(notebook_workspace):
             recall.wait_for(timeout=120_000)
             before = recall.inner_text()
             k = page.get_by_role("slider").first  # RRF k: the first slider on the page
-            assert k.get_attribute("aria-valuenow") == "5"
+            start = float(k.get_attribute("aria-valuenow"))
+            assert start == preset("lab").fusion.k  # the notebook opens on lab
             k.focus()
             for _ in range(25):
                 page.keyboard.press("ArrowRight")
             page.wait_for_function(
                 "before => { const e = document.querySelector('#recall-at-10'); return e && e.innerText !== before; }",
                 arg=before, timeout=30_000)
-            assert k.get_attribute("aria-valuenow") == "30"
+            assert float(k.get_attribute("aria-valuenow")) == start + 25  # one step per key press
             after = recall.inner_text()
             assert float(after) != float(before)
             page.get_by_role("button", name="log this configuration to MLflow").click()

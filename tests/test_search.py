@@ -7,11 +7,12 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from lab.config import FilterConfig, FusionConfig, SearchConfig, from_yaml, to_yaml
+from lab.config import FilterConfig, FusionConfig, HopConfig, SearchConfig, from_yaml, to_yaml
 from lab.errors import ValidationError
 from lab.search.analysis import analyze, temporal_window
 from lab.search.candidates import Query
 from lab.search.presets import PRESETS, preset
+from lab.search.timex import offset_days
 
 REF = datetime(2026, 3, 14, 18, tzinfo=timezone.utc)
 
@@ -191,3 +192,62 @@ def test_analysing_a_namespace_up_front_changes_no_candidate(store):
     assert len(warm.view("n")._terms) == 6
     lab = preset("lab")
     assert cold.candidates(queries, config=lab).equals(warm.candidates(queries, config=lab))
+
+
+@pytest.mark.parametrize("text, days", [
+    ("I went to the support group yesterday", -1), ("we hiked two weeks ago", -14),
+    ("a couple of days ago I ran", -2), ("last Tuesday was fun", -6), ("next Friday I fly", 4),
+    ("On Friday I ran a race", -3), ("last week I painted", -7), ("the pool size is 32", None),
+])
+def test_relative_expressions_resolve_against_when_they_were_said(text, days):
+    said = datetime(2023, 5, 8, 13, tzinfo=timezone.utc)  # a Monday
+    assert offset_days(text, said) == days
+
+
+def test_a_window_finds_the_event_a_memory_tells_of_not_only_when_it_was_said(pipe):
+    pipe.save_many([
+        {"id": "told", "namespace": "t", "content": "I ran the charity race yesterday",
+         "created_at": "2023-06-01T10:00:00Z"},
+        {"id": "said", "namespace": "t", "content": "the weather was grey", "created_at": "2023-05-31T10:00:00Z"},
+        {"id": "far", "namespace": "t", "content": "I ran a race", "created_at": "2023-07-20T10:00:00Z"},
+    ], progress=False)
+    cfg = SearchConfig(signals=("temporal",), fusion=FusionConfig(weights={"temporal": 1.0}, superseded="keep"))
+    # "yesterday", said on 1 June, is 31 May: both memories are of that day, the far one is not
+    got = [r.memory_id for r in pipe.search("what happened on 31 May 2023", "t", 10, config=cfg)]
+    assert sorted(got) == ["said", "told"]
+
+
+def test_a_when_question_ranks_the_dated_first_hits(pipe):
+    pipe.save_many([
+        {"id": "dated", "namespace": "w", "content": "Caroline went to the adoption meeting last Friday",
+         "created_at": "2023-06-01T10:00:00Z"},
+        {"id": "undated", "namespace": "w", "content": "Caroline loved the adoption meeting",
+         "created_at": "2023-06-01T10:01:00Z"},
+        {"id": "other", "namespace": "w", "content": "Melanie bought a new car yesterday", "created_at": "2023-06-02T10:00:00Z"},
+    ], progress=False)
+    cfg = SearchConfig(signals=("vector", "lexical", "temporal"),
+                       fusion=FusionConfig(weights={"vector": 0.0, "lexical": 0.0, "temporal": 1.0}, superseded="keep"))
+    assert analyze("When did Caroline go to the adoption meeting?", REF).asks_time
+    # only first hits that can be dated: the undated one and the unrelated dated one are not evidence
+    got = [r.memory_id for r in pipe.search("When did Caroline go to the adoption meeting?", "w", 10, config=cfg)]
+    assert got[0] == "dated" and "undated" not in got[:1]
+    table = pipe.retriever.candidates([Query("q", "When did Caroline go to the adoption meeting?", "w")], cfg)
+    temporal = table.filter((table["signal"] == "temporal"))["memory_id"].to_list()
+    assert "dated" in temporal and "undated" not in temporal
+    # a question that does not ask "when" gets no such list
+    table = pipe.retriever.candidates([Query("q", "Who went to the adoption meeting?", "w")], cfg)
+    assert table.filter(table["signal"] == "temporal").height == 0
+
+
+def test_the_hop_signal_reaches_what_resembles_the_first_hits_more_than_the_question(pipe):
+    pipe.save_many([
+        {"id": "first", "namespace": "h", "content": "Melanie's kids loved the dinosaur exhibit at the museum"},
+        {"id": "second", "namespace": "h", "content": "the fossils and bones at the natural history museum"},
+        {"id": "noise", "namespace": "h", "content": "the quarterly tax filing deadline moved"},
+    ], progress=False)
+    hop = SearchConfig(signals=("vector", "lexical", "hop"), hop=HopConfig(seeds=1, mix=0.9),
+                       fusion=FusionConfig(weights={"vector": 0.0, "lexical": 0.0, "hop": 1.0}, superseded="keep"))
+    got = [r.memory_id for r in pipe.search("what do Melanie's kids like?", "h", 3, config=hop)]
+    assert got[:2] == ["first", "second"] and got[-1] == "noise"
+    with pytest.raises(ValidationError, match="hop.mix"):
+        HopConfig(mix=1.5)

@@ -190,6 +190,10 @@ class ViewIndex:
                 self._labels_of, self._labels_of_n = by_memory, len(self.chunk_ids)
             return [label for label in self._labels_of.get(memory_id, []) if self.live[label]]
 
+    def chunk_vectors(self, labels: np.ndarray) -> np.ndarray:
+        """The stored (normalised) vectors of the chunks at ``labels``, one row each."""
+        return self._vectors.take(labels)
+
     def cosines(self, query_vector: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Cosine between the query and the chunks at ``labels`` (exact, from stored vectors)."""
         return self._vectors.take(labels) @ np.asarray(query_vector, dtype=np.float32)

@@ -19,6 +19,10 @@ _TEMPORAL = re.compile(
     r"^(when|what (date|day|time|year|month))\b|\b(how long ago|since when|what time|latest|most recent|recently)\b",
     re.I,
 )
+# a question whose answer is a time: its evidence is a memory that can be dated
+_ASKS_TIME = re.compile(
+    r"^\s*(when|what (date|day|time|year|month|week)|which (day|date|year|month|week))\b|\bhow long ago\b|"
+    r"\bsince when\b|\bwhat time\b", re.I)
 _RECENCY_WORDS = re.compile(r"\b(latest|most recent|recently|current(ly)?|now|newest|last time)\b", re.I)
 _CODE = re.compile(r"(?:\b[A-Z][A-Z0-9]*[-_]?\d+[A-Z0-9-]*\b|#\d{3,}\b)")
 _QUOTED = re.compile(r"[\"“]([^\"”]{2,60})[\"”]")
@@ -44,6 +48,7 @@ class QueryAnalysis:
     window: TimeWindow | None = None
     wants_recent: bool = False
     entities: tuple[str, ...] = field(default_factory=tuple)
+    asks_time: bool = False  # "when ...?": the answer is a time, so dated memories are the evidence
 
 
 def _day(ref: datetime) -> datetime:
@@ -155,6 +160,7 @@ def analyze(query: str, reference: datetime) -> QueryAnalysis:
         window=window,
         wants_recent=bool(_RECENCY_WORDS.search(query)),
         entities=entities(query),
+        asks_time=bool(_ASKS_TIME.search(query)),
     )
 
 

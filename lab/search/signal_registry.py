@@ -83,18 +83,49 @@ def _entity(q: SignalInput) -> Ranked | None:
 
 
 def _temporal(q: SignalInput) -> Ranked | None:
-    if q.config.analysis.temporal != "boost" or q.analysis.window is None:
+    if q.config.analysis.temporal != "boost":
         return None
-    return sig.temporal(q.view, q.allowed, q.analysis.window, q.depth)
+    if q.analysis.window is not None:
+        return sig.temporal(q.view, q.allowed, q.analysis.window, q.depth)
+    if q.analysis.asks_time:
+        return sig.dated_evidence(q.view, _seeds(q, q.depth), q.depth)
+    return None
 
 
 def _graph(q: SignalInput) -> Ranked:
+    return sig.graph(q.view, q.allowed, sorted(_seeds(q, q.config.graph.seeds).items()), q.config.graph, q.depth)
+
+
+def _seeds(q: SignalInput, top: int) -> dict[int, float]:
+    """The first hits a second-stage signal starts from: the top ``top`` of the vector and the
+    lexical lists, each scored 1/rank by its better list."""
     seeds: dict[int, float] = {}
     for name in ("vector", "lexical"):
-        positions = q.lists.get(name, sig.EMPTY)[0][: q.config.graph.seeds]
+        positions = q.lists.get(name, sig.EMPTY)[0][:top]
         for rank, p in enumerate(positions.tolist(), start=1):
             seeds[p] = max(seeds.get(p, 0.0), 1.0 / rank)
-    return sig.graph(q.view, q.allowed, sorted(seeds.items()), q.config.graph, q.depth)
+    return seeds
+
+
+def _hop(q: SignalInput) -> Ranked | None:
+    seeds = sorted(_seeds(q, q.config.hop.seeds).items(), key=lambda kv: (-kv[1], kv[0]))[: q.config.hop.seeds]
+    if not seeds:
+        return None
+    pool = np.asarray([p for p, _ in seeds], dtype=np.int64)
+    labels, indptr = q.view.labels_by_position(id(q.index), q.index.memory_of, q.index.live)
+    qvec = np.asarray(q.vector, dtype=np.float32)
+    hits = []
+    for p in pool.tolist():  # each seed's chunk closest to the question stands for it
+        own = labels[indptr[p]:indptr[p + 1]]
+        if len(own):
+            hits.append(own[int(np.argmax(q.index.cosines(qvec, own)))])
+    if not hits:
+        return None
+    mean = q.index.chunk_vectors(np.asarray(hits)).mean(axis=0)
+    mix = q.config.hop.mix
+    moved = (1 - mix) * qvec / max(float(np.linalg.norm(qvec)), 1e-12) + mix * mean / max(float(np.linalg.norm(mean)), 1e-12)
+    return _from_hits(q.view, q.index.search_vector(moved / max(float(np.linalg.norm(moved)), 1e-12), q.depth,
+                                                     q.allowed_labels))
 
 
 for _signal in (
@@ -104,8 +135,10 @@ for _signal in (
            "0.5 ** (age / half-life), age from the reference time"),
     Signal("frequency", lambda q: sig.frequency(q.view, q.allowed, q.depth), "log(1 + access count)"),
     Signal("entity", _entity, "exact matches of the query's names and codes"),
-    Signal("temporal", _temporal, "memories inside the time window the query names"),
+    Signal("temporal", _temporal, "memories inside the time window the query names (said then, or telling of "
+           "then); for a 'when' question, the first hits that hold a time expression"),
     Signal("graph", _graph, "breadth-first walk over typed edges from the top vector and lexical hits"),
+    Signal("hop", _hop, "a second vector search, the query moved toward its top vector and lexical hits"),
 ):
     register(_signal)
 

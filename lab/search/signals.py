@@ -107,13 +107,26 @@ def top_counts(counts: np.ndarray, depth: int) -> Ranked:
 
 
 def temporal(view: NamespaceView, allowed: np.ndarray, window: TimeWindow, depth: int) -> Ranked:
-    """Memories inside the query's time window, closest to its middle first."""
+    """Memories said or telling of an event inside the query's time window (the event time:
+    "yesterday" resolved against when it was said), closest to its middle first."""
     start, end = window.start.timestamp(), window.end.timestamp()
-    inside = allowed & (view.created_s >= start) & (view.created_s < end)
+    said, event = view.created_s, view.event_s()
+    inside = allowed & (((said >= start) & (said < end)) | ((event >= start) & (event < end)))
     positions = np.flatnonzero(inside)
     middle = (start + end) / 2
-    days_off = np.abs(view.created_s[positions] - middle) / 86400.0
+    days_off = np.minimum(np.abs(said[positions] - middle), np.abs(event[positions] - middle)) / 86400.0
     return top(positions, 1.0 / (1.0 + days_off), depth)
+
+
+def dated_evidence(view: NamespaceView, seeds: dict[int, float], depth: int) -> Ranked:
+    """For a question asking "when": the first hits (``seeds``: position -> strength) whose text
+    holds a time expression, strongest first."""
+    is_dated = view.dated()
+    kept = [(p, s) for p, s in seeds.items() if is_dated[p]]
+    if not kept:
+        return EMPTY
+    positions = np.asarray([p for p, _ in kept], dtype=np.int64)
+    return top(positions, np.asarray([s for _, s in kept]), depth)
 
 
 def graph(view: NamespaceView, allowed: np.ndarray, seeds: list[tuple[int, float]], config: GraphConfig, depth: int) -> Ranked:

@@ -11,6 +11,7 @@ import polars as pl
 from lab.config import FilterConfig
 from lab.errors import ValidationError
 from lab.schema import MEMORY_TYPES
+from lab.search import timex
 from lab.store.records import episode_expr, parse_time
 
 
@@ -51,6 +52,21 @@ class NamespaceView:
     _episode_turns: tuple[np.ndarray, np.ndarray] | None = None
     _order: tuple[np.ndarray, np.ndarray] | None = None  # `_episode_order`
     _adjacent: tuple[np.ndarray, np.ndarray] | None = None
+    _dated: np.ndarray | None = None
+    _event_s: np.ndarray | None = None
+
+    def dated(self) -> np.ndarray:
+        """Per position: whether the memory's text holds a time expression (`lab.search.timex`)."""
+        if self._dated is None:
+            self._dated = timex.dated(self.text_lower)
+        return self._dated
+
+    def event_s(self) -> np.ndarray:
+        """Per position: when the memory's event happened (epoch seconds): its created_at moved by
+        the relative expression its text holds ("yesterday"), else its created_at."""
+        if self._event_s is None:
+            self._event_s = timex.event_seconds(self.text_lower, self.created_s, self.dated())
+        return self._event_s
 
     def contains(self, needle: str) -> np.ndarray:
         """Which memories hold ``needle`` (lower-case) in title or content, as booleans."""
