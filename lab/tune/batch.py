@@ -217,10 +217,13 @@ class BatchScorer:
             need, inverse = np.unique(np.r_[gold, comp], return_inverse=True)
             return self._laid_out(need, gold, inverse[:len(gold)], always, comp_start, inverse[len(gold):],
                                   (none, none))
-        # the turns next to every scored pair are scored too (their first stage is what they lend)
+        # the turns next to every scored pair are scored too (their first stage is what they lend);
+        # a turn no list ranked lends nothing (its first stage is 0 and not live), exactly what a
+        # missing neighbour lends, so it is left out
         scored = np.r_[gold, comp]
         around = np.r_[prev[scored], nxt[scored]]
-        need = np.unique(np.r_[scored, around[around >= 0]])
+        around = around[around >= 0]
+        need = np.unique(np.r_[scored, around[self._listed[around]]])
         local = np.full(prep.n_pairs, -1, dtype=np.int64)
         local[need] = np.arange(len(need))
         near = (np.where(prev[need] >= 0, local[np.maximum(prev[need], 0)], -1),

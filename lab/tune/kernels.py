@@ -72,7 +72,7 @@ def _ahead_count(good: np.ndarray, mem: np.ndarray, lo: int, hi: int, p: int, ca
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def dominance(q_start: np.ndarray, pair_q: np.ndarray, good: np.ndarray, mem: np.ndarray, gold: np.ndarray,
               depth: int, prev: np.ndarray, nxt: np.ndarray):
     """For every gold pair: the pairs always ahead of it (count), and the pairs whose order against it
@@ -80,17 +80,22 @@ def dominance(q_start: np.ndarray, pair_q: np.ndarray, good: np.ndarray, mem: np
     ``prev``/``nxt``: each pair's neighbouring turns (pair indices, -1: none) when the configurations
     have a neighbour boost, else empty.
 
-    Returns (always_ahead per gold, comparison offsets per gold, compared pair indices)."""
+    Returns (always_ahead per gold, comparison offsets per gold, compared pair indices).
+
+    The golds are shared among the threads: each writes only its own gold's counts and slice of
+    the output. The memo of pairs always ahead is shared too; two threads may both fill an entry,
+    with the same value."""
     n_pairs = len(pair_q)
     capped = np.full(n_pairs, -1, dtype=np.int64)  # memo: pairs always ahead, counted up to depth
     always = np.zeros(len(gold), dtype=np.int64)
     counts = np.zeros(len(gold) + 1, dtype=np.int64)
+    out = np.empty(0, dtype=np.int64)
     for pass_ in range(2):
         if pass_ == 1:
             for i in range(len(gold)):
                 counts[i + 1] += counts[i]
             out = np.empty(counts[len(gold)], dtype=np.int64)
-        for i in range(len(gold)):
+        for i in prange(len(gold)):
             g = gold[i]
             q = pair_q[g]
             lo, hi = q_start[q], q_start[q + 1]
