@@ -197,7 +197,8 @@ def test_analysing_a_namespace_up_front_changes_no_candidate(store):
 @pytest.mark.parametrize("text, days", [
     ("I went to the support group yesterday", -1), ("we hiked two weeks ago", -14),
     ("a couple of days ago I ran", -2), ("last Tuesday was fun", -6), ("next Friday I fly", 4),
-    ("On Friday I ran a race", -3), ("last week I painted", -7), ("the pool size is 32", None),
+    ("On Friday I ran a race", -3), ("this Friday I fly out", 4), ("last week I painted", -7),
+    ("the pool size is 32", None),
 ])
 def test_relative_expressions_resolve_against_when_they_were_said(text, days):
     said = datetime(2023, 5, 8, 13, tzinfo=timezone.utc)  # a Monday

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 import numpy as np
 import polars as pl
@@ -34,35 +35,44 @@ TIME_EXPRESSION = (
     rf"(in|since) (19|20)\d\d|recently|the other day)\b"
 )
 
-# (pattern, days from the memory's time): the first that matches resolves the event time
-_RELATIVE: tuple[tuple[re.Pattern, object], ...] = (
-    (re.compile(r"\byesterday\b|\blast night\b"), -1),
-    (re.compile(r"\btomorrow\b"), 1),
-    (re.compile(rf"\b{_NUMBER} (day|week|weekend|month|year)s? (ago|before|earlier)\b"),
-     lambda m: -_count(m[1]) * _UNIT_DAYS[m[2]]),
-    (re.compile(rf"\b{_NUMBER} (day|week|weekend|month|year)s? later\b"),
-     lambda m: _count(m[1]) * _UNIT_DAYS[m[2]]),
-    (re.compile(r"\blast (week|weekend)\b"), -7),
-    (re.compile(r"\blast month\b"), -30),
-    (re.compile(r"\blast year\b"), -365),
-    (re.compile(r"\bnext (week|weekend)\b"), 7),
-    (re.compile(r"\bnext month\b"), 30),
-    (re.compile(rf"\blast ({_DAYS})\b"), ("last", )),
-    (re.compile(rf"\bnext ({_DAYS})\b"), ("next", )),
-    (re.compile(rf"\b(?:on|this) ({_DAYS})\b"), ("last", )),  # "on Friday" in a story: the one just past
-)
-
 
 def _count(word: str) -> int:
     return int(word) if word.isdigit() else _NUMBER_WORDS.get(word, 1)
 
 
-def _weekday_offset(weekday: str, said: datetime, direction: str) -> int:
-    """Days from ``said`` to the named weekday: the latest one before it, or the next one after."""
-    target = WEEKDAYS.index(weekday)
-    if direction == "last":
-        return -(((said.weekday() - target) % 7) or 7)
-    return ((target - said.weekday()) % 7) or 7
+def _past_weekday(weekday: str, said: datetime) -> int:
+    """Days back from ``said`` to the latest such weekday before it."""
+    return -(((said.weekday() - WEEKDAYS.index(weekday)) % 7) or 7)
+
+
+def _next_weekday(weekday: str, said: datetime) -> int:
+    """Days on from ``said`` to the next such weekday after it."""
+    return ((WEEKDAYS.index(weekday) - said.weekday()) % 7) or 7
+
+
+Rule = Callable[[re.Match, datetime], int]
+
+
+def _fixed(days: int) -> Rule:
+    return lambda m, said: days
+
+
+# (pattern, days from when the memory was said to its event): the first that matches resolves it
+_RELATIVE: tuple[tuple[re.Pattern, Rule], ...] = (
+    (re.compile(r"\byesterday\b|\blast night\b"), _fixed(-1)),
+    (re.compile(r"\btomorrow\b"), _fixed(1)),
+    (re.compile(rf"\b{_NUMBER} (day|week|weekend|month|year)s? (ago|before|earlier)\b"),
+     lambda m, said: -_count(m[1]) * _UNIT_DAYS[m[2]]),
+    (re.compile(rf"\b{_NUMBER} (day|week|weekend|month|year)s? later\b"),
+     lambda m, said: _count(m[1]) * _UNIT_DAYS[m[2]]),
+    (re.compile(r"\blast (week|weekend)\b"), _fixed(-7)),
+    (re.compile(r"\blast month\b"), _fixed(-30)),
+    (re.compile(r"\blast year\b"), _fixed(-365)),
+    (re.compile(r"\bnext (week|weekend)\b"), _fixed(7)),
+    (re.compile(r"\bnext month\b"), _fixed(30)),
+    (re.compile(rf"\b(?:last|on) ({_DAYS})\b"), lambda m, said: _past_weekday(m[1], said)),  # "on Friday I ran"
+    (re.compile(rf"\b(?:next|this) ({_DAYS})\b"), lambda m, said: _next_weekday(m[1], said)),
+)
 
 
 def offset_days(text: str, said: datetime) -> int | None:
@@ -70,13 +80,8 @@ def offset_days(text: str, said: datetime) -> int | None:
     low = text.lower()
     for pattern, rule in _RELATIVE:
         m = pattern.search(low)
-        if m is None:
-            continue
-        if isinstance(rule, int):
-            return rule
-        if isinstance(rule, tuple):
-            return _weekday_offset(m[1], said, rule[0])
-        return rule(m)
+        if m is not None:
+            return rule(m, said)
     return None
 
 
