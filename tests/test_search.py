@@ -252,3 +252,32 @@ def test_the_hop_signal_reaches_what_resembles_the_first_hits_more_than_the_ques
     assert got[:2] == ["first", "second"] and got[-1] == "noise"
     with pytest.raises(ValidationError, match="hop.mix"):
         HopConfig(mix=1.5)
+
+
+def test_on_locomo_dev_a_when_question_is_helped_by_its_dated_first_hits():
+    from tests.conftest import require_dataset
+
+    import polars as pl
+
+    from lab.eval.locomo import load_locomo
+    from lab.eval.runner import EvalOptions, evaluate
+    from lab.eval.stores import eval_retriever
+
+    dataset = load_locomo(require_dataset("locomo/locomo10-dev.json"))
+    lab = preset("lab")
+    assert "temporal" in lab.signals and lab.fusion.weights["temporal"] > 0
+    # temporal questions that ask "when" and name no window: only the dated-evidence list can act
+    when = [qid for qid, text, cat in dataset.questions.select("qid", "question", "category").iter_rows()
+            if cat == "temporal" and (a := analyze(text, REF)).asks_time and a.window is None]
+    assert len(when) > 50
+    without = replace(lab, signals=tuple(s for s in lab.signals if s != "temporal"))
+    retriever = eval_retriever(dataset)
+    options = EvalOptions(ks=(10,))
+
+    def recall(config):
+        pq = evaluate(retriever, dataset, config, options).per_query
+        return pq.filter(pl.col("qid").is_in(when))["recall@10"].mean()
+
+    # the size of the lift is a measured figure (benchmarks/temporal_by_conversation.py): here, only
+    # that the list lifts those questions
+    assert recall(lab) > recall(without)

@@ -123,9 +123,12 @@ def _hop(q: SignalInput) -> Ranked | None:
         return None
     mean = q.index.chunk_vectors(np.asarray(hits)).mean(axis=0)
     mix = q.config.hop.mix
-    moved = (1 - mix) * qvec / max(float(np.linalg.norm(qvec)), 1e-12) + mix * mean / max(float(np.linalg.norm(mean)), 1e-12)
-    return _from_hits(q.view, q.index.search_vector(moved / max(float(np.linalg.norm(moved)), 1e-12), q.depth,
-                                                     q.allowed_labels))
+    moved = _unit((1 - mix) * _unit(qvec) + mix * _unit(mean))
+    return _from_hits(q.view, q.index.search_vector(moved, q.depth, q.allowed_labels))
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / max(float(np.linalg.norm(v)), 1e-12)
 
 
 for _signal in (
