@@ -34,8 +34,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may download weights, he
 from outcome import Outcome, print_table  # noqa: E402
 from servers import Bundles, server, real_server  # noqa: E402
 
-PARTS = ("kills", "writers", "damage", "input", "security", "ids", "mcp", "proxy", "origin", "keys", "adapters")
+BUILT_IN = ("kills", "writers", "damage", "input", "security", "ids", "mcp", "proxy", "origin", "keys", "adapters")
 SEED = 20251125
+
+
+def discovered_groups() -> dict[str, str]:
+    """Groups that live in a ``group_<name>.py`` module of this folder, each with a function
+    ``cases(work, bundles, short, seed) -> list[Outcome]``: a new group is one file."""
+    return {p.stem.removeprefix("group_"): p.stem for p in sorted(HERE.glob("group_*.py"))}
+
+
+PARTS = BUILT_IN + tuple(discovered_groups())
 
 
 def kills_part(tmp: Path, bundles: Bundles, short: bool, seed: int) -> list[Outcome]:
@@ -136,9 +145,13 @@ def run_part(part: str, work: Path, bundles: Bundles, short: bool, seed: int) ->
         from keys import key_cases
 
         return key_cases(work, bundles, short)
-    from adapters import adapter_cases
+    if part == "adapters":
+        from adapters import adapter_cases
 
-    return adapter_cases(work, short)
+        return adapter_cases(work, short)
+    import importlib
+
+    return importlib.import_module(discovered_groups()[part]).cases(work, bundles, short, seed)
 
 
 def main(argv: list[str] | None = None) -> int:
