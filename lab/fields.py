@@ -206,6 +206,8 @@ def coerce(tp: Any, value: Any, where: str, *, text: bool = False, field: str | 
                 continue
         raise ValidationError(f"{where}: {value!r} matches none of {args}", field=field)
     if origin in (tuple, list):
+        if text and isinstance(value, str):  # a flag's or a variable's list: "models,embeddings"
+            value = [part.strip() for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
             raise ValidationError(f"{where}: expected a list, got {value!r}", field=field)
         args = typing.get_args(tp)

@@ -145,8 +145,11 @@ def test_other_v1_paths_pass_through_unchanged_with_the_same_auth(proxied):
         own = c.get("/v1/search")  # lab's own path, another method: not forwarded
         assert own.status_code == 405 and own.headers["allow"] == "POST"
         assert c.get("/v1/namespaces").status_code == 200
-        missing = c.get("/v1/nothing-here")  # the upstream's own 404, passed back
-        assert missing.status_code == 404 and missing.headers["x-lab-proxy"] == "passthrough"
+        missing = c.get("/v1/nothing-here")  # not a path the passthrough allows: never forwarded
+        assert missing.status_code == 404 and "x-lab-proxy" not in missing.headers
+        assert "setting proxy_passthrough: /v1/models, /v1/embeddings" in missing.json()["error"]["message"]
+        gone = c.get("/v1/models/nothing-here")  # an allowed path the upstream does not know: its own 404
+        assert gone.status_code == 404 and gone.headers["x-lab-proxy"] == "passthrough"
 
 
 def test_the_proxy_takes_its_rate_limit_from_the_key(tmp_path):

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from lab.mcp.server import SCOPE_KEY, build_server
-from lab.serve.caller import Caller, authenticate
+from starlette.datastructures import Headers
+
+from lab.serve.caller import Caller, authenticate, secret_of
 from lab.serve.state import ApiError, AppState, error_response
 
 MCP_PATH = "/mcp"
@@ -43,11 +45,17 @@ class SessionBook:
 
     The SDK closes a session once no request has been in flight for ``idle_s`` (the same
     setting is handed to it); the book forgets it by the same rule, so a key's count falls as
-    its sessions idle out, and at once when it ends one with DELETE."""
+    its sessions idle out, and at once when it ends one with DELETE.
+
+    An open takes its slot before the SDK sees the request (``reserve``: the count and the
+    taking in one step, with no await between them, on the server's one event loop), and gives
+    it back when no session came of it: concurrent opens by one key cannot all pass a count
+    that none of them has raised yet."""
 
     def __init__(self, per_key: int, idle_s: float) -> None:
         self.per_key, self.idle_s = per_key, idle_s
         self.sessions: dict[str, Session] = {}
+        self.pending: dict[str, int] = {}  # owner -> opens under way (slots taken, no session id yet)
 
     def prune(self, now: float) -> None:
         gone = [sid for sid, s in self.sessions.items() if s.in_flight == 0 and now - s.idle_since > self.idle_s]
@@ -55,8 +63,25 @@ class SessionBook:
             del self.sessions[sid]
 
     def held_by(self, owner: str) -> int:
+        """Sessions ``owner`` holds, counting the opens under way."""
         self.prune(time.monotonic())
-        return sum(1 for s in self.sessions.values() if s.owner == owner)
+        return sum(1 for s in self.sessions.values() if s.owner == owner) + self.pending.get(owner, 0)
+
+    def reserve(self, owner: str) -> int | None:
+        """Take a slot for an open by ``owner``: None when taken, else how many it holds (all of them)."""
+        held = self.held_by(owner)
+        if held >= self.per_key:
+            return held
+        self.pending[owner] = self.pending.get(owner, 0) + 1
+        return None
+
+    def release(self, owner: str) -> None:
+        """Give back a slot taken by ``reserve`` (the open became a session, or failed)."""
+        left = self.pending.get(owner, 0) - 1
+        if left > 0:
+            self.pending[owner] = left
+        else:
+            self.pending.pop(owner, None)
 
     def may_use(self, sid: str, owner: str) -> bool:
         """True when ``sid`` is a live session of ``owner``'s (an unknown id is not)."""
@@ -100,11 +125,9 @@ class KeyGate:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        auth = header(scope, "authorization") or ""
-        secret = auth[7:].strip() if auth[:7].lower() == "bearer " else (header(scope, "x-api-key") or "")
         client = scope.get("client") or ("-", 0)
         try:
-            caller = authenticate(self.state, secret, client[0])
+            caller = authenticate(self.state, secret_of(Headers(scope=scope)), client[0])
         except ApiError as exc:
             return await error_response(exc.status, exc.message, exc.field, exc.headers)(scope, receive, send)
         scope[SCOPE_KEY] = caller
@@ -130,23 +153,32 @@ class KeyGate:
 
     async def open(self, scope: dict, receive: Any, send: Any, caller: Caller, owner: str) -> None:
         """A request without a session id: an initialize, which opens a session for ``owner``."""
-        held = self.book.held_by(owner)
-        if scope["method"] == "POST" and held >= self.book.per_key:
+        if scope["method"] != "POST":  # no session opens: the SDK answers it (400, 405)
+            return await self.app(scope, receive, send)
+        held = self.book.reserve(owner)
+        if held is not None:
             who = f"key {caller.key.name!r}" if caller.key is not None else "this server's local caller"
             message = (f"{who} holds {held} open MCP sessions, the most one key may hold (setting mcp_sessions_per_key "
                        f"= {self.book.per_key}): end one (DELETE /mcp with its mcp-session-id header) or let one idle "
                        f"out (mcp_session_idle_s = {self.book.idle_s:g} s)")
             return await error_response(429, message, headers={"Retry-After": "60"})(scope, receive, send)
+        reserved = [True]
 
         async def watched(message: dict) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 new = next((v.decode("latin-1") for k, v in message.get("headers") or []
                             if k.lower() == SESSION_HEADER.encode()), None)
-                if new is not None:
+                if new is not None:  # the slot becomes the session, in one step
+                    self.book.release(owner)
+                    reserved[0] = False
                     self.book.opened(new, owner)
             await send(message)
 
-        await self.app(scope, receive, watched)
+        try:
+            await self.app(scope, receive, watched)
+        finally:
+            if reserved[0]:  # no session came of it (refused, failed, or the client left)
+                self.book.release(owner)
 
     @staticmethod
     async def no_session(send: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 from lab.serve.auth import ApiKey
 from lab.serve.state import ApiError, AppState
@@ -32,6 +33,20 @@ class Caller:
             return None
         pattern = self.key.namespaces[0]
         return None if pattern == "*" or pattern.endswith("/*") else pattern
+
+
+def bearer(authorization: str) -> str:
+    """The token of an ``Authorization: Bearer TOKEN`` value (the scheme in any case), else ""."""
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def secret_of(headers: Mapping[str, str], *, api_key_first: bool = False) -> str:
+    """lab's key a request carries (``headers`` read with lower-case names): ``Authorization:
+    Bearer KEY``, else ``X-API-Key: KEY``. On the chat proxy's routes ``Authorization`` belongs to
+    the upstream first, so ``X-API-Key`` is read first there (``api_key_first``)."""
+    token, api_key = bearer(headers.get("authorization") or ""), headers.get("x-api-key") or ""
+    return (api_key or token) if api_key_first else (token or api_key)
 
 
 def _take(state: AppState, who: str) -> None:

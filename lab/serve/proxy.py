@@ -13,14 +13,12 @@ removed before forwarding, or from headers (``X-Lab-Namespace``, ``X-Lab-Positio
 ``X-Lab-Budget``, ``X-Lab-Save``); a key scoped to one namespace names it by itself.
 
 Credentials: the upstream gets the caller's own ``Authorization`` header. When lab's auth is on,
-lab's key travels as ``X-API-Key`` (then ``Authorization`` goes upstream untouched); a caller
-that sends lab's key as ``Authorization: Bearer`` sends its upstream credentials as
-``X-Upstream-Authorization``.
+lab's key travels as ``X-API-Key`` (then ``Authorization`` goes upstream, unless it carries one
+of lab's keys in any scheme: ``lab.serve.upstream``); a caller that sends lab's key as
+``Authorization: Bearer`` sends its upstream credentials as ``X-Upstream-Authorization``.
 
-Every other ``/v1/*`` path that is not lab's own (``GET /v1/models``, which many clients call
-first, ``/v1/embeddings``, ...) is passed through to the same upstream unchanged: the same auth,
-the caller's credentials, method, query and body as sent, nothing injected, the answer (or stream)
-back as it came, marked ``X-Lab-Proxy: passthrough``.
+Other ``/v1/*`` paths that are not lab's own (``GET /v1/models``, which many clients call first,
+``/v1/embeddings``) pass through to the same upstream within the limits of ``lab.serve.passthrough``.
 
 The upstream's answer comes back unchanged (status, body, and a stream event by event), with
 headers saying what was injected: ``X-Lab-Memories`` (ids, comma-separated), ``X-Lab-Context-Tokens``,
@@ -36,7 +34,6 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from fastapi import Request
@@ -47,16 +44,15 @@ from pydantic import ValidationError
 
 from lab.serve import contract as C
 from lab.serve import ops
-from lab.serve.caller import Caller, authenticate
+from lab.serve.caller import Caller, authenticate, secret_of
 from lab.serve.errors import validation_error
 from lab.serve.state import ApiError, AppState
+from lab.serve.upstream import send_upstream, shown_url, upstream_headers, upstream_url  # noqa: F401 (lab serve's banner)
 
 log = logging.getLogger("lab.serve.proxy")
 
 OPTIONS = ("namespace", "position", "budget", "save")
 MEMORY_HEADER = "Relevant memories (cite them by their [id]):"
-# request headers passed to the upstream as they are (besides Authorization)
-PASSED = ("openai-organization", "openai-project", "openai-beta", "accept", "user-agent")
 
 
 @dataclass(frozen=True)
@@ -143,42 +139,6 @@ def inject(messages: list[dict[str, Any]], text: str, position: str) -> list[dic
     return out
 
 
-def upstream_headers(request: Request, state: AppState) -> dict[str, str]:
-    """The headers the upstream gets: the caller's own credentials and the passed-through ones.
-    An ``Authorization`` that carries one of lab's own keys never leaves (a client configured
-    with lab's key as its api_key sends it both as X-API-Key and as Authorization)."""
-    h = request.headers
-    out = {k: h[k] for k in PASSED if k in h}
-    out["content-type"] = "application/json"
-    if h.get("x-upstream-authorization"):
-        out["authorization"] = h["x-upstream-authorization"]
-    elif h.get("authorization") and not (state.auth_on and not h.get("x-api-key")):
-        auth = h["authorization"]
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip()
-        lab_keys = {h.get("x-api-key", "")}
-        if not (token in lab_keys or (state.auth_on and state.keys.find(token) is not None)):
-            out["authorization"] = auth  # not lab's own key: that came as X-API-Key
-    return out
-
-
-def upstream_url(base: str, path: str = "chat/completions", query: str = "") -> str:
-    """The upstream's URL for ``path`` (the part after ``/v1/``): appended to the base URL's path,
-    the base's query kept (``https://x/openai?api-version=2024-06-01``) and the caller's added."""
-    parts = urlsplit(base)
-    joined = "&".join(q for q in (parts.query, query) if q)
-    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + path.lstrip("/"), query=joined))
-
-
-def shown_url(url: str) -> str:
-    """``url`` as an error or a log line may show it: no user name or password, no query (an
-    upstream's key often travels in one)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
 def read_body(raw: bytes) -> Any:
     """A request body as JSON, refused (422) when it is not JSON a client could mean: NaN and
     the infinities are not JSON (Python's parser takes them), nor nesting past the parser's depth."""
@@ -191,15 +151,6 @@ def read_body(raw: bytes) -> Any:
         raise ApiError(422, "body: nested too deeply to read", field="body") from None
     except ValueError:
         raise ApiError(422, "body: not JSON", field="body") from None
-
-
-def proxy_secret(request: Request, state: AppState) -> str:
-    """lab's key on the proxy route: X-API-Key first (Authorization is the upstream's)."""
-    h = request.headers
-    if h.get("x-api-key"):
-        return h["x-api-key"]
-    auth = h.get("authorization", "")
-    return auth[7:].strip() if state.auth_on and auth[:7].lower() == "bearer " else ""
 
 
 def answer_text(body: bytes) -> str:
@@ -253,19 +204,10 @@ async def save_exchange(state: AppState, who: Caller, opts: Options, question: s
         log.exception("saving the proxied exchange to %s failed", opts.namespace)
 
 
-async def send_upstream(state: AppState, upstream: httpx.Request, shown: str) -> httpx.Response:
-    """The upstream's answer, streamed; silence past the timeout is 504, no connection 502."""
-    try:
-        return await state.proxy_client.send(upstream, stream=True)
-    except httpx.TimeoutException:
-        raise ApiError(504, f"the upstream {shown} did not answer within {state.settings.proxy_timeout_s:g} s") from None
-    except httpx.HTTPError as exc:
-        raise ApiError(502, f"the upstream {shown} could not be reached ({type(exc).__name__})") from None
-
-
 async def chat_completions(request: Request, state: AppState) -> Response:
     """The proxy route's work (see the module's docstring)."""
-    who = authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
+    who = authenticate(state, secret_of(request.headers, api_key_first=True),
+                       request.client.host if request.client else "-")
     body = read_body(await request.body())
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
             or not all(isinstance(m, dict) for m in body["messages"]):
@@ -334,30 +276,3 @@ async def chat_completions(request: Request, state: AppState) -> Response:
 
     return StreamingResponse(relay(), status_code=reply.status_code, media_type=kind,
                              headers={**audit, "Cache-Control": "no-cache"}, background=BackgroundTask(finish))
-
-
-async def passthrough(request: Request, state: AppState, path: str) -> Response:
-    """Any other ``/v1/*`` request to the upstream as it came (see the module's docstring)."""
-    authenticate(state, proxy_secret(request, state), request.client.host if request.client else "-")
-    headers = upstream_headers(request, state)
-    if request.headers.get("content-type"):
-        headers["content-type"] = request.headers["content-type"]
-    else:
-        headers.pop("content-type", None)
-    url = upstream_url(state.settings.proxy_upstream, path, request.url.query)
-    shown = shown_url(url)
-    reply = await send_upstream(state, state.proxy_client.build_request(
-        request.method, url, content=await request.body(), headers=headers), shown)
-
-    async def relay() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in reply.aiter_bytes():
-                yield chunk
-        except httpx.HTTPError as exc:
-            log.warning("the upstream %s broke off its answer (%s)", shown, type(exc).__name__)
-        finally:
-            await reply.aclose()
-
-    return StreamingResponse(relay(), status_code=reply.status_code,
-                             media_type=reply.headers.get("content-type", "application/json"),
-                             headers={"X-Lab-Proxy": "passthrough"}, background=BackgroundTask(reply.aclose))

@@ -18,13 +18,14 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import create_model
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 
 from lab.serve import contract as S
 from lab.serve.auth import ApiKey
-from lab.serve.caller import Caller, authenticate
+from lab.serve.caller import Caller, authenticate, secret_of
 from lab.serve.operations import BY_NAME, OPERATIONS, Operation
 from lab.serve.proxy import chat_completions as proxy_forward
-from lab.serve.proxy import passthrough as proxy_passthrough
+from lab.serve.passthrough import passthrough as proxy_passthrough
 from lab.serve.state import AppState
 from lab.version import __version__
 
@@ -35,20 +36,15 @@ async def get_state(request: Request) -> AppState:
     return request.app.state.lab
 
 
-def secret_of(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    return header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-
-
 def identify(state: AppState, request: Request) -> ApiKey | None:
     """The key the request carries, when it is valid (no rate limit taken, no error raised)."""
-    secret = secret_of(request)
+    secret = secret_of(request.headers)
     return state.keys.find(secret) if secret else None
 
 
 async def caller(request: Request) -> Caller:  # async: a few microseconds, no thread-pool hop
     """Authenticate (when auth is on) and take a token from the caller's rate-limit bucket."""
-    return authenticate(request.app.state.lab, secret_of(request), request.client.host if request.client else "-")
+    return authenticate(request.app.state.lab, secret_of(request.headers), request.client.host if request.client else "-")
 
 
 State = Annotated[AppState, Depends(get_state)]
@@ -203,10 +199,26 @@ async def chat_completions(request: Request, state: State) -> Response:
 PASSED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
-@proxy.api_route("/{path:path}", methods=PASSED_METHODS, include_in_schema=False)
+class AnyPath(Convertor):
+    """Starlette's ``path`` but across line breaks too: a decoded CR or LF in a path reaches the
+    passthrough, which refuses it by name (``path``'s ``.*`` stops at a newline: a bare 404)."""
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", AnyPath())
+
+
+@proxy.api_route("/{path:anypath}", methods=PASSED_METHODS, include_in_schema=False)
 async def upstream_passthrough(path: str, request: Request, state: State) -> Response:
-    """Any other /v1 path (GET /v1/models first) to the upstream unchanged, nothing injected. A
-    path of lab's own asked with another method is still 405 (this route is the last one)."""
+    """Any other /v1 path the setting proxy_passthrough allows (GET /v1/models first) to the
+    upstream unchanged, nothing injected (lab.serve.passthrough says within which limits). A path
+    of lab's own asked with another method is still 405 (this route is the last one)."""
     if any(isinstance(r, APIRoute) and r.path_regex.match(request.url.path) for r in (*v1.routes, *operations.routes)):
         raise StarletteHTTPException(405, "method not allowed")
-    return await proxy_passthrough(request, state, path)
+    return await proxy_passthrough(request, state)

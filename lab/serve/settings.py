@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, get_type_hints
@@ -24,6 +25,9 @@ DEFAULT_STORE = ".lab/serve/store"
 
 
 PROXY_POSITIONS = ("system", "first_user", "before_last_user")
+PASSTHROUGH_DEFAULT = ("models", "embeddings")
+# a passthrough prefix: path segments of letters, digits and - _ . ~ (no dot segment, no empty one)
+PASSTHROUGH_PREFIX = re.compile(r"(?!\.\.?(?:/|$))[A-Za-z0-9_~.-]+(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_~.-]+)*")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -65,6 +69,10 @@ class Settings:
     proxy_position: str = setting("system", choices=PROXY_POSITIONS, doc="where memory goes in the prompt")
     proxy_save: str = setting("off", choices=("on", "off"),
                               doc="on: save every proxied exchange as episodic memories (a request may ask itself)")
+    # every other /v1 path reaches the upstream (with its base URL's credentials) only under one of
+    # these prefixes; models and embeddings are what OpenAI clients need beside the chat route
+    proxy_passthrough: tuple[str, ...] = setting(
+        PASSTHROUGH_DEFAULT, doc="the /v1 paths passed through to the upstream (prefixes, comma-separated; empty: none)")
     # MCP over HTTP (--mcp): each session is bound to the key that opened it; a key (or, with auth
     # off, the one local caller) holds at most this many at once, and one idle this long is closed
     mcp_sessions_per_key: int = setting(32, low=1, high=10_000, doc="MCP sessions one key may hold at once")
@@ -75,6 +83,11 @@ class Settings:
         if self.proxy_upstream is not None and not self.proxy_upstream.startswith(("http://", "https://")):
             raise ValidationError(f"setting proxy_upstream must be an http:// or https:// URL, got {self.proxy_upstream!r}",
                                   field="proxy_upstream")
+        for prefix in self.proxy_passthrough:
+            if not isinstance(prefix, str) or not PASSTHROUGH_PREFIX.fullmatch(prefix):
+                raise ValidationError(f"setting proxy_passthrough: {prefix!r} is not a path prefix under /v1/ (segments "
+                                      "of letters, digits and - _ . ~ joined by '/', e.g. 'models' or 'fine_tuning/jobs'; "
+                                      "no '.' or '..' segment)", field="proxy_passthrough")
         if not self.model.startswith("models:/"):
             raise ValidationError(f"setting model must look like models:/NAME@ALIAS or models:/NAME/VERSION, "
                                   f"got {self.model!r}", field="model")
