@@ -34,7 +34,7 @@ def passing(tmp_path_factory):
 
 def ask(srv, up, method, target, key, headers=None, body=b""):
     n0 = len(up.received)
-    h = {"X-API-Key": key, **({"Content-Type": "application/json"} if body else {}), **(headers or {})}
+    h = {**({"X-API-Key": key} if key else {}), **({"Content-Type": "application/json"} if body else {}), **(headers or {})}
     code, got_headers, text = raw_request(srv.port, method, target, h, body)
     return code, got_headers, text, up.since(n0)
 
@@ -137,3 +137,10 @@ def test_the_allow_list_setting_is_declared_and_checked():
         with pytest.raises(ValidationError, match="setting proxy_passthrough: .* is not a path prefix") as err:
             Settings(proxy_passthrough=(bad,))
         assert repr(bad) in str(err.value) and err.value.field == "proxy_passthrough"
+
+
+def test_without_a_valid_key_nothing_about_the_path_is_told(passing):
+    srv, up, _ = passing
+    for key in ("", "lab_wrong"):
+        code, _, text, got = ask(srv, up, "GET", "/v1/%2e%2e/admin", key)
+        assert code == 401 and "API key" in json.loads(text)["error"]["message"] and got == []

@@ -28,7 +28,7 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from lab.serve.caller import authenticate, secret_of
+from lab.serve.caller import Caller, authenticate, secret_of
 from lab.serve.proxy import chat_completions
 from lab.serve.state import ApiError, AppState
 from lab.serve.upstream import contained_url, send_upstream, shown_url, upstream_headers
@@ -82,10 +82,8 @@ def allowed(segments: list[str], prefixes: tuple[str, ...]) -> bool:
     return any(path[:len(p.split("/"))] == p.split("/") for p in prefixes)
 
 
-def check_scope(request: Request, state: AppState, segments: list[str]) -> None:
-    """Authenticate, then the allow-list and the key's scope (see the module's docstring)."""
-    who = authenticate(state, secret_of(request.headers, api_key_first=True),
-                       request.client.host if request.client else "-")
+def check_scope(request: Request, state: AppState, who: Caller, segments: list[str]) -> None:
+    """The allow-list, then the key's scope (see the module's docstring)."""
     path = "/v1/" + "/".join(segments)
     prefixes = state.settings.proxy_passthrough
     if not allowed(segments, prefixes):
@@ -99,14 +97,17 @@ def check_scope(request: Request, state: AppState, segments: list[str]) -> None:
 
 async def passthrough(request: Request, state: AppState) -> Response:
     """Any other ``/v1/*`` request to the upstream as it came (see the module's docstring)."""
+    # who first: a request without a valid key learns nothing of the path's rules
+    who = authenticate(state, secret_of(request.headers, api_key_first=True),
+                       request.client.host if request.client else "-")
     raw = request.scope.get("raw_path") or request.scope["path"].encode("utf-8")
     segments = segments_of(raw.decode("latin-1").split("?", 1)[0])
     if [s for s in segments if s] == CHAT:  # the chat route with a trailing slash
         if request.method != "POST":
-            raise ApiError(405, f"{request.method} /v1/chat/completions/: the chat route answers POST only",
+            raise ApiError(405, f"{request.method} /v1/{'/'.join(segments)}: the chat route answers POST only",
                            headers={"Allow": "POST"})
-        return await chat_completions(request, state)
-    check_scope(request, state, segments)
+        return await chat_completions(request, state, who)
+    check_scope(request, state, who, segments)
     headers = upstream_headers(request, state)
     if request.headers.get("content-type"):
         headers["content-type"] = request.headers["content-type"]

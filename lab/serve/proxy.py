@@ -204,10 +204,12 @@ async def save_exchange(state: AppState, who: Caller, opts: Options, question: s
         log.exception("saving the proxied exchange to %s failed", opts.namespace)
 
 
-async def chat_completions(request: Request, state: AppState) -> Response:
-    """The proxy route's work (see the module's docstring)."""
-    who = authenticate(state, secret_of(request.headers, api_key_first=True),
-                       request.client.host if request.client else "-")
+async def chat_completions(request: Request, state: AppState, who: Caller | None = None) -> Response:
+    """The proxy route's work (see the module's docstring); ``who``: the caller, when the request
+    was authenticated already (the chat path reached through the passthrough's route)."""
+    if who is None:
+        who = authenticate(state, secret_of(request.headers, api_key_first=True),
+                           request.client.host if request.client else "-")
     body = read_body(await request.body())
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"] \
             or not all(isinstance(m, dict) for m in body["messages"]):
