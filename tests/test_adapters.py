@@ -89,9 +89,9 @@ def test_an_unreachable_or_silent_system_is_named_with_the_call(tmp_path):
     port = free_port()
     path = tmp_path / "down.yaml"
     path.write_text(yaml.safe_dump({**spec, "name": "down", "base_url": f"http://127.0.0.1:{port}"}))
-    system = open_system(str(path), tmp_path)
-    with pytest.raises(AdapterError, match=rf"system 'down', reset: cannot reach http://127.0.0.1:{port}/v1/namespaces"):
-        system.reset("n")
+    with open_system(str(path), tmp_path) as system:  # closed: the client loggers are left as found
+        with pytest.raises(AdapterError, match=rf"system 'down', reset: cannot reach http://127.0.0.1:{port}/v1/namespaces"):
+            system.reset("n")
 
     import socket
 
@@ -100,9 +100,9 @@ def test_an_unreachable_or_silent_system_is_named_with_the_call(tmp_path):
     silent.listen(8)
     path.write_text(yaml.safe_dump({**spec, "name": "silent", "timeout_s": 0.5,
                                     "base_url": f"http://127.0.0.1:{silent.getsockname()[1]}"}))
-    system = open_system(str(path), tmp_path)
-    with pytest.raises(AdapterError, match=r"system 'silent', search: no answer from .*/v1/search within 0.5 s"):
-        system.search("n", "q", 3)
+    with open_system(str(path), tmp_path) as system:
+        with pytest.raises(AdapterError, match=r"system 'silent', search: no answer from .*/v1/search within 0.5 s"):
+            system.search("n", "q", 3)
     silent.close()
 
 

@@ -93,7 +93,7 @@ def test_captures_embeddings_request_ids_follow_ups_and_columns(tmp_path):
     assert system.search("b", "a question", 2) == [("m2", 0.75), ("m1", 0.5)]
     method, path, body = server.seen[-1]
     assert path == "/collections/id-b/query" and body["n"] == 2 and len(body["vector"]) == FakeEmbedder().dim
-    assert system.describe()["settings"]["embedding model (client side)"] == FAKE_MODEL
+    assert system.describe()["settings"]["client_embedding_model"] == FAKE_MODEL
 
 
 def test_bad_columns_and_a_missing_capture_are_named(tmp_path):
@@ -187,7 +187,7 @@ def test_chromas_own_server_through_its_file_equals_chroma_in_process(tmp_path):
         [chroma, "run", "--path", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", str(port)],
         f"{url}/api/v2/heartbeat", tmp_path, env, "chroma-server.yaml", {"CHROMA_URL": url}, "chroma")
     _same_figures(described, in_process)
-    assert described.system["settings"]["embedding model (client side)"].endswith("all-MiniLM-L6-v2")
+    assert described.system["settings"]["client_embedding_model"].endswith("all-MiniLM-L6-v2")
 
 
 @pytest.mark.slow

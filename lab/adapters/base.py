@@ -7,10 +7,13 @@ is known for (mem0 without its LLM extraction) is reported as such, beside its f
 """
 from __future__ import annotations
 
+import math
+import re
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from lab.errors import LabError
+from lab.adapters.templates import ranked
+from lab.errors import LabError, ValidationError
 
 Memory = dict[str, Any]  # id, content, created_at (ISO 8601 or None), metadata
 
@@ -23,6 +26,35 @@ class AdapterError(LabError):
     def __init__(self, system: str, call: str, problem: str) -> None:
         super().__init__(f"system {system!r}, {call}: {problem}")
         self.system, self.call = system, call
+
+
+# what a tracking server accepts in a parameter name (MLflow's rule): the settings become the run's params
+SETTING_NAME = re.compile(r"^[A-Za-z0-9_\-. :/]{1,200}$")
+
+
+def check_setting_names(settings: Any, where: str, prefix: str = "") -> dict[str, Any]:
+    """``settings`` (a file's ``settings:``, nested) whose every name may be a run parameter once
+    flattened with dots, or a ValidationError naming the first that may not and the allowed characters."""
+    if not isinstance(settings, Mapping):
+        raise ValidationError(f"{where}: settings is a mapping of names to values, got {type(settings).__name__}")
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if not isinstance(key, str) or not SETTING_NAME.match(key) or ".." in name or name.startswith("/"):
+            raise ValidationError(f"{where}: settings name {name!r} cannot be a run parameter: use letters, digits "
+                                  "and _ - . : / or space (at most 200 characters, no '..', not starting with '/')")
+        if isinstance(value, Mapping):
+            check_setting_names(value, where, name + ".")
+    return dict(settings)
+
+
+def ranked_hits(system: str, answer: Any, hits: str, id_path: str, score_path: str | None) -> list[tuple[str, float]]:
+    """The (id, score) pairs ``hits`` reaches in a search answer, best first, or one error naming the
+    first hit without an id or a score that is not a finite number (and its field)."""
+    try:
+        found = ranked(answer, hits, id_path, score_path)
+    except ValueError as exc:
+        raise AdapterError(system, "search", str(exc)) from None
+    return hits_or_error(system, found, id_path)
 
 
 def batch_ids(system: str, batch: Sequence[Memory], ids: list[Any], where: str) -> dict[str, str]:
@@ -111,10 +143,15 @@ class Guarded(MemorySystem):
         if not isinstance(hits, (list, tuple)) or not all(isinstance(h, (list, tuple)) and len(h) == 2 for h in hits):
             raise AdapterError(self.name, "search", f"returned {str(hits)[:80]!r}, not a list of (id, score) pairs")
         try:
-            return [(str(i), float(s)) for i, s in hits]
+            out = [(str(i), float(s)) for i, s in hits]
         except (TypeError, ValueError):
             raise AdapterError(self.name, "search", f"returned a score that is not a number: {str(hits)[:80]!r}") \
                 from None
+        bad = next(((i, s) for i, s in out if not math.isfinite(s)), None)
+        if bad is not None:  # NaN sorts anywhere and poisons every mean: refused, not ranked
+            raise AdapterError(self.name, "search", f"returned the score {bad[1]!r} for id {bad[0][:80]!r}, "
+                                                    "not a finite number")
+        return out
 
     def context(self, namespace: str, query: str, budget: int) -> str | None:
         return self._call("context", self.inner.context, namespace, query, budget)

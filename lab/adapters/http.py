@@ -41,18 +41,29 @@ environment variable only. A file reads only the variables it lists under ``read
 variable too); errors and the HTTP client's log lines show ``${NAME}`` in place of a value read, and
 ``***`` for a URL's userinfo and query values.
 
+What a server answers is not trusted: a placeholder in a ``path`` takes its value as one path
+segment (percent-encoded: a captured ``../admin`` or ``?x=1`` stays inside its segment); a path
+whose values would make it an absolute URL or move it to another host is refused, naming the
+placeholder and its value; a capture must be a string, number or boolean (at most
+``MAX_CAPTURE_CHARS``); every call ends within ``deadline_s`` (default: four times ``timeout_s``,
+which bounds each connect, send and read) and reads at most ``max_answer_mb`` (default 64) of
+answer; a score or distance must be a finite number. Each refusal names the setting or field.
+
 An adapter file is trusted like code: it sends the variables it declares to the host it names.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
-from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
-from lab.adapters.templates import FileEnv, check_path, pick, ranked, render, zipped
+from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, check_setting_names, ranked_hits
+from lab.adapters.http_call import Bounds, send
+from lab.adapters.templates import FileEnv, check_path, pick, render, zipped
 from lab.config import EmbedConfig
 from lab.errors import ValidationError
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+MAX_CAPTURE_CHARS = 1024  # a captured value goes into URLs: an id, not a document
 
 
 def known_fields(data: Mapping[str, Any], allowed: Sequence[str], where: str, required: Sequence[str] = ()) -> None:
@@ -87,9 +98,17 @@ def _request(raw: Any, where: str, extra: Sequence[str] = ()) -> dict[str, Any]:
     return {**raw, "method": method, "accept": accept}
 
 
+def _positive(spec: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    """A setting that is a finite number > 0 (seconds, megabytes), or a ValidationError naming it."""
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValidationError(f"{where}: {key} is a number > 0, got {value!r}")
+    return float(value)
+
+
 class HttpSystem(MemorySystem):
-    FIELDS = ("kind", "name", "reads_env", "approximates", "settings", "base_url", "auth", "timeout_s", "embed",
-              "reset", "save", "search")
+    FIELDS = ("kind", "name", "reads_env", "approximates", "settings", "base_url", "auth", "timeout_s", "deadline_s",
+              "max_answer_mb", "embed", "reset", "save", "search")
 
     def __init__(self, spec: Mapping[str, Any], where: str, env: Mapping[str, str] | None = None) -> None:
         import httpx
@@ -97,13 +116,15 @@ class HttpSystem(MemorySystem):
         known_fields(spec, self.FIELDS, where, ("name", "base_url", "save", "search"))
         self.name = str(spec["name"])
         self.approximates = str(spec.get("approximates") or "")
-        self.settings = dict(spec.get("settings") or {})
+        self.settings = check_setting_names(spec.get("settings") or {}, where)
         self.env = FileEnv(spec.get("reads_env"), env, where)
         self.base_url = self.env.expand(str(spec["base_url"]), "base_url").rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValidationError(f"{where}: base_url {self.env.redact(self.base_url)!r} is not an http:// or "
                                   "https:// URL")
-        self.timeout = float(spec.get("timeout_s", 30))
+        self.timeout = _positive(spec, "timeout_s", 30, where)
+        self.bounds = Bounds(self.timeout, _positive(spec, "deadline_s", 4 * self.timeout, where),
+                             int(_positive(spec, "max_answer_mb", 64, where) * 1024 * 1024))
         headers = {}
         if spec.get("auth"):
             auth = spec["auth"]
@@ -148,7 +169,7 @@ class HttpSystem(MemorySystem):
         from lab.embed.registry import make_embedder  # heavy: a model, only for a file that asks
 
         embedder = make_embedder(EmbedConfig(model=str(raw["model"])))
-        self.settings = {**self.settings, "embedding model (client side)": embedder.model_id}
+        self.settings = {**self.settings, "client_embedding_model": embedder.model_id}
         return embedder, str(raw.get("text", "{content}"))
 
     def _error(self, call: str, problem: str) -> AdapterError:
@@ -157,39 +178,34 @@ class HttpSystem(MemorySystem):
 
     def _call(self, call: str, req: Mapping[str, Any], values: Mapping[str, Any],
               items: list[Mapping[str, Any]] | None = None) -> Any:
-        import httpx
-
-        path = render(req["path"], values)
         body = render(req.get("body"), values, items) if "body" in req else None
         params = render(req.get("params"), values) if "params" in req else None
-        try:
-            r = self.client.request(req["method"], path, json=body, params=params)
-        except httpx.TimeoutException:
-            raise self._error(call, f"no answer from {self.base_url}{path} within {self.timeout:g} s") from None
-        except httpx.HTTPError as exc:
-            raise self._error(call, f"cannot reach {self.base_url}{path} ({type(exc).__name__}: {exc})") from None
-        if r.status_code >= 300 and r.status_code not in req["accept"]:
-            raise self._error(call, f"{req['method']} {path} answered {r.status_code}: {r.text[:300]}")
-        try:
-            answer = r.json() if r.content else None
-        except ValueError:
-            raise self._error(call, f"{req['method']} {path} answered {r.status_code} with a body that is not "
-                                    f"JSON: {r.text[:200]!r}") from None
-        if r.status_code < 300:
+        answer, status = send(self.client, call, req, values, body, params, self.bounds,
+                              self.captured.get(str(values.get("namespace")), {}), self._error)
+        if status < 300:
             self._capture(call, req, answer, values)
         return answer
 
     def _capture(self, call: str, req: Mapping[str, Any], answer: Any, values: Mapping[str, Any]) -> None:
         for name, path in req.get("capture", {}).items():
             got = pick(answer, path)
-            if not got:
+            if not got or got[0] is None:
                 raise self._error(call, f"{req['method']} {req['path']}: no value at '{path}' in the answer to "
                                         f"capture as {{{name}}}: {str(answer)[:200]}")
-            self.captured.setdefault(str(values.get("namespace")), {})[name] = got[0]
+            value = got[0]
+            if not isinstance(value, (str, int, float, bool)):  # a list or object has no one way into a URL
+                raise self._error(call, f"{req['method']} {req['path']}: the value at '{path}' to capture as "
+                                        f"{{{name}}} is a {type(value).__name__}, not a string, number or boolean: "
+                                        f"{str(value)[:100]}")
+            if isinstance(value, str) and len(value) > MAX_CAPTURE_CHARS:
+                raise self._error(call, f"{req['method']} {req['path']}: the value at '{path}' to capture as "
+                                        f"{{{name}}} has {len(value)} characters, more than {MAX_CAPTURE_CHARS}: "
+                                        f"{value[:60]!r}...")
+            self.captured.setdefault(str(values.get("namespace")), {})[name] = value
 
-    def _values(self, namespace: str, **more: Any) -> dict[str, Any]:
+    def _values(self, namespace: str, more: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """What a template of ``namespace`` sees: its captured values, then the call's own."""
-        return {**self.captured.get(namespace, {}), "namespace": namespace, **more}
+        return {**self.captured.get(namespace, {}), **(more or {}), "namespace": namespace}
 
     def _vectors(self, texts: list[str], queries: bool = False) -> list[list[float]]:
         vectors = self.embedder.embed_queries(texts) if queries else self.embedder.embed(texts)
@@ -210,7 +226,7 @@ class HttpSystem(MemorySystem):
                 texts = [str(render(self.embed_text, m) or "") for m in batch]
                 for m, vector in zip(batch, self._vectors(texts)):
                     m["embedding"] = vector
-            got = self._call("save", self.save_req, self._values(namespace, **(batch[0] if size == 1 else {})), batch)
+            got = self._call("save", self.save_req, self._values(namespace, batch[0] if size == 1 else None), batch)
             ids_at = self.save_req["ids"]
             ids = [m["id"] for m in batch] if ids_at == REQUEST_IDS else pick(got, ids_at)
             out.update(batch_ids(self.name, batch, ids, ids_at))
@@ -222,14 +238,14 @@ class HttpSystem(MemorySystem):
         more: dict[str, Any] = {"query": query, "k": k}
         if self.embedder is not None:
             more["embedding"] = self._vectors([query], queries=True)[0]
-        got = self._call("search", self.search_req, self._values(namespace, **more))
+        got = self._call("search", self.search_req, self._values(namespace, more))
         req = self.search_req
         if "hits" in req:
-            return hits_or_error(self.name, ranked(got, req["hits"], req["id"], req.get("score")), req["id"])
+            return ranked_hits(self.name, got, req["hits"], req["id"], req.get("score"))
         try:
             return zipped(got, req["id"], req.get("score") or req.get("distance"), "distance" in req)
         except (ValueError, TypeError) as exc:
-            raise self._error("search", f"the answer's columns do not line up: {exc}") from None
+            raise self._error("search", str(exc)) from None
 
     def close(self) -> None:
         self.client.close()

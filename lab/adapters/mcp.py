@@ -34,9 +34,9 @@ import json
 import threading
 from typing import Any, Mapping, Sequence
 
-from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, hits_or_error
+from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, check_setting_names, ranked_hits
 from lab.adapters.http import known_fields
-from lab.adapters.templates import FileEnv, check_path, pick, ranked, render
+from lab.adapters.templates import FileEnv, check_path, pick, render
 from lab.errors import ValidationError
 
 
@@ -69,7 +69,7 @@ class McpSystem(MemorySystem):
             raise ValidationError(f"{where}: give exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
         self.name = str(spec["name"])
         self.approximates = str(spec.get("approximates") or "")
-        self.settings = dict(spec.get("settings") or {})
+        self.settings = check_setting_names(spec.get("settings") or {}, where)
         self.timeout = float(spec.get("timeout_s", 60))
         self.reset_call = _tool(spec["reset"], f"{where}: reset", ()) if spec.get("reset") else None
         self.save_call = _tool(spec["save"], f"{where}: save", ("id", "ids"), ("batch",))
@@ -215,7 +215,7 @@ class McpSystem(MemorySystem):
         got = self._run(lambda: self._tool_call("search", self.search_call,
                                                 {"namespace": namespace, "query": query, "k": k}), "search")
         call = self.search_call
-        return hits_or_error(self.name, ranked(got, call["hits"], call["id"], call.get("score")), call["id"])
+        return ranked_hits(self.name, got, call["hits"], call["id"], call.get("score"))
 
     def close(self) -> None:
         if self.loop.is_running():

@@ -5,8 +5,13 @@ is exactly one placeholder takes the value as it is (a number stays a number, a 
 missing value drops its key); other strings are formatted. ``{"$each": TEMPLATE}`` in a save
 template becomes one copy of TEMPLATE per memory of the batch.
 
+A request's path is rendered by ``render_path``: each placeholder's value is percent-encoded as
+one path segment (``/``, ``?``, ``#``, ``%``, ``:`` and ``.`` included), so a value (an id a server
+answered) cannot add a segment, a query, a dot segment or a host.
+
 A path picks values out of a response: dot-separated keys, ``[*]`` for every item of a list,
-``[N]`` for one item: ``results[*].id``, ``memories[0].id``, ``data.hits``.
+``[N]`` for one item: ``results[*].id``, ``memories[0].id``, ``data.hits``. A score or distance
+picked must be a finite number (``number`` names the field otherwise).
 
 ``${VAR}`` and ``${VAR:-default}`` (in the fields a file's docstring names: a base URL, a command,
 headers) read the environment, but only the variables the file declares at its top
@@ -18,6 +23,7 @@ An adapter file is trusted like code all the same: what it declares it may send 
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any, Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -65,6 +71,22 @@ def _render(t: Any, values: Mapping[str, Any], items: list[Mapping[str, Any]] | 
     return t
 
 
+def segment(value: Any) -> str:
+    """``value`` as one path segment: every character but letters, digits, ``-``, ``_`` and ``~``
+    percent-encoded, the dot too (``..`` would be a dot segment, which a server may resolve)."""
+    return quote(str(value), safe="").replace(".", "%2E")
+
+
+def render_path(template: str, values: Mapping[str, Any]) -> str:
+    """A request path with each placeholder's value as one segment (``segment``); a missing value is empty."""
+    return _ANY.sub(lambda m: "" if values.get(m.group(1)) is None else segment(values[m.group(1)]), template)
+
+
+def render_plain(template: str, values: Mapping[str, Any]) -> str:
+    """A string template with its values as they are (to see what a path would be unquoted)."""
+    return _ANY.sub(lambda m: "" if values.get(m.group(1)) is None else str(values[m.group(1)]), template)
+
+
 def placeholders(template: Any) -> set[str]:
     """Every name a template uses."""
     if isinstance(template, str):
@@ -92,7 +114,20 @@ def ranked(answer: Any, hits: str, id_path: str, score_path: str | None) -> list
             out.append(n)
             continue
         scores = pick(hit, score_path) if score_path else []
-        out.append((str(ids[0]), float(scores[0]) if scores else float(-n)))
+        out.append((str(ids[0]), number(scores[0], score_path, ids[0]) if scores else float(-n)))
+    return out
+
+
+def number(value: Any, field: str | None, of: Any) -> float:
+    """``value`` (at ``field`` in the answer, for the hit ``of``) as a finite float, or a ValueError
+    naming the field: NaN or an infinite score would sort anywhere and poison every mean."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"the value at '{field}' for id {str(of)[:80]!r} is not a number: {str(value)[:80]!r}") \
+            from None
+    if not math.isfinite(out):
+        raise ValueError(f"the value at '{field}' for id {str(of)[:80]!r} is {value!r}, not a finite number")
     return out
 
 
@@ -105,8 +140,10 @@ def zipped(answer: Any, id_path: str, score_path: str | None, distance: bool = F
         return [(str(i), float(-n)) for n, i in enumerate(ids)]
     scores = pick(answer, score_path)
     if len(scores) != len(ids):
-        raise ValueError(f"{len(ids)} ids at '{id_path}' but {len(scores)} values at '{score_path}'")
-    return [(str(i), 1.0 - float(v) if distance else float(v)) for i, v in zip(ids, scores)]
+        raise ValueError(f"the answer's columns do not line up: {len(ids)} ids at '{id_path}' but {len(scores)} "
+                         f"values at '{score_path}'")
+    return [(str(i), 1.0 - number(v, score_path, i) if distance else number(v, score_path, i))
+            for i, v in zip(ids, scores)]
 
 
 def pick(data: Any, path: str) -> list[Any]:
