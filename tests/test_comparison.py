@@ -102,3 +102,60 @@ def test_systems_end_with_one_table_and_their_noise_goes_to_the_run_folder(tmp_p
     as_json = subprocess.run([sys.executable, "-m", "lab", "compare", *runs, runs[0], "--json"],
                              capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert json.loads(as_json.stdout)["baseline"] == "demo-system-word-overlap"
+
+
+def _run_folder(path: Path, values: list[float]) -> Path:
+    from lab.eval.run_folder import maker, publish
+
+    def write(folder: Path) -> None:
+        (folder / "metrics.json").write_text(json.dumps({"dataset": "demo", "metrics": {"recall@10": 0.5}}))
+        _table(values).write_parquet(folder / "per_question.parquet")
+
+    return publish(path, maker("search configuration", path.name, "demo"), write)
+
+
+def _put(name: str, data: bytes):
+    def damage(folder: Path) -> None:
+        (folder / name).unlink()
+        (folder / name).write_bytes(data)
+    return damage
+
+
+def _link(name: str, target: str):
+    def damage(folder: Path) -> None:
+        (folder / name).unlink()
+        (folder / name).symlink_to(target)
+    return damage
+
+
+@pytest.mark.parametrize("label,damage,said", [
+    ("metrics.json not JSON", _put("metrics.json", b"{oops"),
+     r"b/metrics.json: the run's metrics is not valid JSON \(Expecting property name"),
+    ("metrics.json with NaN", _put("metrics.json", b'{"dataset": "demo", "metrics": {"recall@10": NaN}}'),
+     r"b/metrics.json: the run's metrics holds the number NaN, which lab never writes"),
+    ("metrics.json deep nesting", _put("metrics.json", b"[" * 100000 + b"]" * 100000),
+     r"b/metrics.json: the run's metrics nests deeper than a JSON reader follows"),
+    ("metrics.json a list", _put("metrics.json", b"[]"), r"b/metrics.json: the run's metrics are not an object"),
+    ("metrics.json not UTF-8", _put("metrics.json", b'{"dataset": "\xff"}'),
+     r"b/metrics.json: the run's metrics is not UTF-8 text"),
+    ("metrics.json -> /dev/zero", _link("metrics.json", "/dev/zero"),
+     r"b/metrics.json: the run's metrics is not a regular file"),
+    ("per_question.parquet garbage", _put("per_question.parquet", b"PAR1garbagePAR1"),
+     r"b/per_question.parquet: the per-question table is not a readable Parquet file"),
+    ("per_question.parquet -> /dev/urandom", _link("per_question.parquet", "/dev/urandom"),
+     r"b/per_question.parquet: the per-question table is not a regular file"),
+    ("per_question.parquet missing", lambda d: (d / "per_question.parquet").unlink(),
+     r"b: not a run folder \(no per_question.parquet\)"),
+    ("made_by.json a list", _put("made_by.json", b"[]"), r"b/made_by.json: the run's maker record is a JSON list"),
+])
+def test_lab_compare_refuses_a_damaged_run_folder_in_one_line_naming_the_file(tmp_path, capsys, label, damage, said):
+    from lab.cli import main
+
+    a, b = _run_folder(tmp_path / "a", [0.0, 1.0, 0.0, 1.0]), _run_folder(tmp_path / "b", [1.0, 1.0, 0.0, 1.0])
+    assert main(["compare", str(a), str(b)]) == 0
+    capsys.readouterr()
+    damage(b)
+    code = main(["compare", str(a), str(b)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code in (2, 3) and len(err) == 1, err
+    assert err[0].startswith("error: ") and __import__("re").search(said, err[0]), err[0]

@@ -231,3 +231,42 @@ def test_regression_conditions_do_not_leak_options_into_each_other(tmp_path, mon
     bad.write_text("conditions:\n  - {name: x, dataset: demo, preset: bm25, expected: {}, kz: [5]}\n", encoding="utf-8")
     with pytest.raises(ValidationError, match=r"unknown key\(s\) \['kz'\]"):
         list(run_regressions(bad, embedder=FakeEmbedder()))
+
+
+@pytest.mark.parametrize("raw,said", [
+    ("1e400", r"reference_time: '1e400' is not an ISO 8601 date-time"),
+    (".inf", r"reference_time: expected an ISO 8601 string, got float"),
+    ('"tomorrow"', r"reference_time: 'tomorrow' is not an ISO 8601 date-time"),
+    ("5", r"reference_time: expected an ISO 8601 string, got int"),
+    ("[2026]", r"reference_time: expected an ISO 8601 string, got list"),
+])
+def test_goldens_check_and_eval_refuse_the_same_reference_time_with_one_line(tmp_path, capsys, raw, said):
+    """One parser (lab.config.parse_time, search's own) at load: before, `lab goldens check` printed
+    any value as the dataset's "now" and `lab eval` refused it later, without naming the file."""
+    from lab.cli import main
+
+    golden = tmp_path / "g.yaml"
+    golden.write_text((ROOT / "goldens" / "demo.yaml").read_text().replace(
+        'reference_time: "2026-03-14T18:00:00Z"', f"reference_time: {raw}"))
+    lines = []
+    for argv in (["goldens", "check", str(golden)],
+                 ["eval", "--dataset", str(golden), "--preset", "bm25", "--no-track", "--quiet", "--out",
+                  str(tmp_path / "runs")]):
+        assert main(argv) == 2
+        lines.append(capsys.readouterr().err.strip())
+    assert lines[0] == lines[1] and "\n" not in lines[0]
+    assert lines[0].startswith(f"error: {golden}: ") and __import__("re").search(said, lines[0]), lines[0]
+
+
+def test_a_yaml_date_time_as_reference_time_is_read_as_iso_text_both_ways(tmp_path):
+    """Unquoted, YAML reads a date-time: kept as ISO 8601 text, the instant search reads."""
+    from lab.config import parse_time
+    from lab.eval.goldens import describe_golden
+
+    golden = tmp_path / "g.yaml"
+    golden.write_text((ROOT / "goldens" / "demo.yaml").read_text().replace(
+        'reference_time: "2026-03-14T18:00:00Z"', "reference_time: 2026-03-14 20:00:00+02:00"))
+    assert load_golden(golden).reference_time == "2026-03-14T18:00:00Z"
+    assert describe_golden(golden)["reference_time"] == "2026-03-14T18:00:00Z"
+    assert parse_time(load_golden(golden).reference_time, "reference_time") == parse_time(
+        load_golden(ROOT / "goldens" / "demo.yaml").reference_time, "reference_time")

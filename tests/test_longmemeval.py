@@ -152,3 +152,86 @@ def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third
     assert got.returncode == 0, got.stderr[-2000:]
     system = json.loads((tmp_path / "runs" / "longmemeval-s-fixture-system-chroma" / "metrics.json").read_text())
     assert system["longmemeval"]["session"]["recall_any@5"] >= 0.0 and system["questions"] == 1
+
+
+def _question(i: int = 0, **over) -> dict:
+    q = {"question_id": f"q{i}", "question_type": "single-session-user", "question": f"what colour is item {i}?",
+         "answer": "red", "question_date": "2023/05/30 (Tue) 23:40", "haystack_dates": ["2023/05/20 (Sat) 02:21"],
+         "haystack_session_ids": [f"s{i}"], "answer_session_ids": [f"s{i}"],
+         "haystack_sessions": [[{"role": "user", "content": f"item {i} is red", "has_answer": True},
+                                {"role": "assistant", "content": "noted"}]]}
+    return {**q, **over}
+
+
+def _hostile(tmp_path, label):
+    """The hostile files of the security probe (s5 cli_hostile), each as bytes."""
+    if label == "deep nesting in a session":
+        text = json.dumps([_question()])
+        return text.replace('"haystack_sessions": [[', '"haystack_sessions": [[' + "[" * 20000, 1).replace(
+            "]]", "]]" + "]" * 20000, 1).encode()
+    if label == "binary":
+        return b"\x00\xff" * 5000
+    sessions = {"an empty evidence turn": [[{"role": "user", "content": "  \n", "has_answer": True},
+                                            {"role": "assistant", "content": "noted"}]],
+                "has_answer a string": [[{"role": "user", "content": "x", "has_answer": "yes"}]]}
+    if label == "answer NaN":
+        return json.dumps([_question()]).replace('"red"', "NaN", 1).encode()
+    return json.dumps([_question(), _question(1, haystack_sessions=sessions[label])]).encode()
+
+
+@pytest.mark.parametrize("label,said", [
+    ("deep nesting in a session", r"question 1 \('q0'\): nested deeper than a JSON reader follows"),
+    ("binary", r": not UTF-8 text \(byte 1 of a read\): a LongMemEval file is a JSON list of questions"),
+    ("an empty evidence turn", r"q1 session s1 turn 0: an evidence turn \(has_answer\) has no text \(empty or only "
+                               r"white space\), so it cannot be indexed"),
+    ("has_answer a string", r"q1 session s1 turn 0: has_answer must be true or false, got 'yes'"),
+    ("answer NaN", r"question 1 \(q0\): answer must be a text or a whole number, got nan"),
+])
+def test_a_hostile_file_is_refused_in_one_line_naming_the_file_question_and_problem(tmp_path, label, said):
+    path = tmp_path / "longmemeval_s_cleaned.json"
+    path.write_bytes(_hostile(tmp_path, label))
+    with pytest.raises(ValidationError, match="longmemeval_s_cleaned.json" + r".*" + said) as got:
+        lme.load_longmemeval(path, verify=False)
+    assert "\n" not in str(got.value)
+
+
+@pytest.mark.parametrize("label", ["deep nesting in a session", "binary", "an empty evidence turn"])
+def test_lab_eval_refuses_a_hostile_file_of_any_name_in_one_line(tmp_path, label):
+    """By `lab eval --dataset FILE` under a name that is not LongMemEval's: before, deep nesting and
+    binary content crashed with a traceback (the file was taken for LoCoMo's and read whole)."""
+    path = tmp_path / "mine.json"
+    path.write_bytes(_hostile(tmp_path, label))
+    got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(path), "--preset", "bm25", "--model",
+                          FAKE_MODEL, "--no-track", "--quiet", "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "LAB_EVAL_ROOT": str(tmp_path / "eval")})
+    said = (got.stdout + got.stderr).strip().splitlines()
+    assert got.returncode == 2 and len(said) == 1 and "Traceback" not in got.stderr, got.stderr[-1500:]
+    assert said[0].startswith(f"error: {path}" if label != "an empty evidence turn" else "error: mine.json q1")
+    assert {"deep nesting in a session": "nested deeper", "binary": "not UTF-8 text",
+            "an empty evidence turn": "has no text"}[label] in said[0]
+
+
+def test_an_empty_turn_that_is_no_evidence_is_skipped_and_counted(tmp_path):
+    """The official S file has a few empty turns: none is evidence, and an empty text has nothing to find."""
+    path = tmp_path / "longmemeval_s_cleaned.json"
+    sessions = [[{"role": "user", "content": "item 0 is red", "has_answer": True}, {"role": "assistant", "content": ""}]]
+    path.write_text(json.dumps([_question(haystack_sessions=sessions), _question(1, answer=7)]))
+    data = lme.load_longmemeval(path, verify=False)
+    assert [m["id"] for m in data.memories] == ["lme-q0:s0#0", "lme-q1:s1#0", "lme-q1:s1#1"]
+    assert data.report["empty_turns_skipped"] == 1
+
+
+def test_an_evaluation_where_no_gold_reaches_the_context_reports_no_first_position(tmp_path):
+    """One question whose only turn BM25 cannot find: the context holds no gold, so the first gold
+    position exists for no question; before, its mean (None) crashed the evaluation."""
+    path = tmp_path / "longmemeval_s_cleaned.json"
+    path.write_text(json.dumps([_question(haystack_sessions=[[{"role": "user", "content": "x", "has_answer": True}]])]))
+    got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(path), "--preset", "bm25", "--model",
+                          FAKE_MODEL, "--no-track", "--quiet", "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "LAB_EVAL_ROOT": str(tmp_path / "eval")})
+    assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr[-1500:]
+    (folder,) = (tmp_path / "runs").iterdir()
+    context = json.loads((folder / "metrics.json").read_text())["context"]
+    assert context["context_first_gold"] is None and context["context_recall"] == 0.0

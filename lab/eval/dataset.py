@@ -8,6 +8,23 @@ from typing import Any
 
 import polars as pl
 
+from lab.config import parse_time
+from lab.errors import ValidationError
+
+
+def checked_reference_time(value: Any, where: str) -> str | None:
+    """A dataset's ``reference_time`` (its "now"), checked by the one parser search reads it with
+    (lab.config.parse_time), at load, so `lab goldens check` refuses what `lab eval` would: None,
+    the text as given when it parses, or a YAML date-time as ISO 8601 UTC text."""
+    if value is None:
+        return None
+    try:
+        moment = parse_time(value, "reference_time")
+    except ValidationError as exc:
+        raise ValidationError(f"{where}: {exc}", field="reference_time") from None
+    return value if isinstance(value, str) else moment.isoformat().replace("+00:00", "Z")
+
+
 def file_sha256(path) -> str:
     """The SHA-256 of a dataset file, read a megabyte at a time (files of gigabytes stay out of memory)."""
     h = hashlib.sha256()

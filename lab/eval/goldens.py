@@ -8,7 +8,7 @@ import polars as pl
 from lab.config import read_yaml
 from lab.errors import ValidationError
 from lab.eval.beir import load_beir
-from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
+from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset, checked_reference_time
 from lab.eval.locomo import load_locomo
 from lab.eval.longmemeval import is_longmemeval, load_longmemeval
 from lab.eval.tables import is_tables, read_tables
@@ -101,7 +101,7 @@ def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset
         questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
         qrels=pl.DataFrame(qrels, schema=QRELS_SCHEMA, orient="row"),
         saves=saves, stale=pl.DataFrame(stale, schema={"qid": pl.String, "memory_id": pl.String}, orient="row"),
-        reference_time=doc.get("reference_time"),
+        reference_time=checked_reference_time(doc.get("reference_time"), str(path)),
         report={"golden": str(path), "data": str(data_dir), "save_then_search": len(saves)},
     )
 

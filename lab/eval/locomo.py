@@ -46,6 +46,10 @@ def load_conversations(path: str | Path) -> list[LocomoConversation]:
         samples = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{path}: invalid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{path}: not UTF-8 text (byte {exc.start}): a LoCoMo file is a JSON list") from None
+    except RecursionError:
+        raise ValidationError(f"{path}: nested deeper than a JSON reader follows (not a LoCoMo file)") from None
     if not isinstance(samples, list):
         raise ValidationError(f"{path}: expected a list of samples")
     out = []

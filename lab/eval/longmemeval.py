@@ -28,6 +28,7 @@ import polars as pl
 
 from lab.errors import LabWarning, ValidationError
 from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset, file_sha256
+from lab.store.records import MAX_CONTENT_CHARS
 
 FILES = ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json", "longmemeval_oracle.json",
          "longmemeval_s.json", "longmemeval_m.json")
@@ -47,14 +48,27 @@ def is_longmemeval(path: Path) -> bool:
         return True
     try:
         first = next(iter_questions(path), None)
-    except (ValidationError, ValueError):
-        return False
+    except ValidationError:  # damaged: LongMemEval's when its first bytes name LongMemEval's fields
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+        return b'"haystack_sessions"' in head or b'"question_id"' in head
     return isinstance(first, dict) and "haystack_sessions" in first
 
 
 def iter_questions(path: str | Path) -> Iterator[Any]:
-    """Each element of the file's top-level JSON list, decoded one at a time."""
+    """Each element of the file's top-level JSON list, decoded one at a time; a file that is not
+    UTF-8 text, or a question nested deeper than a JSON reader follows, is refused naming the file
+    and the question (its number, and its id when it can be read)."""
+    try:
+        yield from _iter_questions(path)
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{path}: not UTF-8 text (byte {exc.start} of a read): a LongMemEval file is a JSON "
+                              "list of questions") from None
+
+
+def _iter_questions(path: str | Path) -> Iterator[Any]:
     decoder = json.JSONDecoder()
+    n = 0
     with open(path, encoding="utf-8") as f:
         buf, pos = f.read(CHUNK), 0
         pos = _skip(buf, pos)
@@ -74,10 +88,14 @@ def iter_questions(path: str | Path) -> Iterator[Any]:
             if buf[pos] == ",":
                 pos += 1
                 continue
+            n += 1
             while True:
                 try:
                     item, end = decoder.raw_decode(buf, pos)
                     break
+                except RecursionError:  # nesting no LongMemEval question has: refused, not followed
+                    raise ValidationError(f"{path} question {n}{_id_near(buf, pos)}: nested deeper than a JSON "
+                                          "reader follows (a question is an object of lists of turns)") from None
                 except json.JSONDecodeError:
                     more = f.read(CHUNK)
                     if not more:
@@ -86,6 +104,15 @@ def iter_questions(path: str | Path) -> Iterator[Any]:
                     buf, pos = buf[pos:] + more, 0
             yield item
             buf, pos = buf[end:], 0
+
+
+_QID = re.compile(r'"question_id"\s*:\s*"([^"\\]{1,200})"')
+
+
+def _id_near(buf: str, pos: int) -> str:
+    """`` (ID)``: the id of the question that starts at ``pos``, when its text says it early on."""
+    m = _QID.search(buf, pos, pos + 4096)
+    return f" ({m.group(1)!r})" if m else ""
 
 
 def _skip(buf: str, pos: int) -> int:
@@ -106,6 +133,22 @@ def parse_date(text: str, where: str) -> str:
     return datetime(y, mo, d, h, mi, tzinfo=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+EMPTY = "has no text (empty or only white space)"
+
+
+def _unindexable(content: str) -> str | None:
+    """Why a turn's text cannot be stored and indexed as a memory, or None when it can."""
+    if not content.strip():
+        return EMPTY
+    if len(content) > MAX_CONTENT_CHARS:
+        return f"has {len(content)} characters, over the {MAX_CONTENT_CHARS} a memory may have"
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"holds a lone surrogate at character {exc.start}, not valid Unicode text"
+    return None
+
+
 def _check(q: Any, n: int, path: Path) -> None:
     where = f"{path.name} question {n}"
     if not isinstance(q, dict):
@@ -116,6 +159,10 @@ def _check(q: Any, n: int, path: Path) -> None:
         if not isinstance(q[key], kind):
             raise ValidationError(f"{where} ({q.get('question_id')}): {key} must be a {kind.__name__}, "
                                   f"got {type(q[key]).__name__}")
+    answer = q.get("answer")  # the official files: a text, or a whole number for a few
+    if "answer" in q and (isinstance(answer, bool) or not isinstance(answer, (str, int))):
+        raise ValidationError(f"{where} ({q['question_id']}): answer must be a text or a whole number, got {answer!r}"
+                              [:300])
     sizes = {k: len(q[k]) for k in ("haystack_session_ids", "haystack_dates", "haystack_sessions")}
     if len(set(sizes.values())) != 1:
         raise ValidationError(f"{where} ({q['question_id']}): haystack fields differ in length: {sizes}")
@@ -138,6 +185,7 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
     now: dict[str, str] = {}
     abstention: list[str] = []
     unanswerable: list[tuple[str, str, str, str]] = []
+    skipped = 0
     for n, q in enumerate(iter_questions(path), start=1):
         _check(q, n, path)
         qid, ns = str(q["question_id"]), f"lme-{q['question_id']}"
@@ -151,6 +199,17 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
             for t, turn in enumerate(turns):
                 if not isinstance(turn, dict) or not isinstance(turn.get("content"), str):
                     raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: a turn is {{role, content}}")
+                if turn.get("has_answer") not in (None, True, False):
+                    raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: has_answer must be true or false, "
+                                          f"got {turn['has_answer']!r}"[:300])
+                problem = _unindexable(turn["content"])
+                if problem and (turn.get("has_answer") or problem != EMPTY):
+                    raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: "
+                                          f"{'an evidence turn (has_answer) ' if turn.get('has_answer') else ''}"
+                                          f"{problem}, so it cannot be indexed")
+                if problem:  # an empty turn, not evidence (the official S file has a few): nothing to find
+                    skipped += 1
+                    continue
                 # the namespace in the id: questions of one file share distractor sessions, and
                 # an id is unique across a store
                 mid = f"{ns}:{sid}#{t}"
@@ -181,6 +240,7 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
               "checksum": "not verified" if checksum is None else "matches" if checksum == known
               else f"unknown checksum {checksum} (not one lab knows: evaluated all the same)" if known is None
               else f"differs from the official {known}",
+              "empty_turns_skipped": skipped,
               "abstention_questions": abstention,  # their haystacks are stored; asked only by --abstention
               "longmemeval": {"sessions": sessions, "answer_sessions": answer_sessions, "evidence": evidence_turns,
                               "types": types}}

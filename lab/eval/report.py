@@ -14,6 +14,7 @@ from lab.config import load_candidate
 from lab.errors import NotFoundError, ValidationError
 from lab.eval.metrics import compare_runs
 from lab.eval.abstention import plot as abstention_plot
+from lab.eval.run_folder import read_json_file, read_made_by
 from lab.eval.runner import EvalResult
 from lab.search.presets import checked, resolve
 
@@ -141,11 +142,36 @@ def abstention_lines(a: dict[str, Any]) -> list[str]:
     return lines + ["", "![abstention](abstention.png)"]
 
 
+MAX_METRICS_BYTES = 64 << 20  # a run's metrics.json is kilobytes; LongMemEval's with every question, a few MB
+
+
 def load_run(path: str | Path) -> tuple[dict[str, Any], pl.DataFrame]:
+    """A run folder's metrics and per-question table, each checked: a missing, damaged or foreign
+    file is refused in one line naming the folder and the file, never read past its bound."""
     p = Path(path)
-    if not (p / "metrics.json").is_file() or not (p / "per_question.parquet").is_file():
-        raise NotFoundError(f"not a run folder (no metrics.json / per_question.parquet): {p}")
-    return json.loads((p / "metrics.json").read_text(encoding="utf-8")), pl.read_parquet(p / "per_question.parquet")
+    if not p.is_dir():
+        raise NotFoundError(f"{p}: not a run folder ({'a file' if p.exists() else 'no such folder'})")
+    missing = [f for f in ("metrics.json", "per_question.parquet") if not (p / f).exists()]
+    if missing:
+        raise NotFoundError(f"{p}: not a run folder (no {' / '.join(missing)})")
+    read_made_by(p)  # a damaged maker record: not a folder lab wrote whole
+    meta = read_json_file(p / "metrics.json", "the run's metrics", MAX_METRICS_BYTES)
+    if not isinstance(meta, dict) or not isinstance(meta.get("dataset"), str):
+        raise ValidationError(f"{p / 'metrics.json'}: the run's metrics are not an object naming its dataset")
+    return meta, _per_question(p / "per_question.parquet")
+
+
+def _per_question(path: Path) -> pl.DataFrame:
+    if not path.is_file():  # a device (/dev/urandom) or a fifo: never read
+        raise ValidationError(f"{path}: the per-question table is not a regular file")
+    try:
+        table = pl.read_parquet(path)
+    except Exception as exc:  # polars' and Arrow's errors for a damaged file differ by version
+        said = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise ValidationError(f"{path}: the per-question table is not a readable Parquet file ({said})") from None
+    if "qid" not in table.columns:
+        raise ValidationError(f"{path}: the per-question table has no qid column (it has {table.columns[:6]})")
+    return table
 
 
 def compare(run_a: str | Path, run_b: str | Path, metrics: list[str] | None = None) -> pl.DataFrame:

@@ -108,7 +108,7 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
     if options.budget:
         ctx = context_metrics(retriever, dataset, run, config, replace(options.assemble, budget=options.budget))
         per_query = per_query.join(ctx, on="qid", how="left")
-        out["context"] = {c: float(ctx[c].mean()) for c in ctx.columns if c != "qid"}
+        out["context"] = {c: _mean(ctx[c]) for c in ctx.columns if c != "qid"}
     if options.ragas:
         k = 10 if 10 in options.ks else max(options.ks)
         gold = dataset.qrels.group_by("qid").agg(pl.col("memory_id").sort().alias("ref"))
@@ -117,7 +117,7 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
         rows = [{"qid": q, "retrieved_ids": r or [], "reference_ids": ref}
                 for q, ref, r in gold.join(top, on="qid", how="left").select("qid", "ref", "ret").iter_rows()]
         rg = ragas_metrics(rows)
-        out["ragas"] = {f"{c}@{k}": float(rg[c].mean()) for c in rg.columns if c != "qid"}
+        out["ragas"] = {f"{c}@{k}": _mean(rg[c]) for c in rg.columns if c != "qid"}
         per_query = per_query.join(rg, on="qid", how="left")
     if "longmemeval" in dataset.report:  # the benchmark's own retrieval metrics, beside lab's
         out["longmemeval"] = longmemeval_metrics(run, dataset.report["longmemeval"])
@@ -127,3 +127,10 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
         table, out["abstention"] = measure(retriever, dataset, config, per_query, options.abstention, root=root)
     info["chunk"] = to_dict(retriever.store.recorded_config().chunk)  # the index-time configuration measured
     return EvalResult(dataset.name, config, options, run, per_query, out, info, table)
+
+
+def _mean(column: pl.Series) -> float | None:
+    """A column's mean over its non-null values; None when every value is null (no question
+    placed its gold in the context, so the first gold position exists for none)."""
+    mean = column.mean()
+    return None if mean is None else float(mean)

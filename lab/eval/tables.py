@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from lab.errors import ValidationError
-from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
+from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset, checked_reference_time
 
 MARKER = "lab-dataset.json"
 _RECORDS = {"id": pl.String, "namespace": pl.String, "record": pl.String}
@@ -66,8 +66,9 @@ def read_tables(folder: str | Path) -> EvalDataset:
                         if (folder / "unanswerable.parquet").is_file() else pl.DataFrame(schema=QUESTIONS_SCHEMA))
     except (OSError, pl.exceptions.PolarsError, json.JSONDecodeError) as exc:
         raise ValidationError(f"{folder}: a prepared table cannot be read ({exc})") from None
+    now = checked_reference_time(meta.get("reference_time"), str(folder / MARKER))
     dataset = EvalDataset(meta["name"], memories, questions, qrels, edges=edges, credit=meta.get("credit") or {},
-                          saves=meta.get("saves") or {}, stale=stale, reference_time=meta.get("reference_time"),
+                          saves=meta.get("saves") or {}, stale=stale, reference_time=now,
                           reference_times=meta.get("reference_times") or {}, report=meta.get("report") or {},
                           source=meta.get("source") or str(folder), unanswerable=unanswerable)
     if dataset.fingerprint() != meta.get("fingerprint"):
