@@ -141,6 +141,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     from lab.pipeline import Pipeline
+    from lab.store.delta_log import TORN_FOLDER
     from lab.store.repair import recover_torn_commits
     from lab.write.check import check_store
 
@@ -153,8 +154,10 @@ def cmd_repair(args: argparse.Namespace) -> int:
         print_json(done)
     else:
         for name in torn:
-            print(f"table {name.split('/')[0]}: took out the torn log file {name.split('/')[1]} "
-                  "(that commit was never acknowledged; the table is back at the version before it)")
+            print(f"table {name.split('/')[0]}: took out the torn log file {name.split('/')[1]} (kept in "
+                  f"{TORN_FOLDER}/); the table is back at the version before it and that commit's changes are gone "
+                  "(cut off while written, no client was told it landed; damaged on disk later, it may have been "
+                  "acknowledged: compare with a backup)")
         for table, r in done["files_dropped"].items():
             print(f"table {table}: took out damaged file(s) {', '.join(r['files'])} (their rows are lost; "
                   f"now at version {r['version']})")

@@ -38,7 +38,9 @@ def _newest_version(table: Path) -> int:
 
 def recover_torn_commits(root: str | Path, timeout: float = 600.0) -> list[str]:
     """Take a torn newest commit file out of each table's log (``lab store repair``, before the
-    store can be opened at all); returns ``table/file`` for each one moved aside.
+    store can be opened at all); returns ``table/file`` for each one moved aside. That commit's
+    changes are lost: a file cut off while written was never acknowledged, but one damaged on disk
+    afterwards looks the same and may have been, so nothing here claims either.
 
     A torn commit that later ones build on is refused (a StoreError naming the file and what to do),
     before anything is moved: dropping it would lose acknowledged commits."""
