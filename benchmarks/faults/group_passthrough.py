@@ -32,7 +32,8 @@ TRAVERSAL = [  # (target, what the refusal names)
     ("/v1/models%00", "control character '\\x00'"), ("/v1/models%00/../../admin", "control character"),
     ("/v1/models%0d%0aX-Injected:%201", "control character '\\r'"), ("/v1/models%0aX:%201", "control character '\\n'"),
     ("/v1/models%09", "control character '\\t'"), ("/v1/models%7f", "control character '\\x7f'"),
-    ("/v1/%ff%fe", "UTF-8"), ("/v1/.%2e/admin", "dot segment"), ("/v1/%2e/models", "dot segment")]
+    ("/v1/%ff%fe", "UTF-8"), ("/v1/.%2e/admin", "dot segment"), ("/v1/%2e/models", "dot segment"),
+    ("/v1/memories/abc%0Adef", "control character '\\n'"), ("/v1/namespaces/x%0A%0Dy/stats", "control character")]
 NOT_LISTED = ["/v1/responses", "/v1/admin/keys", "/v1/modelsx", "/v1/Models", "/v1/fine_tuning/jobs",
               "/v1/@evil.example/x", "/v1/batches"]
 

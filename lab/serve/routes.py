@@ -188,7 +188,23 @@ for _op in OPERATIONS:
 
 
 # --------------------------------------------------------------------------- the chat proxy
-@proxy.post("/chat/completions", responses={502: {"model": S.ErrorBody}, 504: {"model": S.ErrorBody}})
+def chat_body() -> dict[str, Any]:
+    """The chat route's request body as the API document shows it: what lab reads (the messages,
+    its own ``lab`` options); every other field goes to the upstream as sent."""
+    message = {"type": "object", "required": ["role", "content"], "additionalProperties": True,
+               "properties": {"role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+                              "content": {"type": "string", "minLength": 1}}}
+    example = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Who owns billing?"}],
+               "lab": {"position": "before_last_user", "budget": 500}}
+    return {"required": True, "content": {"application/json": {"example": example, "schema": {
+        "type": "object", "required": ["messages"], "additionalProperties": True,
+        "properties": {"model": {"type": "string"}, "stream": {"type": "boolean"},
+                       "messages": {"type": "array", "minItems": 1, "items": message},
+                       "lab": S.ProxyOptions.model_json_schema()}}}}}
+
+
+@proxy.post("/chat/completions", responses={**ERRORS, 502: {"model": S.ErrorBody}, 504: {"model": S.ErrorBody}},
+            openapi_extra={"requestBody": chat_body()})
 async def chat_completions(request: Request, state: State) -> Response:
     """An OpenAI Chat Completions request with memory injected, forwarded to the configured upstream
     with the caller's own credentials; the upstream's answer (or stream) comes back unchanged, with
@@ -219,6 +235,7 @@ async def upstream_passthrough(path: str, request: Request, state: State) -> Res
     """Any other /v1 path the setting proxy_passthrough allows (GET /v1/models first) to the
     upstream unchanged, nothing injected (lab.serve.passthrough says within which limits). A path
     of lab's own asked with another method is still 405 (this route is the last one)."""
-    if any(isinstance(r, APIRoute) and r.path_regex.match(request.url.path) for r in (*v1.routes, *operations.routes)):
+    # the decoded path, as routing saw it (request.url.path is encoded again: "%0A" would match ".*")
+    if any(isinstance(r, APIRoute) and r.path_regex.match(request.scope["path"]) for r in (*v1.routes, *operations.routes)):
         raise StarletteHTTPException(405, "method not allowed")
     return await proxy_passthrough(request, state)
