@@ -46,6 +46,14 @@ class StoreError(LabError):
     http_status = 500
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (an object store that does not answer): nothing is wrong with
+    it, so a client may retry; the server answers 503."""
+
+    exit_code = 5
+    http_status = 503
+
+
 class LabWarning(UserWarning):
     """Something a user should know that does not stop the work (a dataset file whose checksum lab
     does not know); the command line prints it as one ``warning:`` line."""

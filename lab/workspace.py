@@ -13,7 +13,7 @@ folders, its tracking store, its lock timeout), the same for every thread a serv
 
 Environment variables (read by ``Workspace.resolve`` only):
 ``LAB_STORE``, ``LAB_EVAL_ROOT``, ``LAB_EMBED_CACHE``, ``LAB_DATASETS``, ``LAB_PROJECT``,
-``MLFLOW_TRACKING_URI``, ``LAB_WRITE_LOCK_TIMEOUT``, ``LAB_ENGINE``, ``RAY_ADDRESS``, ``LAB_STORE_CACHE``,
+``MLFLOW_TRACKING_URI``, ``LAB_TRACKING_TIMEOUT``, ``LAB_WRITE_LOCK_TIMEOUT``, ``LAB_ENGINE``, ``RAY_ADDRESS``, ``LAB_STORE_CACHE``,
 ``LAB_STORAGE_OPTIONS``.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from lab.fields import check_declared, coerce, rule, setting
 
 ENV = {"store": "LAB_STORE", "eval_root": "LAB_EVAL_ROOT", "embed_cache": "LAB_EMBED_CACHE",
        "datasets": "LAB_DATASETS", "project": "LAB_PROJECT", "tracking_uri": "MLFLOW_TRACKING_URI",
+       "tracking_timeout": "LAB_TRACKING_TIMEOUT",
        "write_lock_timeout": "LAB_WRITE_LOCK_TIMEOUT", "engine": "LAB_ENGINE", "ray_address": "RAY_ADDRESS",
        "store_cache": "LAB_STORE_CACHE", "storage_options": "LAB_STORAGE_OPTIONS"}
 
@@ -50,6 +51,9 @@ class Workspace:
     embed_cache: Path | None = setting(None, doc="one embedding cache for every store (none: each store's own)")
     datasets: Path | None = setting(None, doc="the shared datasets (none: ../shared/datasets beside the project)")
     tracking_uri: str | None = setting(None, doc="MLflow (none: SQLite under .lab/mlflow)")
+    # MLflow's own client waits 120 s per request and retries 7 times (minutes on a dead server)
+    tracking_timeout: float = setting(30.0, low=1, high=3_600, doc="seconds a tracking server may stay silent on "
+                                      "one request before lab gives up on it (each call tried 3 times at most)")
     write_lock_timeout: float = setting(600.0, above=0, doc="seconds a writer waits for a store's lock")
     engine: str = setting("local", choices=("local", "ray"), doc="where heavy work runs: this process, or Ray (lab.engine)")
     ray_address: str | None = setting(None, doc="the Ray cluster's address (none: a local Ray started per command)")
@@ -104,15 +108,28 @@ def storage_options(text: str | None, where: str) -> dict[str, str]:
 
     if not text:
         return {}
+    # the options hold keys and tokens: an error names the option and the problem, never a value
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise ValidationError(f"storage_options from {where}: not JSON ({exc})", field="storage_options") from None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
-                                              for k, v in value.items()):
-        raise ValidationError(f"storage_options from {where}: expected a JSON object of names to values, got {text!r}",
-                              field="storage_options")
+        where_in = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else ""
+        raise ValidationError(f"storage_options from {where}: not JSON{where_in} (values are not shown)",
+                              field="storage_options") from None
+    if not isinstance(value, dict):
+        raise ValidationError(f"storage_options from {where}: expected a JSON object of names to values, got "
+                              f"{_json_kind(value)}", field="storage_options")
+    bad = sorted(k for k, v in value.items() if not isinstance(v, (str, int, float, bool)))
+    if bad:
+        kinds = ", ".join(f"{k!r} ({_json_kind(value[k])})" for k in bad[:5])
+        raise ValidationError(f"storage_options from {where}: each value must be a string, number or true/false; "
+                              f"not so for {kinds} (values are not shown)", field="storage_options")
     return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (never the value itself)."""
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number", float: "a number"}
+    return "null" if value is None else kinds.get(type(value), "a value")
 
 
 _installed: Workspace | None = None

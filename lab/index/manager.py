@@ -45,6 +45,9 @@ class IndexManager:
         self._indexes: dict[str, NamespaceIndex] = {}
         self._saved: dict[str, str] = {}  # namespace -> store version of its snapshot on disk
         self._changed: set[str] = set()  # changed by a write or a build since last saved
+        # a store at a URI: namespaces whose snapshot is not at the URI (an upload cut off, say):
+        # a writer uploads its copy again
+        self._unshared: set[str] = set()
         self._lock = threading.RLock()
 
     def directory(self, namespace: str) -> Path:
@@ -74,10 +77,8 @@ class IndexManager:
                 # the versions these chunks were read at (no log re-read: a stamp taken later could
                 # claim commits whose chunks were not read)
                 seen = str(self.store.known_version())
-                if self.store.location is not None:  # a store at a URI: its snapshot, when newer than ours
-                    self.store.location.fetch(self._remote(namespace), self.directory(namespace))
                 try:
-                    idx = load_index(self.directory(namespace), chunks, self.config, namespace, stored)
+                    idx = self._load(namespace, chunks, stored)
                 except IndexDamaged as exc:
                     # never trusted, never fatal: rebuilt from the store (which is the truth), and
                     # saved again by the next write that flushes
@@ -102,6 +103,25 @@ class IndexManager:
                 chunks, stored = self.store.chunks_table.visible_rows(namespace)
                 idx.sync(chunks, str(self.store.known_version()), stored)
             return idx
+
+    def _load(self, namespace: str, chunks: pl.DataFrame, stored: StoredRows) -> NamespaceIndex | None:
+        """The namespace's saved index (see ``load_index``); a store at a URI's snapshot is fetched
+        first when newer than this machine's copy, and once more when the copy fails verification
+        (the copy was damaged here, or the URI's was replaced since)."""
+        location = self.store.location
+        if location is None:
+            return load_index(self.directory(namespace), chunks, self.config, namespace, stored)
+        shared = location.fetch(self._remote(namespace), self.directory(namespace))
+        if not shared:
+            self._unshared.add(namespace)
+            if not self.store.read_only:
+                self._changed.add(namespace)  # a writer's close uploads it
+        try:
+            return load_index(self.directory(namespace), chunks, self.config, namespace, stored)
+        except IndexDamaged:
+            if not shared or not location.fetch(self._remote(namespace), self.directory(namespace), again=True):
+                raise
+            return load_index(self.directory(namespace), chunks, self.config, namespace, stored)
 
     def _behind(self, idx: NamespaceIndex) -> bool:
         """The store's memories or chunks moved past the index's stamp (re-reads the log tails)."""
@@ -203,12 +223,14 @@ class IndexManager:
             self._indexes.clear()
             self._saved.clear()
             self._changed.clear()
+            self._unshared.clear()
 
     def forget(self, namespace: str) -> None:
         with self._lock:
             self._indexes.pop(namespace, None)
             self._saved.pop(namespace, None)
             self._changed.discard(namespace)
+            self._unshared.discard(namespace)
 
     def save_changed(self) -> list[str]:
         """Persist every index a write or build changed (a read's in-memory syncs are not saved)."""
@@ -225,10 +247,11 @@ class IndexManager:
                 idx.wait_for_merge()
                 if idx.needs_merge():
                     idx.merge()  # a bulk write caught up here would otherwise save a delta of thousands
-                if self._saved.get(ns) != idx.store_version or not self.directory(ns).is_dir():
+                if self._saved.get(ns) != idx.store_version or not self.directory(ns).is_dir() or ns in self._unshared:
                     save_index(idx, self.directory(ns))
                     if self.store.location is not None:  # beside the tables, for every machine
                         self.store.location.upload(self.directory(ns), self._remote(ns))
+                        self._unshared.discard(ns)
                     self._saved[ns] = idx.store_version
                     saved.append(ns)
             self._changed.clear()

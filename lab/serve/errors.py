@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from lab.embed.worker import EmbedderModelError, EmbedderProcessError
-from lab.errors import LabError, StoreError
+from lab.errors import LabError, StoreError, StoreUnavailable
 from lab.serve.state import CODES, ApiError
 
 log = logging.getLogger("lab.serve")
@@ -83,6 +83,10 @@ def public_error(exc: BaseException, store_root: str | tuple[str, ...], *, where
     if isinstance(exc, EmbedderModelError):
         log.error("the query embedding model failed on %s: %s", where, exc)
         return PublicError(500, "the query embedding model failed; the server log has the details")
+    if isinstance(exc, StoreUnavailable):  # nothing is damaged: the client may retry (log: one line)
+        log.error("store unreachable on %s: %s", where, exc)
+        return PublicError(503, "the store is unreachable (its object storage does not answer); retry later",
+                           headers={"Retry-After": "5"})
     if isinstance(exc, LabError):
         if isinstance(exc, StoreError) or exc.http_status >= 500:
             log.error("store error on %s: %s", where, exc)

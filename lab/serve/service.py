@@ -187,6 +187,9 @@ class MemoryService:
             gc.freeze()
             log.info("ready: %d namespaces loaded in %.1f s", len(namespaces), time.perf_counter() - started)
             self.ready.set()
+        except LabError as exc:  # one of lab's own (a store that does not answer): said in one line
+            self.startup_error = f"{type(exc).__name__}: {exc}"
+            log.error("loading the indexes failed: %s", exc)
         except Exception as exc:  # reported by /ready; the process stays up to say so
             self.startup_error = f"{type(exc).__name__}: {exc}"
             log.exception("loading the indexes failed")
@@ -204,7 +207,11 @@ class MemoryService:
             if isinstance(model, ProcessEmbedder):
                 model.close()
         with self.lock:
-            self.pipeline.close()
+            try:
+                self.pipeline.close()
+            except LabError as exc:  # every write was committed before it was acknowledged: only the
+                # snapshots and the embedding cache are not saved (the next open rebuilds them)
+                log.error("closing the store: index snapshots not saved: %s", exc)
 
     # ------------------------------------------------------------------ plain reads (request threads)
     def read(self, fn: Callable[[], Any]) -> Any:

@@ -12,6 +12,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from lab.errors import StoreError
+from lab.store.reach import reaching
 
 
 class FileCache:
@@ -147,7 +148,12 @@ def read_parquet(table: str, path: str, schema: pa.Schema | None, columns: list[
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path, columns=columns, schema=schema)
+        if "://" not in path:
+            return pq.read_table(path, columns=columns, schema=schema)
+        with reaching(path.rsplit("/tables/", 1)[0], f"reading table {table}"):  # no answer: not damage
+            return pq.read_table(path, columns=columns, schema=schema)
+    except StoreError:
+        raise
     except FileNotFoundError:
         raise StoreError(f"table {table}: data file {Path(path).name} is missing "
                          f"(run `lab store check` and `lab store repair`)") from None

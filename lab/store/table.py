@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from lab.errors import ConflictError, StoreError
 from lab.store.delta_log import log_damage, torn_commit
 from lab.store.file_cache import FileCache, StoredRows, file_exists, uri_path
+from lab.store.reach import reaching, safe_uri
 
 
 # a version check that finds no next commit file still re-reads the log this often (a log whose
@@ -45,6 +47,11 @@ class DeltaFrame:
         self._checked_at = float("-inf")
         self._rows = FileCache(self.name, schema, lazy)
 
+    def _reaching(self, doing: str):
+        """A store at a URI that does not answer is a StoreUnavailable naming it (a folder always answers)."""
+        return nullcontext() if self.local is not None else reaching(str(self.path).rsplit("/tables/", 1)[0],
+                                                                     f"{doing} table {self.name}")
+
     def hold(self) -> None:
         """The store's writer lock is held: read the log tail once; until ``unhold`` no one else
         can commit, and our own commits move ``_dt`` themselves."""
@@ -75,7 +82,10 @@ class DeltaFrame:
         if self.pinned:
             return False
         log = f"_delta_log/{version + 1:020d}.json"
-        return (self.local / log).exists() if self.local is not None else file_exists(f"{self.path}/{log}")
+        if self.local is not None:
+            return (self.local / log).exists()
+        with self._reaching("reading the log of"):
+            return file_exists(f"{self.path}/{log}")
 
     def refresh(self) -> None:
         """Look for other processes' commits now, whatever ``refresh_seconds`` says."""
@@ -85,7 +95,10 @@ class DeltaFrame:
     def _update(self) -> None:
         """Read the log tail: commits other processes made since our last look."""
         try:
-            self._dt.update_incremental()
+            with self._reaching("reading the log of"):
+                self._dt.update_incremental()
+        except StoreError:
+            raise
         except Exception as exc:  # deltalake raises several types for a damaged log
             raise StoreError(f"table {self.name}: its Delta log cannot be read: {exc} "
                              "(run `lab store check`)") from None
@@ -98,7 +111,9 @@ class DeltaFrame:
 
     def frame(self) -> pl.DataFrame:
         """The table's rows, without its lazy columns (``stored_rows`` says where those are)."""
-        return self._rows.frame(self._dt, self.version)
+        version = self.version
+        with self._reaching("reading"):
+            return self._rows.frame(self._dt, version)
 
     def stored_rows(self) -> StoredRows:  # where the frame last returned is stored
         return self._rows.stored_rows()
@@ -119,7 +134,8 @@ class DeltaFrame:
         table = table.select(self.schema.names).cast(self.schema)
         # write_deltalake moves self._dt to the version it committed; the next frame() reads only
         # the file it added (and those of anyone who committed in between)
-        write_deltalake(self._dt, table, mode="append", commit_properties=_commit_props(metadata))
+        with self._reaching("committing to"):
+            write_deltalake(self._dt, table, mode="append", commit_properties=_commit_props(metadata))
         return self._dt.version()
 
     def upsert(self, table: pa.Table, key: str, metadata: dict[str, Any] | None = None) -> int:
@@ -128,6 +144,11 @@ class DeltaFrame:
         if table.num_rows == 0:
             return self.version
         table = table.select(self.schema.names).cast(self.schema)
+        with self._reaching("committing to"):
+            self._merge(table, key, metadata)
+        return self._dt.version()
+
+    def _merge(self, table: pa.Table, key: str, metadata: dict[str, Any] | None) -> None:
         (
             self._dt.merge(
                 table,
@@ -140,12 +161,12 @@ class DeltaFrame:
             .when_not_matched_insert_all()
             .execute()
         )
-        return self._dt.version()
 
     def delete(self, predicate: str, metadata: dict[str, Any] | None = None) -> int:
         """Delete the rows matching a SQL predicate in one commit."""
         self._check_writable()
-        self._dt.delete(predicate, commit_properties=_commit_props(metadata))
+        with self._reaching("committing to"):
+            self._dt.delete(predicate, commit_properties=_commit_props(metadata))
         return self._dt.version()
 
     def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
@@ -220,16 +241,20 @@ def open_delta(table: DeltaFrame, version: int | None, create: bool, schema: pa.
     """The Delta table of ``table`` at ``version`` (created empty when absent and ``create``); a torn
     commit file of a local table is named, not deltalake's parse error."""
     uri, local, options = str(table.path), table.local, table.options
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
-        if not create:
-            raise StoreError(f"no Delta table at {table.path}")
-        write_deltalake(uri, schema.empty_table(), mode="ignore", storage_options=options)
+    with table._reaching("opening"):
+        if not DeltaTable.is_deltatable(uri, storage_options=options):
+            if not create:
+                raise StoreError(f"no Delta table at {safe_uri(uri) if local is None else table.path}")
+            write_deltalake(uri, schema.empty_table(), mode="ignore", storage_options=options)
     if local is not None and version is None and torn_commit(local) is not None:  # one file read: the common tear
         damage = log_damage(local)  # (the oldest torn file the latest version needs: maybe an older one)
         if damage is not None:
             raise StoreError(f"table {table.name}: {damage.describe()}")
     try:
-        return DeltaTable(uri, version=version, storage_options=options)
+        with table._reaching("opening"):
+            return DeltaTable(uri, version=version, storage_options=options)
+    except StoreError:
+        raise
     except Exception as exc:  # deltalake raises several types for a missing version
         damage = log_damage(local) if local is not None else None  # an older commit file torn
         if damage is not None and (version is None or damage.version <= version):
