@@ -145,3 +145,14 @@ def test_without_a_valid_key_nothing_about_the_path_is_told(passing):
     for key in ("", "lab_wrong"):
         code, _, text, got = ask(srv, up, "GET", "/v1/%2e%2e/admin", key)
         assert code == 401 and "API key" in json.loads(text)["error"]["message"] and got == []
+
+
+def test_a_method_the_passthrough_does_not_forward_is_405_with_its_allow(passing):
+    srv, up, secrets = passing
+    for method in ("HEAD", "OPTIONS", "TRACE"):
+        code, headers, text, got = ask(srv, up, method, "/v1/models", secrets["writer"])
+        assert code == 405 and headers["allow"] == "GET, POST, PUT, PATCH, DELETE" and got == [], (method, headers)
+        if method != "HEAD":
+            assert f"{method} is not passed through" in json.loads(text)["error"]["message"]
+    code, headers, _, got = ask(srv, up, "OPTIONS", "/v1/chat/completions", secrets["writer"])
+    assert code == 405 and headers["allow"] == "POST" and got == []

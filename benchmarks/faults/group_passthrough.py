@@ -199,6 +199,15 @@ def own_paths(probe: Probe, k: dict[str, str]) -> list[Outcome]:
         case.ok = case.ok and r.headers.get("allow") == "POST"
         case.observed += f"; Allow {r.headers.get('allow')}"
         out.append(case)
+    for method, target, allow in (("HEAD", "/v1/models", "GET, POST, PUT, PATCH, DELETE"),
+                                  ("OPTIONS", "/v1/embeddings", "GET, POST, PUT, PATCH, DELETE"),
+                                  ("TRACE", "/v1/models", "GET, POST, PUT, PATCH, DELETE"),
+                                  ("OPTIONS", "/v1/chat/completions", "POST")):
+        r, got = probe(method, target, k["writer"])
+        case = refusal(f"a method not forwarded: {method} {target}", r, got, 405, "" if method == "HEAD" else method)
+        case.ok = case.ok and r.headers.get("allow") == allow
+        case.observed += f"; Allow {r.headers.get('allow')}"
+        out.append(case)
     for method, target in (("PUT", "/v1/memories"), ("GET", "/v1/search"), ("DELETE", "/v1/namespaces/notes/stats")):
         r, got = probe(method, target, k["writer"], body=b"{}" if method == "PUT" else b"")
         case = refusal(f"lab's own path, another method: {method} {target}", r, got, 405, "")

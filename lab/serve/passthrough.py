@@ -36,6 +36,7 @@ from lab.serve.upstream import contained_url, send_upstream, shown_url, upstream
 log = logging.getLogger("lab.serve.proxy")
 
 PREFIX = "/v1/"
+FORWARDED = ("GET", "POST", "PUT", "PATCH", "DELETE")
 CHAT = ["chat", "completions"]
 SETTING = "proxy_passthrough"
 
@@ -107,6 +108,9 @@ async def passthrough(request: Request, state: AppState) -> Response:
             raise ApiError(405, f"{request.method} /v1/{'/'.join(segments)}: the chat route answers POST only",
                            headers={"Allow": "POST"})
         return await chat_completions(request, state, who)
+    if request.method not in FORWARDED:
+        raise ApiError(405, f"{request.method} is not passed through to the upstream: the passthrough forwards "
+                            f"{', '.join(FORWARDED)}", headers={"Allow": ", ".join(FORWARDED)})
     check_scope(request, state, who, segments)
     headers = upstream_headers(request, state)
     if request.headers.get("content-type"):

@@ -212,7 +212,8 @@ async def chat_completions(request: Request, state: State) -> Response:
     return await proxy_forward(request, state)
 
 
-PASSED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+# the passthrough's route takes every method, so one it does not forward is a 405 with its Allow
+ROUTED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "TRACE", "CONNECT"]
 
 
 class AnyPath(Convertor):
@@ -230,7 +231,7 @@ class AnyPath(Convertor):
 register_url_convertor("anypath", AnyPath())
 
 
-@proxy.api_route("/{path:anypath}", methods=PASSED_METHODS, include_in_schema=False)
+@proxy.api_route("/{path:anypath}", methods=ROUTED_METHODS, include_in_schema=False)
 async def upstream_passthrough(path: str, request: Request, state: State) -> Response:
     """Any other /v1 path the setting proxy_passthrough allows (GET /v1/models first) to the
     upstream unchanged, nothing injected (lab.serve.passthrough says within which limits). A path
