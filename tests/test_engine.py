@@ -82,17 +82,17 @@ def test_the_real_model_on_ray_gives_the_local_vectors(ray_engine):
 
 
 def test_an_unreachable_ray_address_is_named_in_seconds():
-    from lab.engine.on_ray import _check_reachable
+    from lab.engine.address import check_address
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.monotonic()
     with pytest.raises(ValidationError, match=rf"cannot reach the Ray cluster at 127.0.0.1:{port} .*ray start --head") as bad:
-        _check_reachable(f"127.0.0.1:{port}")
+        check_address(f"127.0.0.1:{port}")
     assert time.monotonic() - started < 30 and bad.value.field == "ray_address"
     with pytest.raises(ValidationError, match="expected HOST:PORT"):
-        _check_reachable("nowhere")
+        check_address("nowhere")
 
 
 def test_without_ray_installed_the_extra_is_named(monkeypatch):

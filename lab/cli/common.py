@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Mapping
 
 DEFAULT_STORE = ".lab/store"
 
@@ -81,6 +82,15 @@ def engine_args(p: argparse.ArgumentParser) -> None:
                    help=f"{declared['ray_address'].doc}; implies --engine ray (default $RAY_ADDRESS)")
 
 
+def ray_auth(env: Mapping[str, str]) -> str | None:
+    """Ray's token auth mode for lab's driver: ``token`` when the user gives a token ($RAY_AUTH_TOKEN
+    or $RAY_AUTH_TOKEN_PATH) and no $RAY_AUTH_MODE. Ray 2.60 sends a token to an address it is
+    given only in token mode, and infers that mode from a token only for a cluster it finds itself."""
+    if env.get("RAY_AUTH_MODE") or not (env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH")):
+        return None
+    return "token"
+
+
 @contextmanager
 def command_engine(args: argparse.Namespace, *, say: bool = True):
     """The engine a command's heavy work runs on (lab.engine), from its --engine / --ray-address
@@ -95,7 +105,7 @@ def command_engine(args: argparse.Namespace, *, say: bool = True):
     if name == "local" and getattr(args, "ray_address", None):
         raise ValidationError(f"--ray-address {args.ray_address} needs --engine ray (or leave --engine out)",
                               field="ray_address")
-    engine = make_engine(name, address if name == "ray" else None)
+    engine = make_engine(name, address if name == "ray" else None, auth=ray_auth(os.environ) if name == "ray" else None)
     try:
         if say and engine.name != "local":
             print(f"engine: {engine.describe()}", file=sys.stderr, flush=True)

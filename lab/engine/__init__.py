@@ -51,10 +51,12 @@ class Engine(Protocol):
         ...
 
 
-def make_engine(name: str = "local", address: str | None = None, *, workers: int | None = None) -> Engine:
-    """The engine ``name`` names; ``ray`` connects to ``address`` (None: starts a local Ray)."""
+def make_engine(name: str = "local", address: str | None = None, *, workers: int | None = None,
+                auth: str | None = None) -> Engine:
+    """The engine ``name`` names; ``ray`` connects to ``address`` (None: starts a local Ray), its
+    driver in Ray's token auth mode ``auth`` when given (else Ray's own $RAY_AUTH_MODE)."""
     if name == "local":
         return LocalEngine()
     if name == "ray":
-        return RayEngine(address, workers=workers)  # Ray itself is imported only here, by the engine
+        return RayEngine(address, workers=workers, auth=auth)  # Ray itself is imported only here, by the engine
     raise ValidationError(f"engine must be {' or '.join(ENGINES)}, got {name!r}", field="engine")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
-from typing import Any, Sequence
+import queue
+import threading
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -22,13 +23,15 @@ from lab.config import EmbedConfig
 from lab.embed.base import Embedder, MissingExtra, set_model_threads
 from lab.embed.cache import EmbeddingCache
 from lab.embed.registry import make_embedder
-from lab.errors import ValidationError
+from lab.engine.address import HINT, HeadWatch, RayAddress, check_address
+from lab.errors import LabError, ValidationError
 from lab.progress import progress as progress_bar
 from lab.workspace import set_library_env
 
 BATCH = 128  # texts per model call on a worker: big enough to keep a core busy, small enough to spread
 LOCAL_OBJECT_STORE = 200 * 1024**2  # a small /dev/shm would make Ray spill to disk: set it explicitly
-CONNECT_TIMEOUT_S = 10.0
+ASK_TIMEOUT_S = 5.0  # Ray's GCS answers its first call in milliseconds
+POLL_S = 1.0  # how often a driver waiting on a cluster asks whether its head still listens
 
 
 def _ray() -> Any:
@@ -40,20 +43,67 @@ def _ray() -> Any:
     return ray
 
 
-def _check_reachable(address: str) -> None:
-    """Refuse an address nobody answers at, in seconds and in one line (Ray itself would retry for
-    minutes before failing with a page of log)."""
-    if address in ("auto", "local") or "://" in address and not address.startswith("ray://"):
-        return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ValidationError(f"--ray-address {address!r}: expected HOST:PORT (a running cluster's head, e.g. "
-                              "127.0.0.1:6379), ray://HOST:PORT (Ray Client) or auto", field="ray_address")
+def _token_metadata(address: str) -> list[tuple[str, str]]:
+    """The authorization header Ray's driver would send: the token Ray's own loader finds
+    ($RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) when token auth is on, else none."""
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        raise ValidationError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}); is it running "
-                              "(`ray start --head`)? Or leave --ray-address out to start a local Ray",
+        from ray._raylet import AuthenticationTokenLoader
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # a Ray without token authentication
+        return []
+    loader = AuthenticationTokenLoader.instance()
+    try:
+        return list(loader.get_token_for_http_header().items()) if loader.has_token() else []
+    except AuthenticationError:  # token mode on, no token anywhere (Ray's message is a page of help)
+        raise ValidationError("Ray token authentication is on for this driver ($RAY_AUTH_MODE=token) but no token "
+                              f"was found to give the cluster at {address}: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a file) to the cluster's token, "
+                              "or RAY_AUTH_MODE=disabled for a cluster without authentication", field="ray_address") from None
+
+
+def _ask_cluster(address: RayAddress) -> None:
+    """The first call Ray's driver makes (the GCS's cluster id; Ray Client's cluster info), made
+    once with a deadline: an answer proves Ray is there and takes this driver's token, where
+    ray.init would retry for tens of seconds and then name neither the token nor the port."""
+    import grpc
+
+    method = "/ray.rpc.RayletDriver/ClusterInfo" if address.client else "/ray.rpc.NodeInfoGcsService/GetClusterId"
+    token = _token_metadata(address.text)
+    target = f"[{address.host}]:{address.port}" if ":" in address.host else f"{address.host}:{address.port}"
+    with grpc.insecure_channel(target) as channel:
+        try:
+            channel.unary_unary(method, request_serializer=None, response_deserializer=None)(
+                b"", timeout=ASK_TIMEOUT_S, metadata=token)
+            return
+        except grpc.RpcError as exc:
+            code, details = exc.code(), (exc.details() or "").splitlines()[0:1]
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        if not token:
+            raise ValidationError(f"the Ray cluster at {address.text} requires token authentication and this driver has "
+                                  "no token: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a file) to the cluster's token",
+                                  field="ray_address")
+        raise ValidationError(f"the Ray cluster at {address.text} refused this driver's token (from $RAY_AUTH_TOKEN, "
+                              "$RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): it is not the cluster's token",
+                              field="ray_address")
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        other = ("Ray Client's: is it the GCS port? then drop ray:// (from a node of the cluster)" if address.client
+                 else "Ray's GCS: is it the Ray Client port? then use ray://" + target)
+        raise ValidationError(f"no Ray cluster at {address.text}: a gRPC server answers there but not {other}",
+                              field="ray_address")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN):
+        said = f": {details[0][:120]}" if details else ""
+        raise ValidationError(f"no Ray cluster at {address.text}: gRPC {code.name}{said}; {HINT}", field="ray_address")
+    # any other answer (Ray Client cannot serialise an empty request's reply: NOT_FOUND) is Ray's
+
+
+def _connect(ray: Any, address: str) -> None:
+    """ray.init on a checked address; what it still raises becomes one line naming the address."""
+    try:
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    except Exception as exc:
+        # Ray's own AuthenticationError carries a page of help after its message: the message is the point
+        said = getattr(exc, "message", None) or str(exc)
+        raise ValidationError(f"Ray did not connect to the cluster at {address}: {type(exc).__name__}: "
+                              f"{str(said).strip().splitlines()[0][:200] if str(said).strip() else 'no reason given'}",
                               field="ray_address") from None
 
 
@@ -76,25 +126,36 @@ class RayEngine:
     name = "ray"
     embeds_ahead = True  # a save's misses go out as one job, not one per batch of rows
 
-    def __init__(self, address: str | None = None, *, workers: int | None = None, batch_size: int = BATCH) -> None:
+    def __init__(self, address: str | None = None, *, workers: int | None = None, batch_size: int = BATCH,
+                 auth: str | None = None) -> None:
+        # what Ray reads from the environment, set before it is imported: no usage reports (offline
+        # machines), its C++ core's errors only, and the token auth mode the user's settings ask for
+        # ($RAY_AUTH_TOKEN given without $RAY_AUTH_MODE: lab.cli.common.ray_auth)
+        # (its C++ core's errors would be a wall of lines for one lost head: lab says it in one)
+        set_library_env({"RAY_USAGE_STATS_ENABLED": "0", "RAY_BACKEND_LOG_LEVEL": "fatal",
+                         **({"RAY_AUTH_MODE": auth} if auth else {})})
         ray = _ray()
         self.address, self.batch_size = address, batch_size
-        self._started = False
-        if address:
-            _check_reachable(address)  # also when Ray is up in this process already: the address is named
+        self._started = self._head_lost = False
+        self._watch: HeadWatch | None = None  # a cluster's head, watched while this driver waits on it
+        if address:  # also when Ray is up in this process already: the address is named
+            parsed = check_address(address)
+            if parsed is not None:
+                _ask_cluster(parsed)
+                self._watch = HeadWatch(parsed)
         if not ray.is_initialized():
-            # offline machines: no usage reports; and Ray's C++ core logs errors only
-            set_library_env({"RAY_USAGE_STATS_ENABLED": "0", "RAY_BACKEND_LOG_LEVEL": "error"})
             if address:
-                ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+                _connect(ray, address)
             else:
                 # "local": a new Ray of this machine's cores, whatever RAY_ADDRESS or a running one say
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
                          object_store_memory=LOCAL_OBJECT_STORE,
                          logging_level=logging.ERROR, log_to_driver=False)
             self._started = True
-            for name in ("ray", "ray.data"):  # its progress lines and notices would bury lab's own output
-                logging.getLogger(name).setLevel(logging.ERROR)
+        import ray.data  # noqa: F401  (its import configures its logger: quiet it after, not before)
+
+        for name in ("ray", "ray.data"):  # its progress lines and notices would bury lab's own output
+            logging.getLogger(name).setLevel(logging.ERROR)
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(workers or cpus, cpus))
         ctx = ray.data.DataContext.get_current()
@@ -122,7 +183,7 @@ class RayEngine:
         bar = progress_bar(total=len(texts), desc=f"embedding on Ray ({self.workers} workers)", unit="text",
                            enabled=progress)
         done = np.zeros(len(texts), dtype=bool)
-        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        for batch in self._watched(ds.iter_batches(batch_size=None, batch_format="numpy")):
             at = batch["i"].astype(np.int64)
             vectors[at] = batch["vector"]
             done[at] = True
@@ -139,13 +200,52 @@ class RayEngine:
         remote = ray.remote(num_cpus=1, max_retries=2)(fn)  # a task whose worker dies is run again
         refs = [remote.remote(item) for item in items]
         for ref in refs:
+            while self._watch is not None and not ray.wait([ref], timeout=POLL_S)[0]:
+                self._check_head()
             yield ray.get(ref)
+
+    def _check_head(self) -> None:
+        gone = self._watch.gone() if self._watch is not None else None
+        if gone:
+            self._head_lost = True
+            raise LabError(f"the Ray cluster's head went away mid-job: {gone}; the work in flight on it is lost "
+                           "(what was finished and reported before is kept): run the command again once the "
+                           "cluster is back")
+
+    def _watched(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``batches`` pulled on a thread of their own while this one watches the cluster's head:
+        Ray Data's iterator would wait on a lost head until Ray ends the process."""
+        if self._watch is None:
+            yield from batches
+            return
+        got: queue.Queue = queue.Queue(maxsize=4)
+
+        def pump() -> None:
+            try:
+                for batch in batches:
+                    got.put(("batch", batch))
+                got.put(("end", None))
+            except BaseException as exc:  # handed to the waiting thread, which raises it
+                got.put(("error", exc))
+
+        threading.Thread(target=pump, name="lab-ray-batches", daemon=True).start()
+        while True:
+            try:
+                kind, value = got.get(timeout=POLL_S)
+            except queue.Empty:
+                self._check_head()
+                continue
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
 
     def describe(self) -> str:
         where = self.address or "a local Ray started for this command"
         return f"ray ({where}, {self.workers} worker{'s' if self.workers != 1 else ''})"
 
     def close(self) -> None:
-        if self._started:
+        if self._started and not self._head_lost:
             _ray().shutdown()
-            self._started = False
+        self._started = False
