@@ -250,9 +250,24 @@ def test_any_systems_non_finite_score_is_refused_by_the_harness():
     ("deadline_s: .nan\n", "deadline_s is a number > 0, got nan"),
     ("max_answer_mb: lots\n", "max_answer_mb is a number > 0, got 'lots'"),
     ("timeout_s: 0\n", "timeout_s is a number > 0, got 0"),
+    ("timeout_s: soon\n", "timeout_s is a number > 0, got 'soon'"),
     ("settings: {'weight (x)': 1}\n", r"settings name 'weight \(x\)' cannot be a run parameter"),
     ("settings: {a: {'..': 1}}\n", r"settings name 'a\.\.\.' cannot be a run parameter"),
 ])
 def test_bad_bounds_and_setting_names_are_refused_as_the_file_loads(tmp_path, servers, line, said):
     with pytest.raises(ValidationError, match=said):
         adapter(tmp_path, servers[0].url, extra=line)
+
+
+def test_a_bad_batch_and_an_mcp_files_bad_timeout_or_setting_are_refused_as_they_load(tmp_path, servers):
+    path = tmp_path / "batch.yaml"
+    path.write_text(f"kind: http\nname: b\nbase_url: {servers[0].url}\nsave: {{path: /s, batch: ten, ids: $request}}\n"
+                    "search: {path: /q, hits: 'r[*]', id: id}\n")
+    with pytest.raises(ValidationError, match=r"save.batch: memories per request, a whole number >= 1, got 'ten'"):
+        open_system(str(path), tmp_path / "s")
+    calls = "save: {tool: t, id: id}\nsearch: {tool: s, hits: 'r[*]', id: id}\n"
+    for line, said in (("timeout_s: never\n", "timeout_s is a number > 0, got 'never'"),
+                       ("settings: {'k=1': 2}\n", r"settings name 'k=1' cannot be a run parameter")):
+        path.write_text("kind: mcp\nname: m\ncommand: [true]\n" + line + calls)
+        with pytest.raises(ValidationError, match=said):
+            open_system(str(path), tmp_path / "s")

@@ -188,6 +188,9 @@ def test_chromas_own_server_through_its_file_equals_chroma_in_process(tmp_path):
         f"{url}/api/v2/heartbeat", tmp_path, env, "chroma-server.yaml", {"CHROMA_URL": url}, "chroma")
     _same_figures(described, in_process)
     assert described.system["settings"]["client_embedding_model"].endswith("all-MiniLM-L6-v2")
+    from test_adapters_tracked import logged
+
+    assert logged(described, demo_questions(40), tmp_path).params["client_embedding_model"].endswith("MiniLM-L6-v2")
 
 
 @pytest.mark.slow
@@ -206,3 +209,7 @@ def test_txtais_own_api_through_its_file_equals_txtai_in_process_on_one_shared_i
         [uvicorn, "txtai.api:app", "--host", "127.0.0.1", "--port", str(port)], f"{url}/count", tmp_path, env,
         "txtai-api.yaml", {"TXTAI_URL": url}, "txtai", {"shared_index": True})
     _same_figures(described, in_process)
+    from test_adapters_tracked import logged
+
+    logged(described, demo_questions(40), tmp_path / "described")  # tracking on: both runs logged
+    logged(in_process, demo_questions(40), tmp_path / "in-process")

@@ -1,5 +1,6 @@
 """The built-in third-party systems (each an optional extra; all installed under CI) through the
-harness on the demo goldens: they save, search, map ids back and find a fresh memory."""
+harness on the demo goldens: they save, search, map ids back and find a fresh memory, and each
+run is logged to a real MLflow store (its settings as params)."""
 from __future__ import annotations
 
 import importlib.util
@@ -37,6 +38,9 @@ def test_each_system_runs_offline_on_the_demo_goldens(name, tmp_path):
     assert m["speed"]["ingest"]["memories_per_s"] > 0 and m["speed"]["search"]["p99_ms"] > 0
     if name == "mem0":
         assert "infer=False" in m["system"]["approximates"]
+    from test_adapters_tracked import logged
+
+    assert logged(result, dataset, tmp_path).metrics["recall_at_10"] == m["metrics"]["recall@10"]  # tracking on
 
 
 def test_a_missing_system_package_names_the_extra(monkeypatch):

@@ -98,7 +98,7 @@ def _request(raw: Any, where: str, extra: Sequence[str] = ()) -> dict[str, Any]:
     return {**raw, "method": method, "accept": accept}
 
 
-def _positive(spec: Mapping[str, Any], key: str, default: float, where: str) -> float:
+def positive(spec: Mapping[str, Any], key: str, default: float, where: str) -> float:
     """A setting that is a finite number > 0 (seconds, megabytes), or a ValidationError naming it."""
     value = spec.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -122,9 +122,9 @@ class HttpSystem(MemorySystem):
         if not self.base_url.startswith(("http://", "https://")):
             raise ValidationError(f"{where}: base_url {self.env.redact(self.base_url)!r} is not an http:// or "
                                   "https:// URL")
-        self.timeout = _positive(spec, "timeout_s", 30, where)
-        self.bounds = Bounds(self.timeout, _positive(spec, "deadline_s", 4 * self.timeout, where),
-                             int(_positive(spec, "max_answer_mb", 64, where) * 1024 * 1024))
+        self.timeout = positive(spec, "timeout_s", 30, where)
+        self.bounds = Bounds(self.timeout, positive(spec, "deadline_s", 4 * self.timeout, where),
+                             int(positive(spec, "max_answer_mb", 64, where) * 1024 * 1024))
         headers = {}
         if spec.get("auth"):
             auth = spec["auth"]
@@ -136,7 +136,11 @@ class HttpSystem(MemorySystem):
         resets = spec.get("reset") or []
         self.resets = [_request(r, f"{where}: reset[{i}]") for i, r in enumerate(resets if isinstance(resets, list) else [resets])]
         self.save_req = _request(spec["save"], f"{where}: save", ("batch", "ids", "then"))
-        self.save_req["batch"] = int(self.save_req.get("batch", 1))
+        self.save_req["batch"] = self.save_req.get("batch", 1)
+        if isinstance(self.save_req["batch"], bool) or not isinstance(self.save_req["batch"], int) or \
+                self.save_req["batch"] < 1:
+            raise ValidationError(f"{where}: save.batch: memories per request, a whole number >= 1, got "
+                                  f"{self.save_req['batch']!r}")
         if "ids" not in self.save_req:
             raise ValidationError(f"{where}: save needs 'ids' (where the response lists the saved memories' ids, "
                                   f"or {REQUEST_IDS} for the ids sent)")

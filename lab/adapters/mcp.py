@@ -35,7 +35,7 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, check_setting_names, ranked_hits
-from lab.adapters.http import known_fields
+from lab.adapters.http import known_fields, positive
 from lab.adapters.templates import FileEnv, check_path, pick, render
 from lab.errors import ValidationError
 
@@ -70,7 +70,7 @@ class McpSystem(MemorySystem):
         self.name = str(spec["name"])
         self.approximates = str(spec.get("approximates") or "")
         self.settings = check_setting_names(spec.get("settings") or {}, where)
-        self.timeout = float(spec.get("timeout_s", 60))
+        self.timeout = positive(spec, "timeout_s", 60, where)
         self.reset_call = _tool(spec["reset"], f"{where}: reset", ()) if spec.get("reset") else None
         self.save_call = _tool(spec["save"], f"{where}: save", ("id", "ids"), ("batch",))
         self.batch = int(self.save_call.get("batch", 0))
