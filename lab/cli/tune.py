@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 from pathlib import Path
 import json
 from datetime import datetime, timezone
@@ -17,7 +18,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     check_tracking(args)
     say = (lambda msg: None) if args.quiet or args.json else (lambda msg: print(f"  {msg}", flush=True))
-    with command_engine(args) as engine:
+    with command_engine(args) as engine, _sweep_kept(Path(args.out) / spec.name):
         result = run_sweep(spec, datasets=args.datasets, out_root=args.out, progress=not args.quiet and not args.json,
                            track=not args.no_track, tracking_uri=args.tracking_uri, on_stage=say, engine=engine)
     summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
@@ -49,6 +50,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if info.get("mlflow_run_id"):
         print(f"  MLflow run {info['mlflow_run_id']}; view: {ui_command(args.tracking_uri)}")
     return 130 if result.interrupted else 0
+
+
+@contextmanager
+def _sweep_kept(folder: Path):
+    """A tracking failure after the sweep's folder was written says where its results are."""
+    from lab.track import TrackingError
+
+    try:
+        yield
+    except TrackingError as exc:
+        if (folder / "summary.json").is_file():
+            exc.leave(f"the sweep's results are in {folder} (not in MLflow)")
+        raise
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
