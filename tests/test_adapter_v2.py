@@ -271,3 +271,12 @@ def test_a_bad_batch_and_an_mcp_files_bad_timeout_or_setting_are_refused_as_they
         path.write_text("kind: mcp\nname: m\ncommand: [true]\n" + line + calls)
         with pytest.raises(ValidationError, match=said):
             open_system(str(path), tmp_path / "s")
+
+
+def test_a_value_too_long_for_a_url_is_one_line_naming_the_path(tmp_path, servers):
+    srv, _ = servers
+    with adapter(tmp_path, srv.url, prefix="/m/{content}") as system:  # one memory per request: its content
+        with pytest.raises(AdapterError, match=r"save: POST /m/\{content\}/add: the rendered URL is not one a client "
+                                               r"can send \(URL too long\)"):
+            system.save("a", [{"id": "m1", "content": "word " * 20_000}])
+    assert srv.seen == []

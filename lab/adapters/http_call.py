@@ -56,7 +56,10 @@ def send(client: Any, call: str, req: Mapping[str, Any], values: Mapping[str, An
     path = checked_path(call, req, values, captured, error)
     method = req["method"]
     one = min(bounds.timeout_s, bounds.deadline_s)
-    request = client.build_request(method, path, json=body, params=params, timeout=httpx.Timeout(one))
+    try:
+        request = client.build_request(method, path, json=body, params=params, timeout=httpx.Timeout(one))
+    except httpx.InvalidURL as exc:  # a value too long for a URL, say
+        raise error(call, f"{method} {req['path']}: the rendered URL is not one a client can send ({exc})") from None
     base, url = client.base_url, request.url
     if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port) or \
             not url.raw_path.startswith(base.raw_path.rstrip(b"/")):
