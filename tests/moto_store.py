@@ -88,6 +88,8 @@ class Gate:
         self._lock = threading.Lock()
 
     def open(self) -> "Gate":
+        if self._listener is not None:
+            return self
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
