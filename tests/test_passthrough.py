@@ -140,6 +140,13 @@ def test_the_allow_list_setting_is_declared_and_checked():
         assert repr(bad) in str(err.value) and err.value.field == "proxy_passthrough"
 
 
+def test_lab_serve_takes_the_allow_list_as_a_flag():
+    from lab.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--proxy-passthrough", "models,files"])
+    assert load_settings({"proxy_passthrough": args.proxy_passthrough}).proxy_passthrough == ("models", "files")
+
+
 def test_without_a_valid_key_nothing_about_the_path_is_told(passing):
     srv, up, _ = passing
     for key in ("", "lab_wrong"):

@@ -141,6 +141,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     setting_flag(p, "proxy_timeout_s", "--proxy-timeout", metavar="S")
     setting_flag(p, "proxy_position")
     setting_flag(p, "proxy_save")
+    setting_flag(p, "proxy_passthrough", metavar="PATHS")
     p.set_defaults(func=cmd_serve)
 
     k = sub.add_parser("keys", help="create and list the server's API keys")
