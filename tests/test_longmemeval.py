@@ -215,7 +215,8 @@ def test_lab_eval_refuses_a_hostile_file_of_any_name_in_one_line(tmp_path, label
 def test_an_empty_turn_that_is_no_evidence_is_skipped_and_counted(tmp_path):
     """The official S file has a few empty turns: none is evidence, and an empty text has nothing to find."""
     path = tmp_path / "longmemeval_s_cleaned.json"
-    sessions = [[{"role": "user", "content": "item 0 is red", "has_answer": True}, {"role": "assistant", "content": ""}]]
+    sessions = [[{"role": "user", "content": "item 0 is red", "has_answer": True},
+                 {"role": "assistant", "content": ""}]]
     path.write_text(json.dumps([_question(haystack_sessions=sessions), _question(1, answer=7)]))
     data = lme.load_longmemeval(path, verify=False)
     assert [m["id"] for m in data.memories] == ["lme-q0:s0#0", "lme-q1:s1#0", "lme-q1:s1#1"]

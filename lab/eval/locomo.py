@@ -47,9 +47,9 @@ def load_conversations(path: str | Path) -> list[LocomoConversation]:
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{path}: invalid JSON: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ValidationError(f"{path}: not UTF-8 text (byte {exc.start}): a LoCoMo file is a JSON list") from None
+        raise ValidationError(f"{path}: not UTF-8 text (byte {exc.start}), so no JSON dataset file") from None
     except RecursionError:
-        raise ValidationError(f"{path}: nested deeper than a JSON reader follows (not a LoCoMo file)") from None
+        raise ValidationError(f"{path}: nested deeper than a JSON reader follows, so no dataset file") from None
     if not isinstance(samples, list):
         raise ValidationError(f"{path}: expected a list of samples")
     out = []

@@ -200,8 +200,8 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
                 if not isinstance(turn, dict) or not isinstance(turn.get("content"), str):
                     raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: a turn is {{role, content}}")
                 if turn.get("has_answer") not in (None, True, False):
-                    raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: has_answer must be true or false, "
-                                          f"got {turn['has_answer']!r}"[:300])
+                    raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: has_answer must be true or "
+                                          f"false, got {turn['has_answer']!r}"[:300])
                 problem = _unindexable(turn["content"])
                 if problem and (turn.get("has_answer") or problem != EMPTY):
                     raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: "
