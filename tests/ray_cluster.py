@@ -150,7 +150,11 @@ def not_ray() -> Iterator[dict[str, str]]:
         threading.Thread(target=loop, daemon=True).start()
         return s.getsockname()[1]
 
-    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # the suite's output is its table
+            pass
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
     threading.Thread(target=web.serve_forever, daemon=True).start()
     rpc = grpc.server(ThreadPoolExecutor(max_workers=1))
     rpc_port = rpc.add_insecure_port("127.0.0.1:0")

@@ -116,45 +116,13 @@ def test_the_engine_flags_resolve_at_the_edge(tmp_path, capsys):
 
 
 @pytest.fixture
-def two_node_cluster(tmp_path):
-    """A real Ray cluster of two nodes on this machine, one CPU each, as separate processes (stopped
-    by their process groups: `ray stop` would end every Ray process on the machine)."""
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # loopback only, and no token: a cluster of this machine's own processes (a real cluster keeps
-    # Ray's token authentication on, its token given to lab as RAY_AUTH_TOKEN: docs/scale.md)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    common = ["--num-cpus", "1", "--block", "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
-    procs = [subprocess.Popen([ray_bin, "start", "--head", "--port", str(port), "--include-dashboard", "false",
-                               "--object-store-memory", str(100 * 1024**2), *common], env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        deadline = time.monotonic() + 90
-        while True:  # the head answers on its port before the second node may join
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the Ray head did not start"
-                time.sleep(0.5)
-        procs.append(subprocess.Popen([ray_bin, "start", "--address", f"127.0.0.1:{port}",
-                                       "--object-store-memory", str(100 * 1024**2), *common], env=env,
-                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        check = ("import ray, time; ray.init(address='127.0.0.1:%d', logging_level='ERROR');"
-                 "t = time.time()\nwhile len([n for n in ray.nodes() if n['Alive']]) < 2 and time.time() - t < 90: time.sleep(0.5)\n"
-                 "print(len([n for n in ray.nodes() if n['Alive']]))" % port)
-        alive = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=180, env=env)
-        assert alive.stdout.strip().endswith("2"), alive.stderr[-2000:]
-        yield f"127.0.0.1:{port}", env
-    finally:
-        for proc in reversed(procs):
-            try:
-                os.killpg(proc.pid, 15)
-                proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, 9)
+def two_node_cluster():
+    """A real Ray cluster of two nodes on this machine, one CPU each, as separate processes on
+    loopback without a token (tests/ray_cluster.py; token authentication: tests/test_ray_faults.py)."""
+    from ray_cluster import two_node_cluster as start
+
+    with start() as cluster:
+        yield cluster.address, cluster.env
 
 
 @pytest.mark.slow
@@ -373,3 +341,13 @@ def test_a_sweeps_index_points_built_as_ray_tasks_give_the_local_sweep(tmp_path,
     # one candidate table per point (named by the store's absolute path too, so not by name here)
     tables = {n: len(list((tmp_path / n / "eval" / "candidates").glob("*.parquet"))) for n in results}
     assert tables["local"] == tables["ray"] == 3
+
+
+def test_labs_own_error_in_a_ray_task_is_raised_as_itself(ray_engine):
+    """Not Ray's wrapper with the task's traceback in its text: the command line prints it as one line."""
+    from lab.engine.address import parse_address
+
+    with pytest.raises(ValidationError) as bad:
+        list(ray_engine.map(parse_address, ["nowhere"]))
+    assert type(bad.value) is ValidationError and bad.value.field == "ray_address"
+    assert str(bad.value).startswith("--ray-address 'nowhere': expected HOST:PORT") and "Traceback" not in str(bad.value)

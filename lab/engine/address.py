@@ -81,11 +81,11 @@ def what_answers(address: RayAddress) -> str | None:
     try:
         conn = socket.create_connection((address.host, address.port), timeout=CONNECT_TIMEOUT_S)
     except socket.gaierror as exc:
-        return f"no such host {address.host!r} ({exc.strerror or exc})"
+        return f"no such host {address.host!r}: {exc.strerror or exc}"
     except socket.timeout:
         return f"nothing answered the connection within {CONNECT_TIMEOUT_S:.0f} s"
     except OSError as exc:
-        return f"nobody listens there ({exc.strerror or exc})"
+        return f"nobody listens there: {exc.strerror or exc}"
     with conn:
         conn.settimeout(ANSWER_TIMEOUT_S)
         try:

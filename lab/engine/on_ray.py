@@ -31,6 +31,7 @@ from lab.workspace import set_library_env
 BATCH = 128  # texts per model call on a worker: big enough to keep a core busy, small enough to spread
 LOCAL_OBJECT_STORE = 200 * 1024**2  # a small /dev/shm would make Ray spill to disk: set it explicitly
 ASK_TIMEOUT_S = 5.0  # Ray's GCS answers its first call in milliseconds
+RETRIES = 2  # runs of a task whose worker died, after the first
 POLL_S = 1.0  # how often a driver waiting on a cluster asks whether its head still listens
 
 
@@ -93,6 +94,22 @@ def _ask_cluster(address: RayAddress) -> None:
         said = f": {details[0][:120]}" if details else ""
         raise ValidationError(f"no Ray cluster at {address.text}: gRPC {code.name}{said}; {HINT}", field="ray_address")
     # any other answer (Ray Client cannot serialise an empty request's reply: NOT_FOUND) is Ray's
+
+
+def _result(ray: Any, ref: Any, retries: int) -> Any:
+    """A task's result; lab's own error raised in the task is raised here as itself (Ray would wrap
+    it with the task's traceback), and a task lost beyond its retries is one line."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, LabError):
+            raise exc.cause from None
+        raise
+    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError,
+            ray.exceptions.OwnerDiedError, ray.exceptions.LocalRayletDiedError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise LabError(f"a Ray task of this job was lost {retries + 1} times ({type(exc).__name__}: {first}); "
+                       "run the command again (what was finished and reported before is kept)") from None
 
 
 def _connect(ray: Any, address: str) -> None:
@@ -197,12 +214,12 @@ class RayEngine:
         """Each item a Ray task of one CPU (all submitted at once: the cluster runs as many as it has
         cores for), the results collected in order."""
         ray = _ray()
-        remote = ray.remote(num_cpus=1, max_retries=2)(fn)  # a task whose worker dies is run again
+        remote = ray.remote(num_cpus=1, max_retries=RETRIES)(fn)  # a task whose worker dies is run again
         refs = [remote.remote(item) for item in items]
         for ref in refs:
             while self._watch is not None and not ray.wait([ref], timeout=POLL_S)[0]:
                 self._check_head()
-            yield ray.get(ref)
+            yield _result(ray, ref, RETRIES)
 
     def _check_head(self) -> None:
         gone = self._watch.gone() if self._watch is not None else None
