@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab.config import FAKE_MODEL
-from lab.errors import ConflictError, ValidationError
+from lab.errors import ConflictError, LabError, ValidationError
 from lab.eval.run_folder import MADE_BY, maker, publish
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +63,9 @@ def test_a_failure_mid_write_leaves_the_earlier_run(tmp_path):
         (folder / "metrics.json").write_text("second")
         raise OSError("disk full")
 
-    with pytest.raises(OSError, match="disk full"):
-        publish(out, PRESET, half)
+    with pytest.raises(LabError, match=r"run folder .*demo-lab cannot be written: disk full; the earlier run, if any, "
+                                       r"is as it was"):
+        publish(out, PRESET, half)  # one line naming the folder, not a traceback
     assert (out / "metrics.json").read_text() == "first"
     assert [p.name for p in tmp_path.iterdir()] == ["demo-lab"]
 
@@ -246,3 +247,12 @@ def test_a_damaged_made_by_json_at_the_command_line_is_one_line(tmp_path):
     assert got.returncode == 2 and len(said) == 1 and "Traceback" not in got.stderr
     assert said[0].startswith("error: run folder ") and "demo+fake-bm25/made_by.json: the run's maker record is a " \
                                                         "JSON list" in said[0]
+
+
+def test_a_place_that_cannot_hold_a_run_folder_is_one_error_naming_it(tmp_path):
+    """`--out` under a file: before, mkdir's FileExistsError came out as a traceback."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValidationError, match=r"run folder .*afile/demo-lab cannot be written: .*afile is a file, not a "
+                                              r"folder: nothing was written"):
+        publish(tmp_path / "afile" / "demo-lab", PRESET, _files(**{"metrics.json": "1"}))
+    assert (tmp_path / "afile").read_text() == "x"

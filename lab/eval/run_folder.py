@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from lab.errors import ConflictError, ValidationError
+from lab.errors import ConflictError, LabError, ValidationError
 
 MADE_BY = "made_by.json"
 MAX_MADE_BY_BYTES = 1 << 20  # what lab writes is a few hundred bytes: a bigger file is no maker record
@@ -218,20 +218,39 @@ def _finish(tmp: Path, made: dict[str, Any]) -> None:
     os.replace(part, tmp / MADE_BY)
 
 
+def _unwritable(given: Path, exc: OSError) -> str:
+    blocking = next((p for p in given.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        return f"run folder {given} cannot be written: {blocking} is a file, not a folder"
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(given) else ""
+    return f"run folder {given} cannot be written: {exc.strerror or exc}{where}"
+
+
 def publish(out: Path, made: dict[str, Any], write: Callable[[Path], Any]) -> Path:
     """Run ``write(folder)`` into a temporary folder, then put it at ``out`` whole (replacing the
-    earlier run of the same maker); returns ``out``."""
+    earlier run of the same maker); returns ``out``. A place that cannot be written (a file on the
+    way, no permission, a full disk) is one error naming the folder, never a traceback."""
     given = Path(out)
-    if given.exists() and not given.is_symlink() and not given.is_dir():
-        raise ConflictError(f"{given} exists and is not a folder: {NOTHING}")
-    out = _target(given)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _parent_locked(out.parent):
-        recover(out)
-        if out.exists():
-            _check_replaceable(out, made)  # refused before any work is written
-    tmp = out.parent / f".{out.name}.writing-{os.getpid()}"
-    tmp.mkdir()
+    try:
+        if given.exists() and not given.is_symlink() and not given.is_dir():
+            raise ConflictError(f"{given} exists and is not a folder: {NOTHING}")
+        out = _target(given)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with _parent_locked(out.parent):
+            recover(out)
+            if out.exists():
+                _check_replaceable(out, made)  # refused before any work is written
+        tmp = out.parent / f".{out.name}.writing-{os.getpid()}"
+        tmp.mkdir()
+    except OSError as exc:  # before anything was written: the place given is at fault
+        raise ValidationError(f"{_unwritable(given, exc)}: {NOTHING}") from None
+    try:
+        return _publish(given, out, tmp, made, write)
+    except OSError as exc:
+        raise LabError(f"{_unwritable(given, exc)}; the earlier run, if any, is as it was") from None
+
+
+def _publish(given: Path, out: Path, tmp: Path, made: dict[str, Any], write: Callable[[Path], Any]) -> Path:
     try:
         write(tmp)
         _finish(tmp, made)
