@@ -45,11 +45,13 @@ def read_json_file(path: Path, what: str, limit: int = MAX_MADE_BY_BYTES) -> Any
     (not a regular file, too big, not UTF-8, not JSON, nested too deep)."""
     if not path.is_file():  # a fifo, a device (/dev/zero) or a folder: never read
         raise ValidationError(f"{path}: {what} is not a regular file")
-    size = path.stat().st_size
-    if size > limit:
-        raise ValidationError(f"{path}: {what} has {size} bytes, more than the {limit} such a file may have")
     try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ValidationError(f"{path}: {what} has {size} bytes, more than the {limit} such a file may have")
         return json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+    except OSError as exc:
+        raise ValidationError(f"{path}: {what} cannot be read ({exc.strerror or exc})") from None
     except _NotFinite as exc:
         raise ValidationError(f"{path}: {what} holds the number {exc}, which lab never writes (a damaged or "
                               "edited file)") from None
