@@ -20,6 +20,7 @@ from pydantic import create_model
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
+from lab.errors import StoreUnavailable
 from lab.serve import contract as S
 from lab.serve.auth import ApiKey
 from lab.serve.caller import Caller, authenticate, secret_of
@@ -71,9 +72,14 @@ def ready(state: State, request: Request, response: Response) -> dict[str, Any]:
         if state.auth_on and identify(state, request) is None:
             return {"ready": False}
         return {"ready": False, "error": "indexes failed to load" if service.startup_error else "loading indexes"}
-    if state.auth_on and identify(state, request) is None:
+    told_only_yes_or_no = state.auth_on and identify(state, request) is None
+    try:  # the store is asked whoever asks: a server whose store does not answer is not ready
+        version, namespaces = service.read(lambda: (str(service.store.version()), len(service.store.namespaces())))
+    except StoreUnavailable:
+        response.status_code = 503
+        return {"ready": False} if told_only_yes_or_no else {"ready": False, "error": "the store is unreachable"}
+    if told_only_yes_or_no:
         return {"ready": True}
-    version, namespaces = service.read(lambda: (str(service.store.version()), len(service.store.namespaces())))
     return {"ready": True, "namespaces": namespaces, "store_version": version,
             "served": {**service.served.describe(), "embedding": service.embedding_models()}}
 
