@@ -57,8 +57,9 @@ def _token_metadata(address: str) -> list[tuple[str, str]]:
         return list(loader.get_token_for_http_header().items()) if loader.has_token() else []
     except AuthenticationError:  # token mode on, no token anywhere (Ray's message is a page of help)
         raise ValidationError("Ray token authentication is on for this driver ($RAY_AUTH_MODE=token) but no token "
-                              f"was found to give the cluster at {address}: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a file) to the cluster's token, "
-                              "or RAY_AUTH_MODE=disabled for a cluster without authentication", field="ray_address") from None
+                              f"was found to give the cluster at {address}: set RAY_AUTH_TOKEN (or "
+                              "RAY_AUTH_TOKEN_PATH, a file) to the cluster's token, or RAY_AUTH_MODE=disabled for a "
+                              "cluster without authentication", field="ray_address") from None
 
 
 def _ask_cluster(address: RayAddress) -> None:
@@ -70,7 +71,8 @@ def _ask_cluster(address: RayAddress) -> None:
     method = "/ray.rpc.RayletDriver/ClusterInfo" if address.client else "/ray.rpc.NodeInfoGcsService/GetClusterId"
     token = _token_metadata(address.text)
     target = f"[{address.host}]:{address.port}" if ":" in address.host else f"{address.host}:{address.port}"
-    with grpc.insecure_channel(target) as channel:
+    # straight to the address, as Ray's own channels go (grpc would otherwise follow $http_proxy)
+    with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as channel:
         try:
             channel.unary_unary(method, request_serializer=None, response_deserializer=None)(
                 b"", timeout=ASK_TIMEOUT_S, metadata=token)
