@@ -1,7 +1,8 @@
 """Damage to a Delta table's log: commit files that are torn (cut off while written, or damaged since).
 
-A torn newest commit was never acknowledged (a commit is acknowledged once its log file is whole),
-so repair moves it aside and the table reads at the version before it. A torn commit with later
+A torn newest commit is moved aside by repair and the table reads at the version before it: a
+commit cut off while written was never acknowledged (a commit is acknowledged once its log file is
+whole), but one damaged on disk afterwards may have been, and nothing left can tell the two apart. A torn commit with later
 commits after it is different: they were acknowledged and build on it (their removes name files
 its adds brought), so it can neither be dropped nor rebuilt from what is left; the store is
 readable only at the versions before it, and the way back is a backup.
@@ -97,8 +98,8 @@ def log_damage(path: Path) -> LogDamage | None:
 def recover_torn_commit(path: Path) -> str | None:
     """Move a torn newest commit file of the table at ``path`` aside (to ``_torn_commits/``), so the
     table reads at the version before it; returns the file's name, or None when none is torn.
-    Only the torn commit is lost, and no writer was acknowledged for it (a commit is acknowledged
-    once its log file is whole)."""
+    Only the torn commit's changes are lost; if the file was damaged after it was whole, its writer
+    may have been acknowledged (this cannot tell a write cut off from later disk damage)."""
     torn = torn_commit(path)
     if torn is None:
         return None
