@@ -64,8 +64,9 @@ def shown_uri(uri: str) -> str:
     if "://" not in uri:
         return uri
     parts = urlsplit(uri)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    if "@" not in parts.netloc and not parts.query and not parts.fragment:
+        return uri  # nothing to hide (and sqlite:////abs/path keeps its empty host)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def tracking_uri(uri: str | None = None) -> str:
