@@ -247,12 +247,14 @@ def _all(work: Path, srv: Any, other: Any, short: bool) -> list[Outcome]:
             typed("lab eval: a NaN distance", file_text(u), 6, ["is nan, not a finite number"], _set(srv, mode="nan")),
             typed("lab eval, tracking on: a file with embed:", file_text(u, embed=True), 0, [], _set(srv), tracked=True),
         ]
-    out.append(tracked_here(srv, other, work, file_text(u, embed=True)))
+        # a new SQLite tracking store costs about half a minute: the full form only (T1 is held on
+        # every test run by tests/test_adapters_tracked.py)
+        out.append(tracked_here(srv, other, work, file_text(u, embed=True)))
     return out
 
 
 def tracked_here(srv: Any, other: Any, folder: Path, text: str) -> Outcome:
-    """What `lab eval` does after the harness, in this process (the short form's tracking case): a file
+    """What `lab eval` does after the harness, in this process (the full form's in-process tracking case): a file
     with ``embed:`` on the demo goldens, its run folder, and its MLflow run (SQLite) with the model."""
     from lab.adapters.harness import evaluate_system, write_system_run
     from lab.adapters.registry import open_system
