@@ -237,7 +237,7 @@ class RayEngine:
         if self._watch is None:
             yield from batches
             return
-        got: queue.Queue = queue.Queue(maxsize=4)
+        got: queue.Queue = queue.Queue()  # unbounded: a pump left behind by an error never blocks for good
 
         def pump() -> None:
             try:
