@@ -237,8 +237,14 @@ def test_a_failed_export_ends_its_run_failed_and_leaves_no_model_without_a_versi
         assert server.get_run(run_id).info.status == "FAILED"
         assert server.search_registered_models() == []  # no registered model without a version
         second = c.create_run(exp_id).info.run_id
-        os.killpg(proc.pid, 9)  # the server gone: the run cannot be ended, and the error says so
-        proc.wait(timeout=30)
+        with pytest.raises(track.TrackingError) as ended:
+            with track.run("cut short", "eval", uri=uri) as (_, _, killed):
+                os.killpg(proc.pid, 9)  # the server gone: the runs cannot be ended, and the errors say so
+                proc.wait(timeout=30)
+        assert str(ended.value) == (
+            f"MLflow tracking store {uri} failed while ending run {killed} (cut short): connection refused; "
+            f"run {killed} is left RUNNING: when the server is back, "
+            f"`MLFLOW_TRACKING_URI={uri} mlflow runs delete --run-id {killed}`")
         started = time.monotonic()
         with pytest.raises(track.TrackingError) as gone:
             track.export_model(second, bundle, "team-model", config_json="{}", assemble_json="{}", verdict="GO",

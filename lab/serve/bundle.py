@@ -69,7 +69,7 @@ def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
         how = ("`lab demo` registers it on GO" if model_uri == DEMO_MODEL else
                "a GO from `lab gate --export` registers one; or serve a folder with --bundle; or, after "
                "`lab demo`, serve the demo's champion with `lab serve --demo`")
-        raise NotFoundError(f"no registered model version {model_uri} in {track.tracking_uri(tracking_uri)} ({how})")
+        raise NotFoundError(f"no registered model version {model_uri} in {track.shown_uri(track.tracking_uri(tracking_uri))} ({how})")
     if found.get("verdict") != "GO":
         raise ConflictError(f"refusing to serve {model_uri} (version {found['version']}): its gate verdict is "
                             f"{found.get('verdict')!r}, not GO")

@@ -65,8 +65,12 @@ def run(name: str, kind: str, *, params: dict[str, Any] | None = None, tags: dic
                 exc.leave(left)
             raise exc from None
         raise
-    with guarded(uri, f"ending run {run_id} ({name})"):
-        c.set_terminated(run_id, status="FINISHED")
+    try:
+        with guarded(uri, f"ending run {run_id} ({name})"):
+            c.set_terminated(run_id, status="FINISHED")
+    except TrackingError as exc:
+        exc.leave(left_running(run_id, uri))
+        raise
 
 
 def end_run(c: Any, run_id: str, status: str, uri: str | None = None) -> str | None:
@@ -79,8 +83,13 @@ def end_run(c: Any, run_id: str, status: str, uri: str | None = None) -> str | N
             return None
         except Exception:  # noqa: BLE001 - the store failing again: say what is left instead
             pass
+    return left_running(run_id, uri)
+
+
+def left_running(run_id: str, uri: str | None = None) -> str:
+    """What to do about a run the tracking store could not be told had ended."""
     return (f"run {run_id} is left RUNNING: when the server is back, "
-            f"`MLFLOW_TRACKING_URI={shown_uri(resolved)} mlflow runs delete --run-id {run_id}`")
+            f"`MLFLOW_TRACKING_URI={shown_uri(tracking_uri(uri))} mlflow runs delete --run-id {run_id}`")
 
 
 def log_params(c, run_id: str, params: dict[str, Any]) -> None:
