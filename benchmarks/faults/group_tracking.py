@@ -13,10 +13,8 @@ each kill placed by an observed event (the first file of an upload appearing at 
 """
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from outcome import Outcome
-from servers import ENV, LAB
+from servers import ENV
+from tracking_server import Tracking, command, finish
 
 from serving import ROOT, free_port
 
@@ -123,90 +122,6 @@ def _refused_before_work(track: Any, uri: str) -> Outcome:
 
 
 # --------------------------------------------------------------------------- a real mlflow server (full form)
-class Tracking:
-    """A real `mlflow server` (SQLite backend, --artifacts-destination) in its own folder, stopped
-    by the PIDs it started: its process group, and any process of its left in its folder."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.artifacts = folder / "artifacts"
-        self.proc: subprocess.Popen | None = None
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def start(self, artifacts: Path | None = None) -> None:
-        import httpx
-
-        mlflow = str(Path(LAB[0]).with_name("mlflow"))
-        log = open(self.folder / "server.log", "ab")
-        self.proc = subprocess.Popen([mlflow, "server", "--backend-store-uri", f"sqlite:///{self.folder}/mlflow.db",
-                                      "--artifacts-destination", str(artifacts or self.artifacts), "--host",
-                                      "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-                                     cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, env=ENV,
-                                     start_new_session=True)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                if httpx.get(self.uri + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"mlflow server at {self.uri} did not start (see {self.folder / 'server.log'})")
-
-    def pids(self) -> set[int]:
-        """Its process group, and processes it left in its folder (job consumers re-parented to init)."""
-        found: set[int] = set()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                pgid = os.getpgid(int(entry.name))
-                if (self.proc is not None and pgid == self.proc.pid) or os.readlink(entry / "cwd") == str(self.folder):
-                    found.add(int(entry.name))
-            except OSError:
-                continue
-        return found
-
-    def signal(self, sig: int) -> None:
-        for pid in sorted(self.pids(), reverse=True):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def stop(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGKILL)
-        if self.proc is not None:
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
-        time.sleep(0.5)
-
-    def files(self) -> set[str]:
-        return {p.relative_to(self.artifacts).as_posix() for p in self.artifacts.rglob("*") if p.is_file()} \
-            if self.artifacts.exists() else set()
-
-
-def _command(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([*LAB, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-def _finish(proc: subprocess.Popen, timeout: float) -> tuple[Any, str, str]:
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        return proc.returncode, stdout, stderr
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        return f"hung>{timeout:.0f}s", stdout, stderr
-
-
 def _gate_argv(tracking: Tracking, work: Path, model: str) -> list[str]:
     config = work / f"gate-{model}.yaml"
     config.write_text((ROOT / "goldens" / "gate-demo.yaml").read_text().replace("model: lab-memory-demo",
@@ -263,7 +178,7 @@ def real_server_cases(work: Path) -> list[Outcome]:
 def _baseline(tracking: Tracking, work: Path, client: Path, env: dict[str, str]) -> Outcome:
     from mlflow import MlflowClient
 
-    rc, stdout, stderr = _finish(_command(_gate_argv(tracking, work, "lab-memory-team"), client, env), 900)
+    rc, stdout, stderr = finish(command(_gate_argv(tracking, work, "lab-memory-team"), client, env), 900)
     kept = tracking.files()
     location = (MlflowClient(tracking.uri).get_experiment_by_name("lab") or object())
     where = getattr(location, "artifact_location", None)
@@ -284,7 +199,7 @@ def _fault(tracking: Tracking, case: str, argv: list[str], event: Callable[[str]
     from lab.track import call_bound_s
 
     before = tracking.files()
-    proc = _command(argv, client, env)
+    proc = command(argv, client, env)
     seen, deadline = None, time.monotonic() + 900
     while proc.poll() is None and time.monotonic() < deadline:
         new = [f for f in tracking.files() - before if event(f)]
@@ -295,7 +210,7 @@ def _fault(tracking: Tracking, case: str, argv: list[str], event: Callable[[str]
     alive = proc.poll() is None
     tracking.signal(sig)
     faulted = time.monotonic()
-    rc, stdout, stderr = _finish(proc, call_bound_s(TIMEOUT_S) * 4 + SLACK_S)
+    rc, stdout, stderr = finish(proc, call_bound_s(TIMEOUT_S) * 4 + SLACK_S)
     took = time.monotonic() - faulted
     if sig == signal.SIGSTOP:
         tracking.stop()
@@ -329,7 +244,7 @@ def _refusing(tracking: Tracking, work: Path, client: Path, env: dict[str, str])
     blocker.write_text("not a folder")
     tracking.start(artifacts=blocker / "artifacts")
     try:
-        rc, stdout, stderr = _finish(_command(_sweep_argv(tracking, work, "refused-sweep"), client, env), 900)
+        rc, stdout, stderr = finish(command(_sweep_argv(tracking, work, "refused-sweep"), client, env), 900)
         lines = [x for x in stderr.splitlines() if x.strip()]
         last = lines[-1] if lines else ""
         named = sorted(set(re.findall(r"run ([0-9a-f]{32})", last)))
