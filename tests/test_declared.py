@@ -111,7 +111,7 @@ def test_serve_flags_take_help_choices_and_checks_from_the_settings_declarations
     serve = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "serve")[1]
     by_dest = {a.dest: a for a in serve._actions if isinstance(a, argparse.Action)}
     flagged = [f for f in dataclasses.fields(Settings) if f.name in by_dest]  # the rest: environment or file only
-    assert len(flagged) == 19
+    assert len(flagged) == 20
     for f in flagged:
         r = f.metadata[RULE]
         flag = by_dest[f.name]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
 from lab.config import to_dict
+from lab.errors import ValidationError
 from lab.track.code import git_commit
 from lab.track.connect import TrackingError, answers, client, failure, guarded, is_server, shown_uri, tracking_uri
 from lab.version import __version__
@@ -93,10 +95,27 @@ def left_running(run_id: str, uri: str | None = None) -> str:
 
 
 def log_params(c, run_id: str, params: dict[str, Any]) -> None:
+    import re
+
     from mlflow.entities import Param
 
-    # MLflow names allow no '@': a view's list ("fusion.weights.vector@plain") is logged with ':'
-    items = [Param(k.replace("@", ":")[:250], str(v)[:6000]) for k, v in sorted(params.items())]
+    # MLflow names allow no '@': a view's list ("fusion.weights.vector@plain") is logged with ':'.
+    # Any other name MLflow refuses (a system's own setting) is logged under a spelling it takes,
+    # said once on the log, so one odd name costs its spelling, not the run; two names that would
+    # become one are refused, naming both.
+    names: dict[str, str] = {}
+    for key in sorted(params):
+        name = re.sub(r"[^\w.\- :/]", "_", str(key).replace("@", ":"))[:250]
+        name = "/".join(p if p not in ("", ".", "..") else "_" for p in name.split("/"))  # no path tricks
+        if name != str(key).replace("@", ":")[:250]:
+            logging.getLogger(__name__).warning("MLflow param %r is logged as %r (a param name holds letters, "
+                                                "digits, _ - . : / and spaces)", key, name)
+        if name in names.values():
+            other = next(k for k, v in names.items() if v == name)
+            raise ValidationError(f"params {other!r} and {key!r} would both be logged as {name!r} in MLflow: "
+                                  "rename one (a param name holds letters, digits, _ - . : / and spaces)")
+        names[key] = name
+    items = [Param(names[k], str(v)[:6000]) for k, v in sorted(params.items())]
     for i in range(0, len(items), 100):
         c.log_batch(run_id, params=items[i:i + 100])
 
