@@ -47,7 +47,8 @@ def ask(srv, up, method, target, key, headers=None, body=b""):
     ("/v1/models%00", "control character '\\x00'"), ("/v1/models%0d%0aX-Injected:%201", "control character '\\r'"),
     ("/v1/%252e%252e/admin", "percent-encoded twice"), ("/v1//evil.example/x", "empty"),
     ("/v1/memories/abc%0Adef", "control character '\\n'"),  # under a path of lab's own: not a 405
-    ("/v1/%ff%fe", "UTF-8")])
+    ("/v1/%ff%fe", "UTF-8"), ("/v1/models/..;/admin", "dot segment"), ("/v1/models/.;x/y", "dot segment"),
+    ("/v1/models/%2e%2e%3b/admin", "dot segment")])
 def test_a_path_that_could_leave_the_base_path_is_refused_naming_why(passing, target, names):
     srv, up, secrets = passing
     code, _, text, got = ask(srv, up, "GET", target, secrets["writer"])
@@ -64,6 +65,9 @@ def test_an_allowed_path_stays_under_the_base_path_with_its_query(passing):
     # a '?' or '@' decoded from the path stays inside its segment, re-quoted
     code, _, _, got = ask(srv, up, "GET", "/v1/models/gpt%3Fx=1%23@evil.example", secrets["reader"])
     assert code == 200 and [g["target"] for g in got] == [f"/base/v1/models/gpt%3Fx=1%23@evil.example?api-key={UPSECRET}"]
+    # a ';' goes out encoded: no upstream reads path parameters out of it
+    code, _, _, got = ask(srv, up, "GET", "/v1/models/a;b", secrets["reader"])
+    assert code == 200 and [g["target"] for g in got] == [f"/base/v1/models/a%3Bb?api-key={UPSECRET}"]
     code, _, _, got = ask(srv, up, "POST", "/v1/embeddings", secrets["writer"], body=b'{"input": "x"}')
     assert code == 200 and got[0]["line"].startswith("POST /base/v1/embeddings?") and got[0]["body"] == '{"input": "x"}'
 

@@ -2,7 +2,8 @@
 came (method, query, body, the caller's credentials; nothing injected), within three limits:
 
 - **the path stays under the upstream's base path**: the path is read as sent (not as the
-  server decoded it) and split into segments; a ``.`` or ``..`` segment (also ``%2e%2e``), an
+  server decoded it) and split into segments; a ``.`` or ``..`` segment (also ``%2e%2e``, and
+  ``..;x``, which servers that read path parameters take for ``..``), an
   encoded ``/`` or ``\\`` inside a segment (``..%2f``), a ``%`` left after decoding (a double
   encoding), NUL or another control character, or an empty segment is refused 400 naming it. Each
   segment is quoted again as one segment, and the URL the upstream gets is checked once more to
@@ -63,7 +64,8 @@ def segments_of(raw_path: str) -> list[str]:
         if bad is not None:
             raise ApiError(400, f"path {shown} holds the control character {bad!r} (NUL, CR, LF and the like "
                                 "are refused)", field="path")
-        if segment in (".", ".."):
+        # '..;x' is '..' to servers that read ';' as the start of path parameters (Tomcat, Spring)
+        if segment.split(";", 1)[0] in (".", ".."):
             raise ApiError(400, f"path {shown} is a dot segment: '.' and '..' (also written %2e) are refused, "
                                 "so a request cannot leave the upstream's base path", field="path")
         if "/" in segment or "\\" in segment:

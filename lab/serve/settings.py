@@ -16,6 +16,7 @@ from typing import Any, Mapping, get_type_hints
 from lab.config import read_yaml
 from lab.errors import ValidationError
 from lab.fields import check_declared, coerce, rule, setting
+from lab.store.reach import safe_uri
 
 ENV_PREFIX = "LAB_SERVE_"
 DEFAULT_MODEL = "models:/lab-memory@champion"  # the champion `lab gate --export` makes with goldens/gate.yaml
@@ -81,7 +82,7 @@ class Settings:
     def __post_init__(self) -> None:
         check_declared(self, said="setting ")
         if self.proxy_upstream is not None and not self.proxy_upstream.startswith(("http://", "https://")):
-            raise ValidationError(f"setting proxy_upstream must be an http:// or https:// URL, got {self.proxy_upstream!r}",
+            raise ValidationError(f"setting proxy_upstream must be an http:// or https:// URL, got {safe_uri(self.proxy_upstream)!r}",
                                   field="proxy_upstream")
         for prefix in self.proxy_passthrough:
             if not isinstance(prefix, str) or not PASSTHROUGH_PREFIX.fullmatch(prefix):

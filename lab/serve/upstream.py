@@ -16,8 +16,9 @@ from lab.serve.state import ApiError, AppState
 
 # request headers passed to the upstream as they are (besides Authorization)
 PASSED = ("openai-organization", "openai-project", "openai-beta", "accept", "user-agent")
-# the characters a path segment keeps unquoted (RFC 3986 pchar, less '%': a segment is quoted whole)
-SEGMENT_SAFE = "!$&'()*+,;=:@-._~"
+# the characters a path segment keeps unquoted (RFC 3986 pchar, less '%': a segment is quoted whole;
+# less ';', which some servers read as the start of path parameters)
+SEGMENT_SAFE = "!$&'()*+,=:@-._~"
 # an Authorization value split into the pieces a key could be hidden in (scheme, token, user, password)
 _PIECES = re.compile(r"[\s,;=:\"']+")
 MAX_PIECES = 64  # a header of more pieces is not forwarded: checking each costs a hash

@@ -109,7 +109,8 @@ def require_reachable(uri: str | None = None) -> None:
 def ui_command(uri: str | None = None) -> str:
     """The command that shows these runs in MLflow's UI (a server: its own address)."""
     resolved = tracking_uri(uri)
-    return f"open {shown_uri(resolved)}" if is_server(resolved) else f"mlflow ui --backend-store-uri {resolved}"
+    # shown_uri: a database URI's password is not printed (the user adds it back from where they keep it)
+    return f"open {shown_uri(resolved)}" if is_server(resolved) else f"mlflow ui --backend-store-uri {shown_uri(resolved)}"
 
 
 def env_line(uri: str | None = None) -> str:

@@ -149,7 +149,7 @@ def load_sweep(name_or_run: str | None = None, *, uri: str | None = None,
             runs = [r for r in runs if r["run_id"] == name_or_run or r["name"] == f"sweep {name_or_run}"]
         if not runs:
             known = sorted({r["name"].removeprefix("sweep ") for r in every})
-            raise ValidationError(f"no sweep run {name_or_run!r} in MLflow ({track.tracking_uri(uri)}); "
+            raise ValidationError(f"no sweep run {name_or_run!r} in MLflow ({track.shown_uri(track.tracking_uri(uri))}); "
                                   f"known sweeps: {known or 'none (run `lab sweep FILE` first)'}")
         run = runs[0]
         folder = Path(c.download_artifacts(run["run_id"], "sweep"))
