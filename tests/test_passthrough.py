@@ -167,3 +167,9 @@ def test_a_method_the_passthrough_does_not_forward_is_405_with_its_allow(passing
             assert f"{method} is not passed through" in json.loads(text)["error"]["message"]
     code, headers, _, got = ask(srv, up, "OPTIONS", "/v1/chat/completions", secrets["writer"])
     assert code == 405 and headers["allow"] == "POST" and got == []
+
+
+def test_a_mistyped_upstream_is_refused_without_its_secret():
+    with pytest.raises(ValidationError, match="must be an http:// or https:// URL") as err:
+        Settings(proxy_upstream="htps://user:UPKEY@llm.example/v1?api-key=QKEY")
+    assert "UPKEY" not in str(err.value) and "QKEY" not in str(err.value) and "llm.example" in str(err.value)

@@ -256,3 +256,11 @@ def test_a_failed_export_ends_its_run_failed_and_leaves_no_model_without_a_versi
             f"`MLFLOW_TRACKING_URI={uri} mlflow runs delete --run-id {second}`")
     finally:
         workspace.install(before)
+
+
+def test_the_printed_ui_and_env_lines_never_carry_a_database_password():
+    from lab.track import env_line, ui_command
+
+    for line in (ui_command("postgresql://lab:DBPASS@db.example/mlflow"),
+                 env_line("postgresql://lab:DBPASS@db.example/mlflow")):
+        assert "DBPASS" not in line and "db.example/mlflow" in line
