@@ -66,6 +66,8 @@ def run(name: str, kind: str, *, params: dict[str, Any] | None = None, tags: dic
             if left:
                 exc.leave(left)
             raise exc from None
+        if left:  # the body's own error goes on; what the tracking store could not be told is said beside it
+            logging.getLogger(__name__).warning("%s", left)
         raise
     try:
         with guarded(uri, f"ending run {run_id} ({name})"):
