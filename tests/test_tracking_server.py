@@ -264,3 +264,17 @@ def test_the_printed_ui_and_env_lines_never_carry_a_database_password():
     for line in (ui_command("postgresql://lab:DBPASS@db.example/mlflow"),
                  env_line("postgresql://lab:DBPASS@db.example/mlflow")):
         assert "DBPASS" not in line and "db.example/mlflow" in line
+
+
+def test_a_run_whose_end_could_not_be_told_is_said_beside_the_bodys_own_error(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from lab import track
+    from lab.track import runs
+
+    monkeypatch.setattr(runs, "end_run", lambda c, run_id, status, uri=None: f"run {run_id} is left RUNNING: delete it")
+    caplog.set_level(logging.WARNING, logger="lab.track")
+    with pytest.raises(ZeroDivisionError):
+        with track.run("body fails", "eval", uri=f"sqlite:///{tmp_path / 'mlflow.db'}"):
+            1 / 0
+    assert any("is left RUNNING: delete it" in r.getMessage() for r in caplog.records)
