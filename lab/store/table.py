@@ -47,11 +47,6 @@ class DeltaFrame:
         self._checked_at = float("-inf")
         self._rows = FileCache(self.name, schema, lazy)
 
-    def _reaching(self, doing: str):
-        """A store at a URI that does not answer is a StoreUnavailable naming it (a folder always answers)."""
-        return nullcontext() if self.local is not None else reaching(str(self.path).rsplit("/tables/", 1)[0],
-                                                                     f"{doing} table {self.name}")
-
     def hold(self) -> None:
         """The store's writer lock is held: read the log tail once; until ``unhold`` no one else
         can commit, and our own commits move ``_dt`` themselves."""
@@ -84,7 +79,7 @@ class DeltaFrame:
         log = f"_delta_log/{version + 1:020d}.json"
         if self.local is not None:
             return (self.local / log).exists()
-        with self._reaching("reading the log of"):
+        with _reaching(self, "reading the log of"):
             return file_exists(f"{self.path}/{log}")
 
     def refresh(self) -> None:
@@ -95,7 +90,7 @@ class DeltaFrame:
     def _update(self) -> None:
         """Read the log tail: commits other processes made since our last look."""
         try:
-            with self._reaching("reading the log of"):
+            with _reaching(self, "reading the log of"):
                 self._dt.update_incremental()
         except StoreError:
             raise
@@ -112,7 +107,7 @@ class DeltaFrame:
     def frame(self) -> pl.DataFrame:
         """The table's rows, without its lazy columns (``stored_rows`` says where those are)."""
         version = self.version
-        with self._reaching("reading"):
+        with _reaching(self, "reading"):
             return self._rows.frame(self._dt, version)
 
     def stored_rows(self) -> StoredRows:  # where the frame last returned is stored
@@ -134,7 +129,7 @@ class DeltaFrame:
         table = table.select(self.schema.names).cast(self.schema)
         # write_deltalake moves self._dt to the version it committed; the next frame() reads only
         # the file it added (and those of anyone who committed in between)
-        with self._reaching("committing to"):
+        with _reaching(self, "committing to"):
             write_deltalake(self._dt, table, mode="append", commit_properties=_commit_props(metadata))
         return self._dt.version()
 
@@ -144,28 +139,16 @@ class DeltaFrame:
         if table.num_rows == 0:
             return self.version
         table = table.select(self.schema.names).cast(self.schema)
-        with self._reaching("committing to"):
-            self._merge(table, key, metadata)
+        with _reaching(self, "committing to"):
+            self._dt.merge(table, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t",
+                           commit_properties=_commit_props(metadata)
+                           ).when_matched_update_all().when_not_matched_insert_all().execute()
         return self._dt.version()
-
-    def _merge(self, table: pa.Table, key: str, metadata: dict[str, Any] | None) -> None:
-        (
-            self._dt.merge(
-                table,
-                predicate=f"t.{key} = s.{key}",
-                source_alias="s",
-                target_alias="t",
-                commit_properties=_commit_props(metadata),
-            )
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
 
     def delete(self, predicate: str, metadata: dict[str, Any] | None = None) -> int:
         """Delete the rows matching a SQL predicate in one commit."""
         self._check_writable()
-        with self._reaching("committing to"):
+        with _reaching(self, "committing to"):
             self._dt.delete(predicate, commit_properties=_commit_props(metadata))
         return self._dt.version()
 
@@ -237,11 +220,17 @@ class DeltaFrame:
         return len(self._dt.file_uris())
 
 
+def _reaching(table: DeltaFrame, doing: str):
+    """A store at a URI that does not answer is a StoreUnavailable naming it (a folder always answers)."""
+    return nullcontext() if table.local is not None else reaching(str(table.path).rsplit("/tables/", 1)[0],
+                                                                  f"{doing} table {table.name}")
+
+
 def open_delta(table: DeltaFrame, version: int | None, create: bool, schema: pa.Schema) -> DeltaTable:
     """The Delta table of ``table`` at ``version`` (created empty when absent and ``create``); a torn
     commit file of a local table is named, not deltalake's parse error."""
     uri, local, options = str(table.path), table.local, table.options
-    with table._reaching("opening"):
+    with _reaching(table, "opening"):
         if not DeltaTable.is_deltatable(uri, storage_options=options):
             if not create:
                 raise StoreError(f"no Delta table at {safe_uri(uri) if local is None else table.path}")
@@ -251,7 +240,7 @@ def open_delta(table: DeltaFrame, version: int | None, create: bool, schema: pa.
         if damage is not None:
             raise StoreError(f"table {table.name}: {damage.describe()}")
     try:
-        with table._reaching("opening"):
+        with _reaching(table, "opening"):
             return DeltaTable(uri, version=version, storage_options=options)
     except StoreError:
         raise
