@@ -53,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from lab.mcp.http import mcp_face
 
         faces.append(mcp_face)
-    from lab.serve.proxy import shown_url, upstream_url
+    from lab.serve.upstream import shown_url, upstream_url
 
     app = create_app(settings, served, keys=keys, faces=faces)
     service = app.state.lab.service

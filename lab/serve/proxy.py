@@ -47,7 +47,7 @@ from lab.serve import ops
 from lab.serve.caller import Caller, authenticate, secret_of
 from lab.serve.errors import validation_error
 from lab.serve.state import ApiError, AppState
-from lab.serve.upstream import send_upstream, shown_url, upstream_headers, upstream_url  # noqa: F401 (lab serve's banner)
+from lab.serve.upstream import send_upstream, shown_url, upstream_headers, upstream_url
 
 log = logging.getLogger("lab.serve.proxy")
 
