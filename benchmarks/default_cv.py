@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATASETS, report  # noqa: E402
 
 from lab.config import AnalysisConfig, SaveConfig, SearchConfig  # noqa: E402
-from lab.eval.cache import candidate_table, prepared_for  # noqa: E402
+from lab.eval.candidate_cache import candidate_table, prepared_for  # noqa: E402
 from lab.eval.goldens import load_dataset  # noqa: E402
 from lab.eval.metrics import bootstrap_ci, paired_randomization_test  # noqa: E402
 from lab.eval.runner import EvalOptions, evaluate  # noqa: E402

@@ -27,7 +27,7 @@ def run(root: Path) -> dict:
     from lab import workspace
 
     workspace.use(eval_root=root, embed_cache=root / "embeddings")
-    from lab.eval.cache import candidate_table, forget_loaded
+    from lab.eval.candidate_cache import candidate_table, forget_loaded
     from lab.eval.locomo import load_locomo
     from lab.eval.runner import EvalOptions, evaluate
     from lab.eval.stores import eval_retriever

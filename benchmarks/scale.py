@@ -87,7 +87,7 @@ RUN_FILES = ("run.trec", "per_question.parquet", "run.parquet")
 def eval_once(name: str, seed_root: Path, work: Path, engine) -> tuple[float, dict[str, Any], Path]:
     """One evaluation of the presets on ``name`` from a copy of ``seed_root`` (stores and vectors,
     no candidate tables); returns (seconds, metrics by preset, the runs folder)."""
-    from lab.eval.cache import forget_loaded
+    from lab.eval.candidate_cache import forget_loaded
     from lab.eval.runner import EvalOptions
     from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
     from lab.workspace import Workspace

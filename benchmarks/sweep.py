@@ -16,7 +16,7 @@ import numpy as np
 
 from _common import DATASETS, Timer, report
 from lab.config import AssembleConfig
-from lab.eval.cache import candidate_table, prepared_for
+from lab.eval.candidate_cache import candidate_table, prepared_for
 from lab.eval.goldens import load_dataset
 from lab.eval.runner import EvalOptions, fused_run
 from lab.eval.stores import eval_retriever

@@ -21,7 +21,7 @@ import polars as pl
 
 from _common import DATASETS, report
 from lab.config import DEFAULT_KS
-from lab.eval.cache import candidate_table, prepared_for
+from lab.eval.candidate_cache import candidate_table, prepared_for
 from lab.eval.goldens import load_dataset
 from lab.eval.metrics import retrieval_metrics
 from lab.eval.stores import eval_retriever

@@ -120,7 +120,7 @@ def compare(cands: pl.DataFrame, qrels: pl.DataFrame, grid: Sequence[tuple[float
 
 
 def main() -> int:
-    from lab.eval.cache import candidate_table
+    from lab.eval.candidate_cache import candidate_table
     from lab.eval.goldens import load_dataset
     from lab.eval.stores import eval_retriever
 

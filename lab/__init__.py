@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Pipeline": "lab.pipeline",
     "Retriever": "lab.retriever",
-    "Result": "lab.search.engine",
+    "Result": "lab.search.searcher",
     "Query": "lab.search.candidates",
     "Context": "lab.assemble",
     "Item": "lab.assemble",

@@ -16,14 +16,14 @@ import polars as pl
 from lab.assemble import Context
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder, make_embedder
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.engine import Engine
 from lab.errors import ConflictError, NotFoundError
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
 from lab.index.snapshot import indexed_config
 from lab.retriever import Retriever, require_model
-from lab.search.engine import Result
+from lab.search.searcher import Result
 from lab.store.location import is_uri
 from lab.store.layout import StoreVersion, is_store
 from lab.store.store import Store

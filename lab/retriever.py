@@ -21,13 +21,13 @@ from lab.assemble import assemble as assemble_items
 from lab.config import AssembleConfig, IndexConfig, SearchConfig
 from lab.embed import Embedder, make_embedder
 from lab.embed.registry import query_model_name, space_of
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.errors import ConflictError, ValidationError
 from lab.index.encoders import Encoder, EncoderIndex, make_encoder
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, encoder_alias, reference_time
-from lab.search.engine import Result, SearchRequest, SearchResponse, search, search_many
+from lab.search.searcher import Result, SearchRequest, SearchResponse, search, search_many
 from lab.search.presets import resolve
 from lab.search.view import NamespaceView, build_view
 from lab.store.layout import StoreVersion

@@ -11,7 +11,7 @@ def _():
 
     install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
 
-    from lab.tune import views
+    from lab.notebook import views
     from lab.tune.session import TuneSession
 
     return TuneSession, mo, views

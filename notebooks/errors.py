@@ -12,7 +12,7 @@ def _():
     install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
     import polars as pl
 
-    from lab.tune import views
+    from lab.notebook import views
     from lab.tune.session import TuneSession
 
     return TuneSession, mo, pl, views

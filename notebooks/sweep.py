@@ -11,7 +11,7 @@ def _():
     from lab.workspace import Workspace, install
 
     install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
-    from lab.tune import views
+    from lab.notebook import views
 
     return mo, views
 

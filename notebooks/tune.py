@@ -12,7 +12,7 @@ def _():
 
     install(Workspace.resolve())  # a notebook is an edge: the environment is read here, once
     from lab.search.presets import PRESETS
-    from lab.tune import views
+    from lab.notebook import views
     from lab.tune.session import TUNED, TuneSession
 
     return PRESETS, TUNED, TuneSession, mo, views

@@ -50,7 +50,7 @@ def test_the_mcp_face_reaching_into_the_rest_face_breaks_the_contract(tmp_path):
 EDGES = ("lab/cli/", "lab/serve/", "lab/workspace.py")
 # a module's own location, used to find lab's own code (never the project's folders): the code
 # digest that keys the candidate cache, and the git commit a run records
-OWN_CODE = ("lab/eval/cache.py", "lab/track/code.py")
+OWN_CODE = ("lab/eval/candidate_cache.py", "lab/track/code.py")
 
 
 def _below_the_edges():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.embed.fake import FakeEmbedder
 from lab.pipeline import Pipeline
 from lab import workspace

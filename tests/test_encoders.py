@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lab.config import IndexConfig, SaveConfig, SearchConfig
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.embed.fake import FakeEmbedder
 from lab.errors import ValidationError
 from lab.index import encoders as enc

@@ -292,7 +292,7 @@ def test_systems_evaluated_as_ray_tasks_give_the_local_run_files(tmp_path):
 
 @pytest.mark.slow
 def test_an_encoder_added_on_ray_caches_the_local_vectors(tmp_path):
-    from lab.embed.cache import EmbeddingCache
+    from lab.embed.embedding_cache import EmbeddingCache
     from lab.embed.registry import make_embedder
 
     # 120 of the demo's memories: every one is embedded twice by the real model (here and on Ray)

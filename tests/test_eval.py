@@ -15,7 +15,7 @@ from lab.errors import ValidationError
 from lab.eval.beir import load_beir
 from lab.eval.goldens import load_golden
 from lab.eval.locomo import load_locomo, repair_evidence
-from lab.eval.cache import candidate_table, forget_loaded
+from lab.eval.candidate_cache import candidate_table, forget_loaded
 from lab.eval.regressions import check, run_regressions
 from lab.eval.report import compare, write_run
 from lab.eval.runner import EvalOptions, evaluate

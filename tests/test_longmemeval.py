@@ -78,7 +78,7 @@ def test_the_fixture_loads_a_namespace_per_question_with_dates_and_evidence(fixt
 def test_time_signals_see_the_questions_date_not_the_haystacks_last(fixture, tmp_path, monkeypatch):
     """Each namespace's candidates are searched with its question's date as the reference time."""
     from lab.embed.fake import FakeEmbedder
-    from lab.eval.cache import candidate_table
+    from lab.eval.candidate_cache import candidate_table
     from lab.eval.stores import eval_retriever
     from lab.search.presets import resolve
 

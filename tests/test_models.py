@@ -13,7 +13,7 @@ import pytest
 
 from lab.config import DEFAULT_MODEL, FAKE_MODEL, EmbedConfig, SaveConfig
 from lab.embed import MissingExtra, make_embedder
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.embed.fake import FakeEmbedder
 from lab.embed.registry import MODELS, query_model_name, require_recorded
 from lab.embed.st import model_dir

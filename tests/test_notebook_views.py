@@ -1,4 +1,4 @@
-"""The notebooks' charts and tables from lab.tune.views, checked as Vega-Lite specs and frames."""
+"""The notebooks' charts and tables from lab.notebook.views, checked as Vega-Lite specs and frames."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lab.tune import views
+from lab.notebook import views
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -80,7 +80,7 @@ def test_the_chunks_cache_holds_no_vectors_and_reads_them_from_the_files(tmp_pat
 
 
 def test_an_index_loads_its_vectors_a_file_at_a_time(tmp_path, monkeypatch):
-    import lab.store.file_cache as file_cache
+    import lab.store.row_cache as file_cache
 
     root = tmp_path / "s"
     with Pipeline.open(root, embedder=FakeEmbedder(), create=True) as pipe:
@@ -154,7 +154,7 @@ def test_the_first_save_into_a_loaded_index_grows_it_by_a_quarter_not_double(tmp
 def test_the_rows_of_a_table_read_whole_give_their_vectors_from_the_frame():
     import pyarrow as pa
 
-    from lab.store.file_cache import StoredRows
+    from lab.store.row_cache import StoredRows
 
     vectors = np.arange(3 * 2, dtype=np.float32).reshape(3, 2)
     frame = pl.DataFrame({"embedding": vectors}, schema={"embedding": pl.Array(pl.Float32, 2)})

@@ -9,7 +9,7 @@ import pytest
 from lab.config import FilterConfig
 from lab.errors import ValidationError
 from lab.search.candidates import Query
-from lab.search.engine import SearchRequest, search_many
+from lab.search.searcher import SearchRequest, search_many
 from lab.search.fusion import fuse
 from lab.search.presets import resolve
 

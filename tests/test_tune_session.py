@@ -135,7 +135,7 @@ def test_what_a_change_did_question_by_question(demo):
     the same per-question values, the fixed/broken list is exactly the questions whose recall@10
     moved, a question's ranked list is the fused run's, and the budget curve grows with the budget."""
     from lab.eval.metrics import compare_runs
-    from lab.tune import views
+    from lab.notebook import views
 
     search, asm = demo.configure({**demo.knobs(), "fusion.k": 60, "fusion.weights.lexical": 0.2})
     tuned = demo.numbers(search, asm)

@@ -100,7 +100,7 @@ def _print_champions(uri: str | None) -> None:
 
 
 def cmd_export_notebook(args: argparse.Namespace) -> int:
-    from lab.tune.export import export_offline
+    from lab.notebook.export import export_offline
     from lab.workspace import current
 
     name = args.notebook

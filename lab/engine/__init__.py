@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Protocol, Sequence, TypeVar
 import numpy as np
 
 from lab.embed.base import Embedder
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.engine.local import LocalEngine
 from lab.engine.on_ray import RayEngine
 from lab.errors import ValidationError

@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 
 from lab.embed.base import Embedder
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.progress import progress as progress_bar
 
 SLICE = 64  # texts per model call and per progress step

@@ -21,7 +21,7 @@ import numpy as np
 
 from lab.config import EmbedConfig
 from lab.embed.base import Embedder, MissingExtra, set_model_threads
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.embed.registry import make_embedder
 from lab.engine.address import HINT, HeadWatch, RayAddress, check_address
 from lab.errors import LabError, ValidationError

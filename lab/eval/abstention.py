@@ -27,7 +27,7 @@ import polars as pl
 
 from lab.config import SearchConfig
 from lab.errors import ValidationError
-from lab.eval.cache import candidate_table
+from lab.eval.candidate_cache import candidate_table
 from lab.eval.dataset import QUESTIONS_SCHEMA, EvalDataset
 from lab.retriever import Retriever
 from lab.search.abstain import best_scores

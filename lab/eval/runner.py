@@ -1,6 +1,6 @@
 """Evaluation runs: fuse cached candidates under a configuration and score them against gold.
 
-The candidate cache (``lab.eval.cache``) is the point: any query-time change (fusion method, k,
+The candidate cache (``lab.eval.candidate_cache``) is the point: any query-time change (fusion method, k,
 weights, post-processing, zone ratios, budget) re-fuses arrays already in memory; nothing is
 re-embedded or re-searched. An evaluation reads through a read-only ``Retriever``.
 """
@@ -16,7 +16,7 @@ import polars as pl
 from lab.config import AssembleConfig, SearchConfig, to_dict
 from lab.eval import metrics as M
 from lab.eval.abstention import AbstentionOptions, measure
-from lab.eval.cache import candidate_table, memo_entry, prepared_for
+from lab.eval.candidate_cache import candidate_table, memo_entry, prepared_for
 from lab.eval.context import context_metrics
 from lab.eval.dataset import EvalDataset
 from lab.eval.health import list_health, signal_health

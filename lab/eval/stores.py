@@ -14,7 +14,7 @@ from typing import Any
 
 from lab.config import ChunkConfig, SaveConfig, to_dict
 from lab.embed import canonical, make_embedder
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.engine import Engine
 from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset

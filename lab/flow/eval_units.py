@@ -1,5 +1,5 @@
 """`lab eval --preset a b c` on Ray: the configurations that share candidate lists (the same
-candidate-time settings, `lab.eval.cache.candidate_config`) form one unit of work, and each unit
+candidate-time settings, `lab.eval.candidate_cache.candidate_config`) form one unit of work, and each unit
 runs as a Ray task over the evaluation store the driver built. A unit searches its lists once and
 fuses and scores each of its configurations on them; the results come back to the driver, which
 writes every run folder and MLflow run, so the files are the same whichever engine ran them.
@@ -16,7 +16,7 @@ from typing import Iterator
 
 from lab.config import SaveConfig, SearchConfig
 from lab.engine import Engine
-from lab.eval.cache import candidate_config, candidate_table
+from lab.eval.candidate_cache import candidate_config, candidate_table
 from lab.eval.goldens import load_dataset
 from lab.eval.runner import EvalOptions, EvalResult, evaluate
 from lab.eval.stores import eval_retriever

@@ -18,7 +18,7 @@ from lab.eval.goldens import load_dataset, portable_ref
 from lab.eval.report import candidate_from, config_from
 from lab.eval.runner import EvalOptions, EvalResult
 from lab.eval.runner import evaluate as run_evaluation
-from lab.eval.cache import candidate_table
+from lab.eval.candidate_cache import candidate_table
 from lab.eval.dataset import EvalDataset
 from lab.eval.runs import DatasetOptions, write_run_folder
 from lab.eval.stores import eval_retriever, save_config

@@ -21,7 +21,7 @@ import polars as pl
 
 from lab.config import DEFAULT_KS, read_yaml
 from lab.errors import ValidationError
-from lab.eval.cache import candidate_table, prepared_for
+from lab.eval.candidate_cache import candidate_table, prepared_for
 from lab.eval.goldens import load_dataset
 from lab.eval.report import candidate_from
 from lab.eval.runner import EvalOptions, evaluate

@@ -18,7 +18,7 @@ import numpy as np
 
 from lab.config import ENCODERS, EmbedConfig
 from lab.embed.base import Embedder
-from lab.embed.cache import EmbeddingCache, SparseCache
+from lab.embed.embedding_cache import EmbeddingCache, SparseCache
 from lab.embed.registry import lookup, make_embedder
 from lab.index.namespace import NamespaceIndex
 from lab.index.view_index import collapse

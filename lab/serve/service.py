@@ -40,7 +40,7 @@ from lab.embed.worker import ProcessEmbedder
 from lab.errors import ConflictError, LabError
 from lab.pipeline import Pipeline
 from lab.retriever import require_query_model
-from lab.search.engine import SearchRequest
+from lab.search.searcher import SearchRequest
 from lab.serve.bundle import Served, served_save_config
 from lab.serve.settings import Settings
 from lab.serve.work import Context, Create, Read, Write

@@ -12,7 +12,7 @@ from typing import Any, Protocol, Union
 import numpy as np
 
 from lab.config import AssembleConfig, SearchConfig
-from lab.search.engine import SearchRequest, SearchResponse
+from lab.search.searcher import SearchRequest, SearchResponse
 
 
 class Writes(Protocol):

@@ -13,7 +13,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from lab.errors import ConflictError, StoreError
 from lab.store.delta_log import log_damage, torn_commit
-from lab.store.file_cache import FileCache, StoredRows, file_exists, uri_path
+from lab.store.row_cache import FileCache, StoredRows, file_exists, uri_path
 from lab.store.reach import reaching, safe_uri
 
 

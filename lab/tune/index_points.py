@@ -40,7 +40,7 @@ def build_index_point(unit: IndexPointUnit) -> str:
     """Build ``unit``'s store and candidate tables into the shared root (on a worker); returns the
     store's folder name."""
     from lab.embed.registry import make_embedder  # heavy: the model backends
-    from lab.eval.cache import candidate_table  # heavy: numba
+    from lab.eval.candidate_cache import candidate_table  # heavy: numba
     from lab.eval.stores import eval_retriever  # heavy: numba
 
     dataset = load_dataset(unit.dataset, unit.datasets_root, observations=unit.observations)

@@ -223,7 +223,7 @@ def learn_fusion(retriever, dataset, config: SearchConfig, options, *, l2: float
     """``config`` with a model trained on all of ``dataset``'s questions, and (``cv``) the
     leave-one-namespace-out judgement of training it that way. ``options`` are the evaluation's
     (EvalOptions: cutoffs, derived credit)."""
-    from lab.eval.cache import candidate_table, prepared_for  # heavy: numba
+    from lab.eval.candidate_cache import candidate_table, prepared_for  # heavy: numba
     from lab.eval.runner import scored_run  # heavy: numba
 
     check_number("l2", l2, above=0)

@@ -24,8 +24,8 @@ import polars as pl
 from lab.assemble import assemble
 from lab.config import DEFAULT_KS, AssembleConfig, Candidate, SaveConfig, SearchConfig
 from lab.errors import ValidationError
-from lab.eval.cache import candidate_table
-from lab.eval.cache import prepared_for
+from lab.eval.candidate_cache import candidate_table
+from lab.eval.candidate_cache import prepared_for
 from lab.eval.context import context_items, context_reference
 from lab.eval.dataset import EvalDataset
 from lab.eval.goldens import load_dataset

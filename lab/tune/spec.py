@@ -32,15 +32,15 @@ from lab.search.fusion import get_fuser
 from lab.tune.batch import metric_names
 from lab.tune.dimension import Dimension
 from lab.fields import coerce
-from lab.tune.params import LEXICAL_DIMS, PARAMS as PARAMS_BY_NAME, param
+from lab.tune.params import LEXICAL_DIMS, PARAMS, param
 from lab.tune.strategies import STRATEGIES
 
 # every parameter a sweep can vary, with its kind (lab.tune.params declares each once, with its
 # config path); the kind decides what a change costs
-FUSION_PARAMS = {name: p.kind for name, p in PARAMS_BY_NAME.items() if p.target == "search" and name != "index.depth"}
-INDEX_PARAMS = {name: p.kind for name, p in PARAMS_BY_NAME.items() if name.startswith("index.")}
-ASSEMBLE_PARAMS = {name: p.kind for name, p in PARAMS_BY_NAME.items() if p.target == "assemble"}
-PARAMS = {**FUSION_PARAMS, **INDEX_PARAMS, **ASSEMBLE_PARAMS}
+FUSION_PARAMS = {name: p.kind for name, p in PARAMS.items() if p.target == "search" and name != "index.depth"}
+INDEX_PARAMS = {name: p.kind for name, p in PARAMS.items() if name.startswith("index.")}
+ASSEMBLE_PARAMS = {name: p.kind for name, p in PARAMS.items() if p.target == "assemble"}
+PARAM_KINDS = {**FUSION_PARAMS, **INDEX_PARAMS, **ASSEMBLE_PARAMS}
 CONTEXT_METRICS = ("context_recall", "context_gold_critical", "context_tokens")
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z_@0-9.]+)\s*(<=|>=|<|>|==)\s*(-?[0-9.eE+-]+)\s*$")
 
@@ -85,9 +85,9 @@ _KEYS = {"name", "dataset", "space", "base", "strategy", "trials", "seed", "obje
 
 
 def _dimension(name: str, raw: Any) -> Dimension:
-    if name not in PARAMS:
-        raise ValidationError(f"space: unknown parameter {name!r}; known: {sorted(PARAMS)}")
-    kind = PARAMS[name]
+    if name not in PARAM_KINDS:
+        raise ValidationError(f"space: unknown parameter {name!r}; known: {sorted(PARAM_KINDS)}")
+    kind = PARAM_KINDS[name]
     if isinstance(raw, list):
         if not raw:
             raise ValidationError(f"space.{name}: an empty list of values")
@@ -123,7 +123,7 @@ def _value(name: str, kind: type, v: Any) -> Any:
                                   field=f"space.{name}")
         return tuple(names)
     value = coerce(kind, v, f"space.{name}")
-    declared = PARAMS_BY_NAME[name].rule if name in PARAMS_BY_NAME else param(name).rule
+    declared = PARAMS[name].rule if name in PARAMS else param(name).rule
     problem = declared.problem(value) if (kind in (int, float) or declared.choices) else None
     if problem is None and kind in (int, float) and not math.isfinite(value):
         problem = f"must be a finite number, got {v!r}"

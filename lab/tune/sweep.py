@@ -130,7 +130,7 @@ class _Sweeper:
 
     def group_for(self, point: dict[str, Any]) -> _Group:
         """The group of the point's index-time settings (built, searched and cached on first use)."""
-        from lab.eval.cache import candidate_table, prepared_for  # heavy: numba
+        from lab.eval.candidate_cache import candidate_table, prepared_for  # heavy: numba
         from lab.eval.stores import eval_retriever  # heavy: numba
 
         save = save_config(point)

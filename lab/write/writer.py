@@ -12,7 +12,7 @@ import polars as pl
 
 from lab.config import SaveConfig
 from lab.embed import Embedder
-from lab.embed.cache import EmbeddingCache
+from lab.embed.embedding_cache import EmbeddingCache
 from lab.engine import Engine
 from lab.engine.local import LocalEngine
 from lab.errors import ConflictError, NotFoundError, ValidationError

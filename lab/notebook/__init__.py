@@ -1,0 +1,1 @@
+"""What only the marimo notebooks (and `lab tune --export`) use: views over a tuning session and its offline export."""
