@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from events import sigkill
-from group_objectstore import G, after_kill, one_line, upload_started, wait_for
+from objectstore_kill import G, after_kill, one_line, upload_started, wait_for
 from outcome import Outcome, status
 from servers import FaultServer, lab
 
