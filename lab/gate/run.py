@@ -28,7 +28,10 @@ def run_gate(gate: GateConfig, candidate: str | None, *, judging: JudgeOptions =
              store: str | Path | None = None) -> GateReport:
     """Judge ``candidate`` (a preset name or a candidate file) against ``gate``: its search config on
     stores built with its index-time (save) settings (where and how: ``judging``), held against the
-    registered champion's bundle; on export, its assembly settings go with it."""
+    registered champion's bundle; on export, its assembly settings go with it. Export without
+    tracking is refused first, before any suite is judged (the model is registered in MLflow)."""
+    if export and not track:
+        raise ValidationError("export needs tracking (the model is registered in MLflow): drop --no-track")
     chosen = candidate_config(candidate)
     champion = registered_champion(gate.model, uri) if track else None
     name = Path(candidate).stem if candidate and Path(candidate).suffix else (candidate or "lab")
@@ -39,8 +42,6 @@ def run_gate(gate: GateConfig, candidate: str | None, *, judging: JudgeOptions =
         report = record(report, chosen, uri)
     if export and report.verdict != "GO":
         report = replace(report, refused=tuple(report.failed))
-    elif export and not track:
-        raise ValidationError("export needs tracking (the model is registered in MLflow): drop --no-track")
     elif export:
         first_store = next(iter(report.suites.values())).store
         report = replace(report, export=export_bundle(report, chosen, gate, store or first_store, uri))
