@@ -16,6 +16,7 @@ The public API, imported lazily so that ``import lab`` (and ``lab --help``) stay
 from __future__ import annotations
 
 from importlib import import_module
+from pkgutil import iter_modules
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +49,8 @@ _LAZY = {
     "SaveConfig": "lab.config",
 }
 
-_SUBPACKAGES = ("assemble", "chunking", "cli", "config", "embed", "errors", "eval", "index", "pipeline",
-                "retriever", "schema", "search", "store", "version", "write")
+# every module and subpackage of lab, read from the package folder so that none can be left out
+_SUBPACKAGES = frozenset(m.name for m in iter_modules(__path__) if not m.name.startswith("_"))
 
 __all__ = [
     "__version__", "open_pipeline", "open_retriever",

@@ -1,6 +1,7 @@
 """The layer contract in pyproject.toml holds, and would catch a new upward import."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -157,3 +158,44 @@ def test_function_local_imports_of_lab_say_why():
                     and "# heavy:" not in line):
                 silent.append(f"{rel}:{number}: {stripped}")
     assert silent == []
+
+
+def _contract_layers() -> list[str]:
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if c["id"] == "layers")["layers"]
+
+
+def _pictured_layers(text: str) -> list[str]:
+    """The layers the manual's picture draws, top down, written as the contract writes them."""
+    picture = text[text.index("```\n shells"):]
+    picture = picture[:picture.index("\n```")]
+    layers = []
+    for line in picture.splitlines():
+        names = re.findall(r"lab\.[a-z_]+", line)
+        if names:  # siblings joined by | or : in the picture are joined the same way in the contract
+            joiner = " | " if re.search(r"lab\.[a-z_]+\s+\|\s+lab\.", line) else " : "
+            layers.append(joiner.join(names))
+    return layers
+
+
+def test_the_manuals_layer_picture_and_the_package_list_are_the_contract():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert _pictured_layers(text) == _contract_layers()
+    import lab
+    from pkgutil import iter_modules
+
+    contracted = {name.removeprefix("lab.") for layer in _contract_layers() for name in re.split(r" [|:] ", layer)}
+    on_disk = {m.name for m in iter_modules(lab.__path__) if not m.name.startswith("_")}
+    assert on_disk == contracted, f"in lab/ but in no layer: {on_disk - contracted}; in a layer, not in lab/: {contracted - on_disk}"
+    assert lab._SUBPACKAGES == on_disk
+    layout = text[text.index("lab/            the package"):text.index("datasets/demo/")]
+    listed = {part.strip().rstrip("/").removesuffix(".py") for part in re.split(r"[,:\n]", layout.split("above:", 1)[1].split("(tests/")[0]) if part.strip()}
+    assert listed == on_disk, f"the Layout section misses {on_disk - listed} / lists {listed - on_disk}"
+
+
+def test_the_picture_check_would_catch_a_layer_drawn_out_of_order():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    swapped = text.replace(" judge       lab.gate", " judge       lab.TMP").replace(" sweeps      lab.tune", " sweeps      lab.gate").replace("lab.TMP", "lab.tune")
+    assert _pictured_layers(swapped) != _contract_layers()
