@@ -24,7 +24,7 @@ from lab.errors import LabError
 from lab.serve import routes
 from lab.serve.auth import KeyRing, RateLimiter
 from lab.serve.bundle import Served
-from lab.serve.errors import public_error, store_roots
+from lab.serve.errors import first_problem, public_error, store_roots
 from lab.serve.guard import RequestGuard
 from lab.serve.ops import RESERVED_LAST_SEGMENT
 from lab.serve.metrics import Metrics
@@ -209,13 +209,8 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        message = first.get("msg", "invalid")
-        if first.get("type") == "extra_forbidden":
-            known = routes.known_fields(request, tuple(first.get("loc", ())))
-            message = f"unknown field; known: {known}" if known else "unknown field"
-        return error_response(422, f"{where}: {message}", where or None)
+        error = first_problem(exc.errors(), lambda loc: routes.known_fields(request, loc))
+        return error_response(error.status, error.message, error.field)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

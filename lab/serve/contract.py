@@ -16,16 +16,18 @@ from lab.config import AssembleConfig
 from lab.fields import rule
 from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
 from lab.serve.settings import PROXY_POSITIONS
-from lab.store.records import MAX_CONTENT_CHARS
+from lab.store.records import (ID_RE, MAX_CONTENT_CHARS, MAX_ID_CHARS, MAX_NAMESPACE_CHARS, MAX_NAMESPACE_SEGMENTS,
+                               NAMESPACE_RE)
 
 MemoryType = Literal[MEMORY_TYPES]  # type: ignore[valid-type]
 Relation = Literal[EDGE_RELATIONS]  # type: ignore[valid-type]
 Format = Literal["text", "markdown"]
-# the patterns the store's own validation enforces (lab.store.records), so the OpenAPI document
-# and the MCP tool schemas say what is accepted: a client or a fuzzer generating from them meets
-# the same rules
-NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}){0,3}$"
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$"
+# the patterns the store's own validation enforces, taken from it (lab.store.records), so the
+# OpenAPI document and the MCP tool schemas say what is accepted: a client or a fuzzer generating
+# from them meets the same rules
+_SEGMENT = NAMESPACE_RE.pattern.removeprefix("^").removesuffix("$")
+NAMESPACE_PATTERN = f"^{_SEGMENT}(/{_SEGMENT}){{0,{MAX_NAMESPACE_SEGMENTS - 1}}}$"
+ID_PATTERN = ID_RE.pattern
 CONTENT_MAX = MAX_CONTENT_CHARS  # characters of one memory's text (the store's own rule)
 QUERY_MAX = 4000  # characters of a query (or a text to check)
 # tokens of an assembled context: the assembly config's declared bounds (lab.fields)
@@ -33,11 +35,12 @@ BUDGET_BOUNDS = {k: v for k, v in rule(AssembleConfig, "budget").pydantic().item
 
 
 def Namespace(description: str = "one to four segments joined by '/': team-a/notes", default: Any = ...) -> Any:
-    return Field(default, min_length=1, max_length=128, pattern=NAMESPACE_PATTERN, description=description)
+    return Field(default, min_length=1, max_length=MAX_NAMESPACE_CHARS, pattern=NAMESPACE_PATTERN,
+                 description=description)
 
 
 def MemoryId(description: str = "a memory's id", default: Any = ...) -> Any:
-    return Field(default, min_length=1, max_length=200, pattern=ID_PATTERN, description=description)
+    return Field(default, min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN, description=description)
 
 
 def Content(description: str = "the memory's text", default: Any = ...) -> Any:
@@ -91,7 +94,7 @@ CHOSEN_ID = ("your own id, starting with the namespace and ':' (e.g. 'notes:meet
 class MemoryFields(Strict):
     """What a memory is saved with, besides its namespace."""
     content: str = Content()
-    id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN, description=CHOSEN_ID)
+    id: Optional[str] = MemoryId(CHOSEN_ID, None)
     title: Optional[str] = Title("a short title, indexed with the text")
     tags: Optional[list[str]] = Tags("labels to filter by, indexed with the text")
     type: Optional[MemoryType] = Field(None, description="kind of memory (default semantic)")
@@ -147,8 +150,7 @@ class MemoryPatch(Strict):
     importance: Optional[float] = Importance("0 to 1")
     pinned: Optional[bool] = Field(None, description="always a candidate for context")
     valid: Optional[bool] = Field(None, description="false marks it wrong without deleting it")
-    superseded_by: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
-                                         description="the id of the memory that replaces it (same namespace)")
+    superseded_by: Optional[str] = MemoryId("the id of the memory that replaces it (same namespace)", None)
     metadata: Optional[dict[str, Any]] = Field(None, description="any JSON object, replacing the stored one")
 
     def changes(self) -> dict[str, Any]:
@@ -222,8 +224,7 @@ class EdgeIn(Strict):
 
 class EdgeQuery(Strict):
     namespace: str = Namespace()
-    memory_id: Optional[str] = Field(None, min_length=1, max_length=200, pattern=ID_PATTERN,
-                                     description="only edges from or to this memory")
+    memory_id: Optional[str] = MemoryId("only edges from or to this memory", None)
     relation: Optional[Relation] = Field(None, description="only edges of this relation")
 
 
@@ -443,8 +444,7 @@ class Ready(BaseModel):
 # --------------------------------------------------------------------------- the chat proxy
 class ProxyOptions(Strict):
     """The chat proxy's options for one request: the body field ``lab`` or the X-Lab-* headers."""
-    namespace: Optional[str] = Field(None, min_length=1, max_length=128, pattern=NAMESPACE_PATTERN,
-                                     description="where memory is searched (and saved); default: the key's one")
+    namespace: Optional[str] = Namespace("where memory is searched (and saved); default: the key's one", None)
     position: Optional[Literal[PROXY_POSITIONS]] = Field(  # type: ignore[valid-type]
         None, description="where memory is injected (default: the server's proxy_position)")
     budget: Optional[int] = Field(None, **BUDGET_BOUNDS, description="tokens of memory (default: served)")

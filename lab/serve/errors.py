@@ -12,7 +12,7 @@ import logging
 import re
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 from pydantic import ValidationError as PydanticValidationError
 
@@ -56,18 +56,29 @@ def store_roots(store: Any) -> tuple[str, ...]:
     return (str(store.root.resolve()),) + ((store.where,) if store.location is not None else ())
 
 
-def validation_error(exc: PydanticValidationError, model: Any = None, prefix: str = "") -> PublicError:
-    """The first problem of a pydantic validation, in lab's words: where, and what is wrong
-    (pydantic's own text ends with a link to its documentation, which a client has no use for).
-    An unknown field of ``model`` is answered with the fields it knows."""
-    first = exc.errors(include_url=False)[0]
+def first_problem(errors: Sequence[Mapping[str, Any]], known: Callable[[tuple], list[str]],
+                  prefix: str = "") -> PublicError:
+    """The first of pydantic's ``errors`` (a model's or FastAPI's request validation), in lab's
+    words: where, and what is wrong (pydantic's own text ends with a link to its documentation,
+    which a client has no use for). An unknown field is answered with ``known(loc)``, the fields
+    known where it was sent."""
+    first = errors[0]
     loc = tuple(first.get("loc", ()))
     where = ".".join(str(p) for p in ((prefix,) if prefix else ()) + loc)
     message = first.get("msg", "invalid")
     if first.get("type") == "extra_forbidden":
-        known = sorted(getattr(model, "model_fields", {}) or {}) if len(loc) == 1 else []
-        message = f"unknown field; known: {known}" if known else "unknown field"
+        names = known(loc)
+        message = f"unknown field; known: {names}" if names else "unknown field"
     return PublicError(422, f"{where}: {message}" if where else message, where or None)
+
+
+def validation_error(exc: PydanticValidationError, model: Any = None, prefix: str = "") -> PublicError:
+    """The first problem of validating ``model``, in lab's words (``first_problem``); an unknown
+    top-level field is answered with the fields ``model`` knows."""
+    def known(loc: tuple) -> list[str]:
+        return sorted(getattr(model, "model_fields", {}) or {}) if len(loc) == 1 else []
+
+    return first_problem(exc.errors(include_url=False), known, prefix)
 
 
 def public_error(exc: BaseException, store_root: str | tuple[str, ...], *, where: str = "") -> PublicError:

@@ -15,7 +15,8 @@ NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # one segment o
 MAX_NAMESPACE_SEGMENTS = 4  # "team-a/project-x": segments group namespaces for key permissions
 MAX_NAMESPACE_CHARS = 128
 NAMESPACE_FOLDER_SEP = "~"  # stands for "/" in a namespace's index folder; never valid in a name
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{0,199}$")
+MAX_ID_CHARS = 200
+ID_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{{0,{MAX_ID_CHARS - 1}}}$")
 MAX_CONTENT_CHARS = 1_000_000
 MAX_INT64 = 2**63 - 1
 # names Windows reserves for devices, with or without an extension: unusable as folder names there
