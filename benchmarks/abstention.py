@@ -37,14 +37,15 @@ def held_out(summary: dict) -> dict:
 def locomo(max_cost: float) -> dict:
     from lab.eval.abstention import AbstentionOptions, measure
     from lab.eval.runner import EvalOptions
-    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+    from lab.eval.dataset_ref import DatasetRef
+    from lab.flow.evaluate import EvalCandidate, Overrides, evaluate
     from lab.workspace import Workspace
 
     ws = Workspace(eval_root=ROOT / ".lab" / "eval", datasets=DATASETS, tracking_uri=None)
     presets, per_split = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         options = EvalOptions(budget=None, abstention=AbstentionOptions(max_cost=max_cost))
-        for done in evaluate(EvalCandidate(PRESETS), Overrides(), EvalData("locomo"), options, ws,
+        for done in evaluate(EvalCandidate(PRESETS), Overrides(), DatasetRef("locomo"), options, ws,
                              out=Path(tmp) / "runs", tracked=False):
             presets[done.config.name] = held_out(done.result.metrics["abstention"])
             print(f"{done.config.name:<12} {presets[done.config.name]}", flush=True)
@@ -81,14 +82,15 @@ def longmemeval_fixture(max_cost: float) -> dict:
 
     from lab.eval.abstention import AbstentionOptions
     from lab.eval.runner import EvalOptions
-    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+    from lab.eval.dataset_ref import DatasetRef
+    from lab.flow.evaluate import EvalCandidate, Overrides, evaluate
     from lab.workspace import Workspace
 
     with tempfile.TemporaryDirectory() as tmp:
         fixture = build_fixture(DATASETS / "longmemeval-sample" / "longmemeval_s_sample.json", Path(tmp))
         ws = Workspace(eval_root=ROOT / ".lab" / "bench" / "longmemeval-eval", datasets=DATASETS, tracking_uri=None)
         options = EvalOptions(budget=None, abstention=AbstentionOptions(max_cost=max_cost))
-        for done in evaluate(EvalCandidate(("lab",)), Overrides(), EvalData(str(fixture)), options, ws,
+        for done in evaluate(EvalCandidate(("lab",)), Overrides(), DatasetRef(str(fixture)), options, ws,
                              out=Path(tmp) / "runs", tracked=False):
             a = done.result.metrics["abstention"]
             table = done.result.abstention

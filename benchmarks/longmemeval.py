@@ -67,14 +67,15 @@ def sample_part() -> dict:
     from longmemeval_fixture import build_fixture
 
     from lab.eval.runner import EvalOptions
-    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+    from lab.eval.dataset_ref import DatasetRef
+    from lab.flow.evaluate import EvalCandidate, Overrides, evaluate
     from lab.workspace import Workspace
 
     with tempfile.TemporaryDirectory() as tmp:
         fixture = build_fixture(DATASETS / "longmemeval-sample" / "longmemeval_s_sample.json", Path(tmp), abstention=False)
         ws = Workspace(eval_root=ROOT / ".lab" / "bench" / "longmemeval-eval", datasets=DATASETS, tracking_uri=None)
         out = {}
-        for done in evaluate(EvalCandidate(("lab", "bm25", "vector")), Overrides(), EvalData(str(fixture)),
+        for done in evaluate(EvalCandidate(("lab", "bm25", "vector")), Overrides(), DatasetRef(str(fixture)),
                              EvalOptions(), ws, out=Path(tmp) / "runs", tracked=False):
             m = done.result.metrics
             out[done.config.name] = {"recall@10": round(m["metrics"]["recall@10"], 4),

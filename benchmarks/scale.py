@@ -89,7 +89,8 @@ def eval_once(name: str, seed_root: Path, work: Path, engine) -> tuple[float, di
     no candidate tables); returns (seconds, metrics by preset, the runs folder)."""
     from lab.eval.candidate_cache import forget_loaded
     from lab.eval.runner import EvalOptions
-    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+    from lab.eval.dataset_ref import DatasetRef
+    from lab.flow.evaluate import EvalCandidate, Overrides, evaluate
     from lab.workspace import Workspace
 
     root = work / "eval"
@@ -99,7 +100,7 @@ def eval_once(name: str, seed_root: Path, work: Path, engine) -> tuple[float, di
     forget_loaded()  # no table kept in this process from the last run
     ws = Workspace(eval_root=root, datasets=DATASETS, tracking_uri=None)
     started = time.perf_counter()
-    done = list(evaluate(EvalCandidate(PRESETS), Overrides(), EvalData(name), EvalOptions(budget=DEFAULT_BUDGET),
+    done = list(evaluate(EvalCandidate(PRESETS), Overrides(), DatasetRef(name), EvalOptions(budget=DEFAULT_BUDGET),
                          ws, out=work / "runs", tracked=False, engine=engine))
     seconds = time.perf_counter() - started
     return seconds, {d.config.name: d.result.metrics["metrics"] for d in done}, work / "runs"
@@ -108,11 +109,12 @@ def eval_once(name: str, seed_root: Path, work: Path, engine) -> tuple[float, di
 def seed(name: str, seed_root: Path) -> None:
     """Build the dataset's store and cache its question vectors (not timed)."""
     from lab.eval.runner import EvalOptions
-    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+    from lab.eval.dataset_ref import DatasetRef
+    from lab.flow.evaluate import EvalCandidate, Overrides, evaluate
     from lab.workspace import Workspace
 
     ws = Workspace(eval_root=seed_root, datasets=DATASETS, tracking_uri=None)
-    for _ in evaluate(EvalCandidate(("bm25",)), Overrides(), EvalData(name), EvalOptions(), ws,
+    for _ in evaluate(EvalCandidate(("bm25",)), Overrides(), DatasetRef(name), EvalOptions(), ws,
                       out=seed_root / "runs", tracked=False, progress=True):
         pass
     shutil.rmtree(seed_root / "candidates", ignore_errors=True)

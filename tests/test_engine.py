@@ -175,10 +175,11 @@ def test_presets_sharing_candidate_lists_form_one_ray_unit(tmp_path, monkeypatch
     from lab import workspace
     from lab.engine.local import LocalEngine
     from lab.eval.runner import EvalOptions
-    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+    from lab.eval.dataset_ref import DatasetRef
+    from lab.flow.evaluate import EvalCandidate, Overrides, evaluate
 
     class RecordingEngine(LocalEngine):
-        name = "ray"  # takes the engine's path of units; runs them here
+        in_process = False  # takes the engine's path of units (a capability, not a name); runs them here
 
         def __init__(self):
             self.units = []
@@ -190,7 +191,7 @@ def test_presets_sharing_candidate_lists_form_one_ray_unit(tmp_path, monkeypatch
     ws = workspace.Workspace(eval_root=tmp_path / "eval", embed_cache=tmp_path / "cache")
     engine = RecordingEngine()
     done = list(evaluate(EvalCandidate(("bm25", "rrf-k60", "lab", "rrf-k2")), Overrides(model=FAKE_MODEL),
-                         EvalData("demo"), EvalOptions(), ws, out=tmp_path / "runs", tracked=False, engine=engine))
+                         DatasetRef("demo"), EvalOptions(), ws, out=tmp_path / "runs", tracked=False, engine=engine))
     assert [d.config.name for d in done] == ["bm25", "rrf-k60", "lab", "rrf-k2"]
     assert [[c.name for c in u.configs] for u in engine.units] == [["bm25"], ["rrf-k60", "rrf-k2"], ["lab"]]
 

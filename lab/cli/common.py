@@ -92,22 +92,24 @@ def ray_auth(env: Mapping[str, str]) -> str | None:
 
 
 @contextmanager
-def command_engine(args: argparse.Namespace, *, say: bool = True):
+def command_engine(args: argparse.Namespace, *, say: bool = True, workspace=None):
     """The engine a command's heavy work runs on (lab.engine), from its --engine / --ray-address
-    flags over the workspace's; a Ray started for the command is stopped when it ends."""
+    flags over the workspace's; it ships ``workspace`` (default: the one `main` resolved) with
+    each unit of work. A Ray started for the command is stopped when it ends."""
     from lab.engine import make_engine
     from lab.errors import ValidationError
     from lab.workspace import current
 
-    workspace = current()
+    workspace = workspace or current()
     name = getattr(args, "engine", None) or ("ray" if getattr(args, "ray_address", None) else workspace.engine)
     address = getattr(args, "ray_address", None) or workspace.ray_address
     if name == "local" and getattr(args, "ray_address", None):
         raise ValidationError(f"--ray-address {args.ray_address} needs --engine ray (or leave --engine out)",
                               field="ray_address")
-    engine = make_engine(name, address if name == "ray" else None, auth=ray_auth(os.environ) if name == "ray" else None)
+    engine = make_engine(name, address if name == "ray" else None, auth=ray_auth(os.environ) if name == "ray" else None,
+                         workspace=workspace)
     try:
-        if say and engine.name != "local":
+        if say and not engine.in_process:
             print(f"engine: {engine.describe()}", file=sys.stderr, flush=True)
         yield engine
     finally:

@@ -7,9 +7,9 @@ import sys
 from dataclasses import replace
 
 from lab.cli.common import check_tracking, command_engine, command_workspace, engine_args, print_json
-from lab.config import DEFAULT_KS
+from lab.config import DEFAULT_KS, AssembleConfig
 
-DEFAULT_BUDGET = 2000
+DEFAULT_BUDGET = AssembleConfig().budget  # declared once, with the setting (lab.config)
 
 
 def _options(args: argparse.Namespace):
@@ -73,17 +73,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValidationError("--dataset is required (locomo, scifact, demo, a golden .yaml or a BEIR folder)")
     if args.system:
         return eval_systems(args)
-    from lab.flow.evaluate import EvalCandidate, EvalData, Overrides, evaluate
+    from lab.flow.evaluate import EvalCandidate, Overrides, evaluate
 
     options = _options(args)
     candidate = EvalCandidate(tuple(args.preset or ()), None if args.preset else args.config)
     overrides = Overrides(args.context_turns, args.time_in_text, args.model, tuple(args.encoders or ()),
                           args.counter, args.budget, args.query_model)
-    data = EvalData(args.dataset, args.datasets, args.split, args.observations, args.summaries)
-    workspace = command_workspace(tracking_uri=args.tracking_uri)
-    with command_engine(args) as engine:
-        for done in evaluate(candidate, overrides, data, options, workspace, out=args.out, tracked=not args.no_track,
-                             progress=not args.quiet, engine=engine):
+    workspace = command_workspace(args.datasets, args.tracking_uri)
+    with command_engine(args, workspace=workspace) as engine:
+        for done in evaluate(candidate, overrides, _dataset_ref(args), options, workspace, out=args.out,
+                             tracked=not args.no_track, progress=not args.quiet, engine=engine):
             metrics = done.result.metrics
             if args.json:
                 print_json({"run": str(done.folder), "mlflow_run_id": done.run_id, **metrics})
@@ -107,40 +106,40 @@ def _abstention_line(metrics: dict) -> None:
 
 
 def eval_systems(args: argparse.Namespace) -> int:
-    """`lab eval --system ...`: each system through the one harness; a system that fails is reported
-    and the others go on (exit 6 when any failed)."""
+    """`lab eval --system ...`: each system through the one harness (lab.flow.systems); a system
+    that fails is reported and the others go on (exit 6 when any failed)."""
     import json
 
-    from lab.eval.goldens import load_dataset
     from lab.eval.report import config_from
     from lab.eval.stores import save_config
-    from lab.flow.systems import SystemUnit, run_units
-    from lab.workspace import current
+    from lab.flow.systems import Systems, evaluate_systems
 
     if args.preset and len(args.preset) > 1:
         from lab.errors import ValidationError
 
         raise ValidationError("--system lab takes one --preset (the configuration lab is measured with)")
-    preset = config_from((args.preset or ["lab"])[0], args.config if not args.preset else None)
-    settings = json.loads(args.system_settings) if args.system_settings else None
-    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations,
-                           summaries=args.summaries)
-    failed = 0
-    with command_engine(args) as engine:
-        units = [SystemUnit(target, args.dataset, args.datasets, args.split, args.observations, args.summaries,
-                            current().eval_root / "systems" / f"{dataset.name}-{_system_name(target)}", preset,
-                            save_config(args.context_turns, args.time_in_text), args.query_model or "auto", settings,
-                            tuple(args.k), dict(os.environ), progress=not args.quiet and engine.name == "local",
-                            import_from=os.getcwd())
-                 for target in args.system]
-        done = {}
-        for outcome in run_units(units, engine):
-            failed += _report_system(args, dataset, outcome)
-            if outcome.result is not None:
-                done[outcome.result.system["system"]] = outcome.result
+    systems = Systems(tuple(args.system), config_from((args.preset or ["lab"])[0], args.config if not args.preset else None),
+                      save_config(args.context_turns, args.time_in_text), args.query_model or "auto",
+                      json.loads(args.system_settings) if args.system_settings else None, tuple(args.k),
+                      dict(os.environ), import_from=os.getcwd())
+    workspace = command_workspace(args.datasets, args.tracking_uri)
+    failed, done = 0, {}
+    with command_engine(args, workspace=workspace) as engine:
+        dataset, finished = evaluate_systems(systems, _dataset_ref(args), workspace, out=args.out,
+                                             tracked=not args.no_track, progress=not args.quiet, engine=engine)
+        for system in finished:
+            failed += _report_system(args, dataset, system)
+            if system.outcome.result is not None:
+                done[system.outcome.result.system["system"]] = system.outcome.result
     if len(done) > 1 and not args.json:
         _systems_table(done, args.baseline)
     return 6 if failed else 0
+
+
+def _dataset_ref(args: argparse.Namespace):
+    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
+
+    return DatasetRef(args.dataset, args.datasets, args.split, DatasetOptions(args.observations, args.summaries))
 
 
 def _systems_table(done: dict, baseline: str | None) -> None:
@@ -160,39 +159,19 @@ def _systems_table(done: dict, baseline: str | None) -> None:
     print(render(compare_many(tables, metrics, baseline, speeds=speeds)), end="")
 
 
-def _system_name(target: str) -> str:
-    from pathlib import Path
-
-    return Path(target).stem if target.endswith((".yaml", ".yml")) else target.replace(":", "-")
-
-
-def _report_system(args: argparse.Namespace, dataset, outcome) -> int:
-    """Write one system's run folder (and MLflow run) and print its line; 1 when it failed."""
-    from pathlib import Path
-
+def _report_system(args: argparse.Namespace, dataset, system) -> int:
+    """Print one system's line (its run folder is written); 1 when it failed."""
     from lab.adapters.base import AdapterError
-    from lab.adapters.harness import write_system_run
 
+    outcome = system.outcome
     if outcome.error is not None:
         if not isinstance(outcome.error, AdapterError) and len(args.system) == 1:
             raise outcome.error
         print(f"error: {outcome.error}", file=sys.stderr, flush=True)
         return 1
-    result = outcome.result
-    index = None
-    if outcome.unit.target == "lab":  # lab's own index-time settings name its run, as a preset run's do
-        from lab.config import to_dict
-        from lab.eval.stores import index_suffix
-
-        index = (to_dict(outcome.unit.save.chunk), index_suffix(outcome.unit.save.chunk))
-    out = write_system_run(result, dataset, Path(args.out), *(index or (None, "")), log=outcome.log)
-    run_id = None
-    if not args.no_track:
-        from lab.track import log_system
-
-        run_id = log_system(result, out, dataset=dataset, uri=args.tracking_uri)
+    result, out = outcome.result, system.folder
     if args.json:
-        print_json({"run": str(out), "mlflow_run_id": run_id, **result.metrics})
+        print_json({"run": str(out), "mlflow_run_id": system.run_id, **result.metrics})
         return 0
     m = result.metrics["metrics"]
     trip = result.metrics.get("round_trip") or {}

@@ -140,11 +140,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
+    from lab.config import AssembleConfig  # its declaration is the default's one place
+
     p = sub.add_parser("context", help="search, then assemble a zoned context within a token budget")
     p.add_argument("query")
     store_arg(p)
     p.add_argument("--namespace", required=True)
-    p.add_argument("--budget", type=int, default=None, help="token budget (default 2000)")
+    p.add_argument("--budget", type=int, default=None, help=f"token budget (default {AssembleConfig().budget})")
     p.add_argument("--preset", default=None, help="search preset name or a .yaml/.json SearchConfig (default: lab)")
     p.add_argument("--assemble", default=None, help="a .yaml/.json AssembleConfig")
     p.add_argument("--ratios", default=None, help="zone ratios CRITICAL/MIDDLE/RECENCY, e.g. 15/65/20")

@@ -18,6 +18,7 @@ from lab.embed.embedding_cache import EmbeddingCache
 from lab.engine.local import LocalEngine
 from lab.engine.on_ray import RayEngine
 from lab.errors import ValidationError
+from lab.workspace import Workspace
 
 ENGINES: tuple[str, ...] = ("local", "ray")
 In = TypeVar("In")
@@ -27,6 +28,9 @@ Out = TypeVar("Out")
 class Engine(Protocol):
     name: str
     embeds_ahead: bool  # a save hands all its texts to fill_cache before committing batch by batch
+    # units of work run in this process, one after another: a caller runs them itself (shows their
+    # progress, skips the shipping); false: they run elsewhere (Ray tasks), each with the driver's workspace
+    in_process: bool
 
     def fill_cache(self, cache: EmbeddingCache, embedder: Embedder, texts: Sequence[str], *,
                    progress: bool = False) -> int:
@@ -52,11 +56,12 @@ class Engine(Protocol):
 
 
 def make_engine(name: str = "local", address: str | None = None, *, workers: int | None = None,
-                auth: str | None = None) -> Engine:
+                auth: str | None = None, workspace: Workspace | None = None) -> Engine:
     """The engine ``name`` names; ``ray`` connects to ``address`` (None: starts a local Ray), its
-    driver in Ray's token auth mode ``auth`` when given (else Ray's own $RAY_AUTH_MODE)."""
+    driver in Ray's token auth mode ``auth`` when given (else Ray's own $RAY_AUTH_MODE), and ships
+    ``workspace`` (the caller's, frozen) with each unit of work it maps."""
     if name == "local":
         return LocalEngine()
-    if name == "ray":
-        return RayEngine(address, workers=workers, auth=auth)  # Ray itself is imported only here, by the engine
+    if name == "ray":  # Ray itself is imported only here, by the engine
+        return RayEngine(address, workers=workers, auth=auth, workspace=workspace)
     raise ValidationError(f"engine must be {' or '.join(ENGINES)}, got {name!r}", field="engine")

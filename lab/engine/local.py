@@ -15,6 +15,7 @@ SLICE = 64  # texts per model call and per progress step
 class LocalEngine:
     name = "local"
     embeds_ahead = False  # a save embeds batch by batch (ahead only to show progress on a big one)
+    in_process = True
 
     def fill_cache(self, cache: EmbeddingCache, embedder: Embedder, texts: Sequence[str], *,
                    progress: bool = False) -> int:

@@ -15,7 +15,7 @@ import math
 import os
 import queue
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from lab.embed.registry import make_embedder
 from lab.engine.address import HINT, HeadWatch, RayAddress, check_address
 from lab.errors import LabError, ValidationError
 from lab.progress import progress as progress_bar
-from lab.workspace import set_library_env
+from lab.workspace import Workspace, install, set_library_env
 
 BATCH = 128  # texts per model call on a worker: big enough to keep a core busy, small enough to spread
 LOCAL_OBJECT_STORE = 200 * 1024**2  # a small /dev/shm would make Ray spill to disk: set it explicitly
@@ -141,12 +141,22 @@ class _EmbedBatch:
         return {"i": batch["i"], "vector": np.asarray(vectors, dtype=np.float32)}
 
 
+def _in_workspace(workspace: Workspace | None, fn: Callable[[Any], Any], item: Any) -> Any:
+    """A unit of work on a worker, in the driver's workspace: a worker process is an edge of its
+    own that resolved nothing, so without it every setting below the units' arguments (a store's
+    lock timeout and storage options, the tracking deadline) would be the built-in default."""
+    if workspace is not None:
+        install(workspace)
+    return fn(item)
+
+
 class RayEngine:
     name = "ray"
     embeds_ahead = True  # a save's misses go out as one job, not one per batch of rows
+    in_process = False
 
     def __init__(self, address: str | None = None, *, workers: int | None = None, batch_size: int = BATCH,
-                 auth: str | None = None) -> None:
+                 auth: str | None = None, workspace: Workspace | None = None) -> None:
         # what Ray reads from the environment, set before it is imported: no usage reports (offline
         # machines), its C++ core's errors only, and the token auth mode the user's settings ask for
         # ($RAY_AUTH_TOKEN given without $RAY_AUTH_MODE: lab.cli.common.ray_auth)
@@ -155,6 +165,7 @@ class RayEngine:
                          **({"RAY_AUTH_MODE": auth} if auth else {})})
         ray = _ray()
         self.address, self.batch_size = address, batch_size
+        self.workspace = workspace  # the driver's, shipped with each task (a worker has none of its own)
         self._started = self._head_lost = False
         self._watch: HeadWatch | None = None  # a cluster's head, watched while this driver waits on it
         if address:  # also when Ray is up in this process already: the address is named
@@ -216,8 +227,8 @@ class RayEngine:
         """Each item a Ray task of one CPU (all submitted at once: the cluster runs as many as it has
         cores for), the results collected in order."""
         ray = _ray()
-        remote = ray.remote(num_cpus=1, max_retries=RETRIES)(fn)  # a task whose worker dies is run again
-        refs = [remote.remote(item) for item in items]
+        remote = ray.remote(num_cpus=1, max_retries=RETRIES)(_in_workspace)  # a task whose worker dies is run again
+        refs = [remote.remote(self.workspace, fn, item) for item in items]
         for ref in refs:
             while self._watch is not None and not ray.wait([ref], timeout=POLL_S)[0]:
                 self._check_head()

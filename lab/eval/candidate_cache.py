@@ -12,14 +12,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import polars as pl
 
-from lab.config import SearchConfig, to_dict
+from lab.config import SaveConfig, SearchConfig, to_dict
 from lab.eval.dataset import EvalDataset
-from lab.eval.stores import digest, eval_root
+from lab.engine import Engine
+from lab.eval.stores import digest, eval_retriever, eval_root
 from lab.retriever import Retriever
 from lab.search.candidates import Query
 from lab.search.fusion import PreparedCandidates, prepare
@@ -158,3 +159,22 @@ def _prepare_cached(cands: pl.DataFrame, codes_path: Path | None) -> PreparedCan
         np.savez(tmp, **arrays)
         tmp.replace(codes_path)
     return prepared
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An evaluation store opened for reading, and one candidate table per configuration asked for."""
+    retriever: Retriever
+    tables: tuple[pl.DataFrame, ...]
+
+
+def open_candidates(dataset: EvalDataset, save: SaveConfig, configs: Sequence[SearchConfig], *, root: Path | None,
+                    depth: int, embeddings: Path | None = None, embedder: Any = None, query_model: str | None = None,
+                    progress: bool = False, engine: Engine | None = None) -> Opened:
+    """The one way a unit of work opens its evaluation: the dataset's store for ``save`` under
+    ``root`` (built first when needed, its texts embedded on ``engine``), and each of ``configs``'
+    candidate lists at ``depth`` (from the cache when seen before)."""
+    retriever = eval_retriever(dataset, save, root=root, embedder=embedder, progress=progress,
+                               query_model=query_model, embeddings=embeddings, engine=engine)
+    tables = tuple(candidate_table(retriever, dataset, c, depth=depth, root=root)[0] for c in configs)
+    return Opened(retriever, tables)

@@ -141,14 +141,6 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     )
 
 
-def portable_ref(name: str, datasets: str | Path | None = None) -> tuple[str, str]:
-    """``name`` and the datasets root as another process (a Ray worker, maybe elsewhere) must read
-    them: a path made absolute (a worker's working folder is not the caller's), the root resolved
-    here (a worker has no workspace of its own)."""
-    named = name if name in BUILT_IN or not Path(name).exists() else str(Path(name).resolve())
-    return named, str(Path(datasets).resolve() if datasets else default_datasets())
-
-
 def default_datasets() -> Path:
     """The workspace's datasets root (``$LAB_DATASETS``, else ``../shared/datasets`` beside the project)."""
     return current().datasets_root

@@ -13,7 +13,8 @@ from lab.errors import NotFoundError, ValidationError
 from lab.eval.goldens import load_dataset
 from lab.eval.report import config_from
 from lab.eval.runner import EvalOptions
-from lab.eval.runs import DatasetOptions, evaluate_to_folder
+from lab.eval.dataset_ref import DatasetOptions
+from lab.eval.runs import evaluate_to_folder
 from lab.eval.stores import eval_retriever, save_config
 
 CONDITION_KEYS = {"name", "dataset", "preset", "config", "expected", "tolerance", "okish", "ks", "split",

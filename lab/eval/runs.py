@@ -1,25 +1,17 @@
 """Evaluate one configuration on one dataset and write its run folder, named by what was measured."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import DEFAULT_MODEL, ENCODERS, ChunkConfig, SearchConfig, to_dict
 from lab.embed.registry import lookup
 from lab.eval.dataset import EvalDataset
+from lab.eval.dataset_ref import DatasetOptions
 from lab.eval.report import write_run
 from lab.eval.run_folder import maker, publish
 from lab.eval.runner import EvalOptions, EvalResult, evaluate
 from lab.eval.stores import index_suffix
 from lab.retriever import Retriever
-
-
-@dataclass(frozen=True)
-class DatasetOptions:
-    """How a dataset was loaded beyond its defaults (LoCoMo's derived facts and summaries)."""
-
-    observations: bool = False
-    summaries: bool = False
 
 
 def run_name(dataset: str, chunk: ChunkConfig, config: str, options: EvalOptions,

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Union
 
+from lab.eval.dataset_ref import DatasetRef
 from lab.eval.runner import EvalOptions
-from lab.flow.evaluate import EvalCandidate, EvalData, Evaluated, Overrides, evaluate
+from lab.flow.evaluate import EvalCandidate, Evaluated, Overrides, evaluate
 from lab.flow.results import ExportedModel, Gated, Swept
 from lab.flow.stages import export_champion, gate_candidate, judging_in
 from lab.gate.checks import load_gate
@@ -98,7 +99,7 @@ def run_demo(workspace: Workspace, store: str | Path, data: str | Path, out: str
     yield DemoStep(1, "ingest", "", True, Ingested(ingested, namespace, query, sample))
 
     yield DemoStep(2, "evaluate", "the lab preset on the demo goldens")
-    [evaluated] = evaluate(EvalCandidate(("lab",)), Overrides(), EvalData("demo"), EvalOptions(), workspace, out=out,
+    [evaluated] = evaluate(EvalCandidate(("lab",)), Overrides(), DatasetRef("demo"), EvalOptions(), workspace, out=out,
                            progress=True, embedder=embedder)
     yield DemoStep(2, "evaluate", "", True, evaluated)
 

@@ -16,20 +16,15 @@ from typing import Iterator
 
 from lab.config import SaveConfig, SearchConfig
 from lab.engine import Engine
-from lab.eval.candidate_cache import candidate_config, candidate_table
-from lab.eval.goldens import load_dataset
+from lab.eval.candidate_cache import candidate_config, open_candidates
+from lab.eval.dataset_ref import DatasetRef
 from lab.eval.runner import EvalOptions, EvalResult, evaluate
-from lab.eval.stores import eval_retriever
 
 
 @dataclass(frozen=True)
 class EvalUnit:
     """Configurations sharing candidate lists, and everything a worker needs to evaluate them."""
-    dataset: str
-    datasets_root: str | None
-    split: str
-    observations: bool
-    summaries: bool
+    data: DatasetRef  # portable: its root resolved on the driver
     save: SaveConfig
     configs: tuple[SearchConfig, ...]
     options: EvalOptions
@@ -49,15 +44,11 @@ def group_configs(configs: tuple[SearchConfig, ...], depth: int) -> list[tuple[i
 
 def run_eval_unit(unit: EvalUnit) -> list[EvalResult]:
     """Each configuration of ``unit`` evaluated over the existing store (on a worker, or here)."""
-    dataset = load_dataset(unit.dataset, unit.datasets_root, split=unit.split, observations=unit.observations,
-                           summaries=unit.summaries)
-    retriever = eval_retriever(dataset, unit.save, root=unit.eval_root, query_model=unit.query_model,
-                               embeddings=unit.embeddings)
-    results = []
-    for config in unit.configs:
-        cands, _ = candidate_table(retriever, dataset, config, depth=max(unit.options.ks), root=unit.eval_root)
-        results.append(evaluate(retriever, dataset, config, unit.options, cands=cands, root=unit.eval_root))
-    return results
+    dataset = unit.data.load()
+    opened = open_candidates(dataset, unit.save, unit.configs, root=unit.eval_root, depth=max(unit.options.ks),
+                             embeddings=unit.embeddings, query_model=unit.query_model)
+    return [evaluate(opened.retriever, dataset, config, unit.options, cands=cands, root=unit.eval_root)
+            for config, cands in zip(unit.configs, opened.tables)]
 
 
 def run_eval_units(units: list[EvalUnit], engine: Engine) -> Iterator[EvalResult]:

@@ -14,13 +14,13 @@ from lab import track
 from lab.config import ENCODERS, SaveConfig, SearchConfig
 from lab.embed.registry import check_models
 from lab.engine import Engine
-from lab.eval.goldens import load_dataset, portable_ref
+from lab.eval.dataset_ref import DatasetRef
 from lab.eval.report import candidate_from, config_from
 from lab.eval.runner import EvalOptions, EvalResult
 from lab.eval.runner import evaluate as run_evaluation
 from lab.eval.candidate_cache import candidate_table
 from lab.eval.dataset import EvalDataset
-from lab.eval.runs import DatasetOptions, write_run_folder
+from lab.eval.runs import write_run_folder
 from lab.eval.stores import eval_retriever, save_config
 from lab.flow.eval_units import EvalUnit, group_configs, run_eval_units
 from lab.retriever import Retriever
@@ -45,16 +45,6 @@ class Overrides:
     counter: str | None = None  # assembly: the token counter
     budget: int | None = None  # assembly: the token budget (0: no context metrics)
     query_model: str | None = None  # encode the questions with this model instead
-
-
-@dataclass(frozen=True)
-class EvalData:
-    """Which dataset, and how it is loaded."""
-    name: str
-    root: str | Path | None = None  # the datasets root (None: the workspace's)
-    split: str = "train"
-    observations: bool = False
-    summaries: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,7 +95,7 @@ def plan(candidate: EvalCandidate, overrides: Overrides, options: EvalOptions) -
     return EvalPlan(tuple(configs), save, options)
 
 
-def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, options: EvalOptions,
+def evaluate(candidate: EvalCandidate, overrides: Overrides, data: DatasetRef, options: EvalOptions,
              workspace: Workspace, *, out: str | Path = "runs", tracked: bool = True, progress: bool = False,
              embedder: Any = None, engine: Engine | None = None) -> Iterator[Evaluated]:
     """Evaluate each configuration of ``candidate`` (``overrides`` merged in) on ``data``, yielding
@@ -114,14 +104,13 @@ def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, opt
     cache; ``embedder``: an embedder already loaded (the demo's), else the store's own; ``engine``:
     where a store built for it embeds its texts (None: in this process)."""
     chosen = plan(candidate, overrides, options)
-    dataset = load_dataset(data.name, data.root or workspace.datasets_root, split=data.split,
-                           observations=data.observations, summaries=data.summaries)
+    data = data.at(workspace.datasets_root)  # named no root: the workspace's
+    dataset = data.load()
     retriever = eval_retriever(dataset, chosen.save, root=workspace.eval_root, embedder=embedder, progress=progress,
                                query_model=overrides.query_model, embeddings=workspace.eval_embeddings,
                                engine=engine)
-    loaded = DatasetOptions(data.observations, data.summaries)
     for result in _results(chosen, data, dataset, retriever, workspace, overrides.query_model, engine):
-        folder = write_run_folder(result, retriever, dataset, out, loaded)
+        folder = write_run_folder(result, retriever, dataset, out, data.options)
         run_id = None
         if tracked:
             run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version),
@@ -129,12 +118,12 @@ def evaluate(candidate: EvalCandidate, overrides: Overrides, data: EvalData, opt
         yield Evaluated(dataset.name, result.config, result, folder, run_id)
 
 
-def _results(chosen: EvalPlan, data: EvalData, dataset: EvalDataset, retriever: Retriever, workspace: Workspace,
+def _results(chosen: EvalPlan, data: DatasetRef, dataset: EvalDataset, retriever: Retriever, workspace: Workspace,
              query_model: str | None, engine: Engine | None) -> Iterator[EvalResult]:
     """Each configuration's result in the plan's order: here, one after another; on a Ray engine,
     configurations sharing candidate lists as one task each (lab.flow.eval_units)."""
     groups = group_configs(chosen.configs, max(chosen.options.ks))
-    if engine is None or engine.name == "local" or len(groups) < 2:
+    if engine is None or engine.in_process or len(groups) < 2:
         for config in chosen.configs:
             cands, _ = candidate_table(retriever, dataset, config, depth=max(chosen.options.ks),
                                        root=workspace.eval_root)
@@ -144,10 +133,8 @@ def _results(chosen: EvalPlan, data: EvalData, dataset: EvalDataset, retriever: 
     retriever.embed_queries(dataset.questions["question"].to_list())
     if retriever.cache is not None:
         retriever.cache.flush()
-    name, root = portable_ref(data.name, data.root or workspace.datasets_root)
-    units = [EvalUnit(name, root, data.split,
-                      data.observations, data.summaries, chosen.save, tuple(chosen.configs[i] for i in members),
-                      chosen.options, workspace.eval_root.resolve(), workspace.eval_embeddings.resolve(), query_model)
+    units = [EvalUnit(data.portable(), chosen.save, tuple(chosen.configs[i] for i in members), chosen.options,
+                      workspace.eval_root.resolve(), workspace.eval_embeddings.resolve(), query_model)
              for members in groups]
     order = [i for members in groups for i in members]
     done: dict[int, EvalResult] = {}

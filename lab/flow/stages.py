@@ -19,13 +19,13 @@ from typing import Any, Callable
 
 import polars as pl
 
-from lab.config import DEFAULT_KS, read_yaml
+from lab.config import DEFAULT_KS, AssembleConfig, read_yaml
 from lab.errors import ValidationError
-from lab.eval.candidate_cache import candidate_table, prepared_for
+from lab.eval.candidate_cache import open_candidates, prepared_for
 from lab.eval.goldens import load_dataset
 from lab.eval.report import candidate_from
 from lab.eval.runner import EvalOptions, evaluate
-from lab.eval.stores import eval_retriever, eval_store, eval_store_path, is_built
+from lab.eval.stores import eval_store, eval_store_path, is_built
 from lab.eval.tables import read_tables, write_tables
 from lab.flow import STAGES
 from lab.flow.layout import Layout, StageOptions, fresh, svg, write_json, write_metrics
@@ -83,11 +83,11 @@ def stage_index(params: StageParams, layout: Layout, opts: StageOptions) -> Inde
 def stage_candidates(params: StageParams, layout: Layout, opts: StageOptions) -> CandidatesMade:
     dataset = read_tables(layout.prepared)
     search = candidate_from(params.preset, None).search
-    retriever = eval_retriever(dataset, params.save_config(), root=layout.eval_root, progress=opts.progress,
-                               embeddings=layout.embedding_cache(opts.workspace))
-    cands, _ = candidate_table(retriever, dataset, search, depth=max(DEFAULT_KS), root=layout.eval_root)
+    opened = open_candidates(dataset, params.save_config(), [search], root=layout.eval_root, depth=max(DEFAULT_KS),
+                             embeddings=layout.embedding_cache(opts.workspace), progress=opts.progress)
+    retriever, cands = opened.retriever, opened.tables[0]
     prepared_for(cands)  # its encodings are written beside the table now, not by a later stage
-    m = evaluate(retriever, dataset, search, EvalOptions(budget=2000), cands=cands).metrics
+    m = evaluate(retriever, dataset, search, EvalOptions(budget=AssembleConfig().budget), cands=cands).metrics
     write_metrics(layout, "baseline", {"dataset": dataset.name, "preset": search.name, **m["metrics"],
                                        **{f"context_{k.removeprefix('context_')}": v
                                           for k, v in (m.get("context") or {}).items()}},

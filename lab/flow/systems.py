@@ -10,28 +10,29 @@ import io
 import logging
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from lab import track
 from lab.adapters.base import AdapterError
-from lab.adapters.harness import SystemResult, evaluate_system
+from lab.adapters.harness import SystemResult, evaluate_system, write_system_run
 from lab.adapters.registry import open_system
-from lab.config import SaveConfig, SearchConfig
+from lab.config import DEFAULT_KS, SaveConfig, SearchConfig, to_dict
 from lab.engine import Engine
+from lab.engine.local import LocalEngine
 from lab.errors import LabError
-from lab.eval.goldens import load_dataset
+from lab.eval.dataset import EvalDataset
+from lab.eval.dataset_ref import DatasetRef
+from lab.eval.stores import index_suffix
+from lab.workspace import Workspace
 
 
 @dataclass(frozen=True)
 class SystemUnit:
     """One system on one dataset: everything a worker needs, nothing it must find on the driver."""
     target: str  # a built-in name, an adapter file or module:Class
-    dataset: str
-    datasets_root: str | None
-    split: str
-    observations: bool
-    summaries: bool
+    data: DatasetRef  # portable: its root resolved on the driver
     scratch: Path  # the system's own folder
     preset: SearchConfig  # lab's configuration, when the system is lab
     save: SaveConfig
@@ -61,8 +62,7 @@ def run_unit(unit: SystemUnit) -> SystemOutcome:
     """Evaluate one system (in this process or on a worker); its refusals are returned, not raised."""
     if unit.import_from and unit.import_from not in sys.path:
         sys.path.insert(0, unit.import_from)  # `--system mymod:MySystem` finds mymod.py where it was typed
-    dataset = load_dataset(unit.dataset, unit.datasets_root, split=unit.split, observations=unit.observations,
-                           summaries=unit.summaries)
+    dataset = unit.data.load()
     factory = functools.partial(_lab, unit.preset, unit.save, unit.query_model)
     log = io.StringIO()
     try:
@@ -108,3 +108,59 @@ def _captured(log: io.StringIO) -> Iterator[None]:
 def run_units(units: list[SystemUnit], engine: Engine) -> Iterator[SystemOutcome]:
     """Each unit's outcome, in the units' order, as the engine finishes them."""
     yield from engine.map(run_unit, units)
+
+
+@dataclass(frozen=True)
+class Systems:
+    """What `evaluate_systems` measures: the systems, lab's own settings when one is lab, the cutoffs."""
+    targets: tuple[str, ...]
+    preset: SearchConfig  # lab's configuration
+    save: SaveConfig  # lab's index-time settings
+    query_model: str = "auto"
+    settings: Mapping[str, Any] | None = None  # a built-in system's knobs
+    ks: tuple[int, ...] = DEFAULT_KS
+    env: Mapping[str, str] = field(default_factory=dict)  # the environment adapter files read, taken at the edge
+    import_from: str | None = None  # where module:Class targets import from (the caller's working folder)
+
+
+@dataclass(frozen=True)
+class SystemDone:
+    """One system's outcome and, when it succeeded, its run folder and MLflow run (None: not tracked)."""
+    outcome: SystemOutcome
+    folder: Path | None = None
+    run_id: str | None = None
+
+
+def evaluate_systems(systems: Systems, data: DatasetRef, workspace: Workspace, *, out: str | Path = "runs",
+                     tracked: bool = True, progress: bool = False,
+                     engine: Engine | None = None) -> tuple[EvalDataset, Iterator[SystemDone]]:
+    """The dataset ``data`` names (no root: the workspace's), and each system evaluated on it as a
+    unit of work on ``engine`` (each in a scratch folder of the workspace's evaluation root), its
+    run folder written under ``out`` (and logged to the workspace's tracking store, when
+    ``tracked``) as it comes back; a system's refusal comes back as its outcome's error."""
+    data = data.at(workspace.datasets_root)
+    dataset, engine = data.load(), engine or LocalEngine()
+    units = [SystemUnit(target, data.portable(), workspace.eval_root / "systems" / f"{dataset.name}-{_name(target)}",
+                        systems.preset, systems.save, systems.query_model, systems.settings, systems.ks,
+                        systems.env, progress=progress and engine.in_process, import_from=systems.import_from)
+             for target in systems.targets]
+    return dataset, (_written(outcome, dataset, Path(out), workspace, tracked) for outcome in run_units(units, engine))
+
+
+def _name(target: str) -> str:
+    """A system's scratch folder name: an adapter file's stem, a module:Class with a dash."""
+    return Path(target).stem if target.endswith((".yaml", ".yml")) else target.replace(":", "-")
+
+
+def _written(outcome: SystemOutcome, dataset: EvalDataset, out: Path, workspace: Workspace,
+             tracked: bool) -> SystemDone:
+    """Write one system's run folder (and MLflow run) on the driver, whichever engine ran it."""
+    if outcome.error is not None:
+        return SystemDone(outcome)
+    index = None
+    if outcome.unit.target == "lab":  # lab's own index-time settings name its run, as a preset run's do
+        chunk = outcome.unit.save.chunk
+        index = (to_dict(chunk), index_suffix(chunk))
+    folder = write_system_run(outcome.result, dataset, out, *(index or (None, "")), log=outcome.log)
+    run_id = track.log_system(outcome.result, folder, dataset=dataset, uri=workspace.tracking_uri) if tracked else None
+    return SystemDone(outcome, folder, run_id)

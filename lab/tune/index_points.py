@@ -20,15 +20,13 @@ from typing import Any, Iterable
 
 from lab.config import DEFAULT_KS, EmbedConfig, SaveConfig, SearchConfig, to_dict
 from lab.engine import Engine
-from lab.eval.goldens import load_dataset
+from lab.eval.dataset_ref import DatasetRef
 
 
 @dataclass(frozen=True)
 class IndexPointUnit:
     """One evaluation store of a sweep and the candidate tables to search on it."""
-    dataset: str
-    datasets_root: str
-    observations: bool
+    data: DatasetRef  # portable: its root resolved on the driver
     save: SaveConfig
     configs: tuple[SearchConfig, ...]  # one per index-time group on this store (search depth)
     root: Path  # the driver's evaluation root
@@ -40,19 +38,16 @@ def build_index_point(unit: IndexPointUnit) -> str:
     """Build ``unit``'s store and candidate tables into the shared root (on a worker); returns the
     store's folder name."""
     from lab.embed.registry import make_embedder  # heavy: the model backends
-    from lab.eval.candidate_cache import candidate_table  # heavy: numba
-    from lab.eval.stores import eval_retriever  # heavy: numba
+    from lab.eval.candidate_cache import open_candidates  # heavy: numba
 
-    dataset = load_dataset(unit.dataset, unit.datasets_root, observations=unit.observations)
     embedder = make_embedder(EmbedConfig(model=unit.model)) if unit.model else None
-    retriever = eval_retriever(dataset, unit.save, root=unit.root, embedder=embedder, embeddings=unit.embeddings)
-    for config in unit.configs:
-        candidate_table(retriever, dataset, config, depth=max(DEFAULT_KS), root=unit.root)
-    return Path(retriever.store.root).name
+    opened = open_candidates(unit.data.load(), unit.save, unit.configs, root=unit.root, depth=max(DEFAULT_KS),
+                             embeddings=unit.embeddings, embedder=embedder)
+    return Path(opened.retriever.store.root).name
 
 
 def index_point_units(points: Iterable[dict[str, Any]], base: SearchConfig, make_save, make_search, *,
-                      dataset: str, datasets_root: str, observations: bool, root: Path, embeddings: Path,
+                      data: DatasetRef, root: Path, embeddings: Path,
                       model: str | None, skip: set[str]) -> list[IndexPointUnit]:
     """The units ``points`` need, one per distinct save configuration, leaving out the index-time
     keys in ``skip`` (groups the driver has already); ``make_save``/``make_search`` map a point to
@@ -64,8 +59,8 @@ def index_point_units(points: Iterable[dict[str, Any]], base: SearchConfig, make
             continue
         entry = stores.setdefault(json.dumps(to_dict(save), sort_keys=True), (save, {}))
         entry[1].setdefault(group_key(save, config), config)  # the first point's, as the driver's group
-    return [IndexPointUnit(dataset, datasets_root, observations, save, tuple(configs.values()), root, embeddings,
-                           model) for save, configs in stores.values()]
+    return [IndexPointUnit(data, save, tuple(configs.values()), root, embeddings, model)
+            for save, configs in stores.values()]
 
 
 def group_key(save: SaveConfig, config: SearchConfig) -> str:

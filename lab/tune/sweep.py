@@ -22,7 +22,7 @@ from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig
 from lab.engine import Engine
 from lab.errors import LabError, ValidationError
 from lab.eval.dataset import EvalDataset
-from lab.eval.goldens import load_dataset, portable_ref
+from lab.eval.dataset_ref import DatasetOptions, DatasetRef
 from lab.tune.batch import EXACT_PATH_LEVERS, BatchScorer, exact_path_reasons
 from lab.tune.index_points import build_index_points, group_key, index_point_units
 from lab.tune.output import log_sweep, summary, write_sweep
@@ -111,8 +111,9 @@ class _Sweeper:
         from lab.eval.report import config_from  # heavy: numba
 
         self.spec, self.root, self.embedder, self.progress, self.say = spec, root, embedder, progress, say
-        self.embeddings, self.engine, self.datasets = embeddings, engine, datasets
-        self.dataset = load_dataset(spec.dataset, datasets, observations=spec.observations)
+        self.embeddings, self.engine = embeddings, engine
+        self.data = DatasetRef(spec.dataset, datasets, options=DatasetOptions(spec.observations))
+        self.dataset = self.data.load()
         base_path = Path(spec.base)
         self.base = (config_from(None, base_path) if base_path.suffix in (".yaml", ".yml", ".json")
                      else config_from(spec.base, None))
@@ -130,8 +131,7 @@ class _Sweeper:
 
     def group_for(self, point: dict[str, Any]) -> _Group:
         """The group of the point's index-time settings (built, searched and cached on first use)."""
-        from lab.eval.candidate_cache import candidate_table, prepared_for  # heavy: numba
-        from lab.eval.stores import eval_retriever  # heavy: numba
+        from lab.eval.candidate_cache import open_candidates, prepared_for  # heavy: numba
 
         save = save_config(point)
         config = search_config(self.base, point)
@@ -139,25 +139,23 @@ class _Sweeper:
         if key not in self.groups:
             index_point = {k: v for k, v in point.items() if k.startswith("index.")}
             self.say(f"index point {len(self.groups) + 1}: {json.dumps(index_point)}")
-            retriever = eval_retriever(self.dataset, save, root=self.root, embedder=self.embedder,
-                                       progress=self.progress, embeddings=self.embeddings, engine=self.engine)
             # the depth `lab eval` uses, so a sweep and an evaluation share one cached table
-            cands, _ = candidate_table(retriever, self.dataset, config, depth=max(DEFAULT_KS), root=self.root)
-            self.groups[key] = _Group(retriever, BatchScorer(prepared_for(cands), self.dataset.qrels, self.qids,
-                                                             ks=self.ks))
+            opened = open_candidates(self.dataset, save, [config], root=self.root, depth=max(DEFAULT_KS),
+                                     embeddings=self.embeddings, embedder=self.embedder, progress=self.progress,
+                                     engine=self.engine)
+            self.groups[key] = _Group(opened.retriever, BatchScorer(prepared_for(opened.tables[0]), self.dataset.qrels,
+                                                                    self.qids, ks=self.ks))
         return self.groups[key]
 
     def build_ahead(self, points: list[dict[str, Any]]) -> None:
         """On Ray, the stores and candidate tables ``points`` need and the sweep lacks, built as one
         task each (lab.tune.index_points); locally each is built when first scored."""
-        if self.engine is None or self.engine.name == "local":
+        if self.engine is None or self.engine.in_process:
             return
         from lab.eval.stores import embeddings_dir, eval_root  # heavy: numba
 
         root = (self.root or eval_root()).resolve()
-        name, datasets = portable_ref(self.spec.dataset, self.datasets)
-        units = index_point_units(points, self.base, save_config, search_config, dataset=name, datasets_root=datasets,
-                                  observations=self.spec.observations, root=root,
+        units = index_point_units(points, self.base, save_config, search_config, data=self.data.portable(), root=root,
                                   embeddings=embeddings_dir(root, self.embeddings).resolve(),
                                   model=getattr(self.embedder, "model_id", None), skip=set(self.groups))
         if len(units) > 1:  # one alone is built here, as locally: a task would only add its start-up

@@ -1,0 +1,43 @@
+"""A dataset reference: which dataset, from which root, how it is loaded; small and picklable, it
+travels with a unit of work (a Ray task loads the dataset its driver named, from the same root)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lab.eval.dataset import EvalDataset
+from lab.eval.goldens import BUILT_IN, default_datasets, load_dataset
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """How a dataset is loaded beyond its defaults (LoCoMo's derived facts and summaries)."""
+
+    observations: bool = False
+    summaries: bool = False
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """``name``: locomo, scifact, demo, a golden .yaml, a LoCoMo or LongMemEval .json, a BEIR or
+    tables folder; ``root``: the datasets root the built-in names are read from (None: the
+    caller's workspace's, `at`); ``split``: BEIR's qrels split."""
+
+    name: str
+    root: str | Path | None = None
+    split: str = "train"
+    options: DatasetOptions = DatasetOptions()
+
+    def at(self, root: str | Path) -> "DatasetRef":
+        """This reference with ``root`` as its datasets root when it names none itself."""
+        return self if self.root else replace(self, root=root)
+
+    def load(self) -> EvalDataset:
+        return load_dataset(self.name, self.root, split=self.split, observations=self.options.observations,
+                            summaries=self.options.summaries)
+
+    def portable(self) -> "DatasetRef":
+        """This reference as another process (a Ray worker, maybe elsewhere) must read it: a path
+        made absolute (a worker's working folder is not the caller's) and the root resolved here."""
+        named = self.name if self.name in BUILT_IN or not Path(self.name).exists() else str(Path(self.name).resolve())
+        return replace(self, name=named, root=Path(self.root).resolve() if self.root else default_datasets().resolve())
