@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,30 +42,15 @@ from lab.pipeline import Pipeline
 from lab.retriever import require_query_model
 from lab.search.searcher import SearchRequest
 from lab.serve.bundle import Served, served_save_config
+from lab.serve.committer import Committer
+from lab.serve.jobs import Job, Observer
 from lab.serve.settings import Settings
-from lab.serve.work import Context, Create, Read, Write
+from lab.serve.work import Context, Read, Write
 from lab.store.location import is_uri
 from lab.store.layout import is_store
 from lab.store.store import Store
 
 log = logging.getLogger("lab.serve")
-
-
-@dataclass
-class Job:
-    work: Any  # a work item of lab.serve.work: Read for the reader threads, Write for the committer
-    future: Future
-    size: int = 1  # memories, for grouping creates
-
-
-class Observer:
-    """What the service reports as it works (the server's metrics implement it). A search or
-    assembly answered in a batch reports its share of the batch's time."""
-
-    def searched(self, queries: int, seconds: float) -> None: ...
-    def assembled(self, seconds: float) -> None: ...
-    def embedded(self, queries: int, seconds: float) -> None: ...
-    def committed(self, memories: int, seconds: float) -> None: ...
 
 
 def store_config(path: Path | str, served: Served) -> SaveConfig:
@@ -96,7 +81,7 @@ class MemoryService:
                  observer: Observer | None = None) -> None:
         self.settings = settings
         self.served = served
-        self.observer = observer or Observer()
+        self._observer = observer or Observer()
         path = settings.store if is_uri(settings.store) else Path(settings.store)  # a folder, or a URI
         self.pipeline = Pipeline.open(path, store_config(path, served), create=True, embedder=embedder)
         self.store = self.pipeline.store
@@ -109,12 +94,10 @@ class MemoryService:
         self.embed_lock = threading.Lock()
         self._reads: deque[Job] = deque()
         self._embedded: deque[tuple[Job, Any]] = deque()  # (job, its query vector), for the searcher
-        self._writes: deque[Job] = deque()
         self._read_cond = threading.Condition()
         self._embedded_cond = threading.Condition()
-        self._write_cond = threading.Condition()
-        self._closing = False
-        self._dirty_since: float | None = None  # first write after the last saved snapshot
+        self._closing = False  # no more reads are taken
+        self.committer = Committer(settings, self.pipeline, self.lock, self.embed_lock, self._observer)
         self.ready = threading.Event()
         self.startup_error: str | None = None
         # queries are embedded in model processes of their own (the GIL stays with searches and
@@ -145,7 +128,7 @@ class MemoryService:
         self._threads = [threading.Thread(target=self._embed_loop, args=(i,), name=f"lab-embedder-{i}", daemon=True)
                          for i in range(len(self._query_embedders))]
         self._threads += [threading.Thread(target=self._search_loop, name="lab-searcher", daemon=True),
-                         threading.Thread(target=self._write_loop, name="lab-committer", daemon=True)]
+                          self.committer.thread]
         for t in self._threads:
             t.start()
 
@@ -157,6 +140,14 @@ class MemoryService:
 
         return {"store": shown(self.pipeline.embedder.model_id), "query": shown(self.query_model),
                 "encoders": list(self.pipeline.config.index.models)}
+
+    @property
+    def observer(self) -> Observer:
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: Observer) -> None:  # the app's metrics, set after the service is made
+        self._observer = self.committer.observer = observer
 
     # ------------------------------------------------------------------ lifecycle
     def warm(self) -> None:
@@ -196,10 +187,9 @@ class MemoryService:
 
     def close(self) -> None:
         """Finish queued writes, then save the embedding cache and the changed index snapshots."""
-        with self._write_cond:
-            self._closing = True
-            self._write_cond.notify_all()
+        self.committer.close()
         with self._read_cond:
+            self._closing = True
             self._read_cond.notify_all()
         for t in self._threads:
             t.join(timeout=60)
@@ -230,13 +220,7 @@ class MemoryService:
         return job.future
 
     def submit_write(self, work: Write) -> Future:
-        job = Job(work, Future(), size=work.size if isinstance(work, Create) else 1)
-        with self._write_cond:
-            if self._closing:
-                raise ConflictError("the server is shutting down")
-            self._writes.append(job)
-            self._write_cond.notify()
-        return job.future
+        return self.committer.submit(work)
 
     # ------------------------------------------------------------------ the reader threads
     def _embed_loop(self, which: int) -> None:
@@ -314,113 +298,6 @@ class MemoryService:
             self.observer.assembled((assembled - searched) / contexts)
         for (job, _), answer in zip(group, answers):
             job.future.set_result(answer)
-
-    # ------------------------------------------------------------------ the committer thread
-    def _write_loop(self) -> None:
-        while True:
-            with self._write_cond:
-                while not self._writes and not self._closing:
-                    idle = self._idle_wait()
-                    if idle is not None and idle <= 0:
-                        break
-                    self._write_cond.wait(idle)
-                if not self._writes:
-                    if self._closing:
-                        return
-                    group: list[Job] = []
-                else:
-                    group = self._take_group()
-            if not group:
-                self._save_snapshots()
-                continue
-            group = [job for job in group if job.future.set_running_or_notify_cancel()]
-            if group and isinstance(group[0].work, Create):
-                self._commit_creates(group)
-            else:
-                for job in group:
-                    self._run_write(job)
-            if self._dirty_since is None:
-                self._dirty_since = time.monotonic()
-
-    def _idle_wait(self) -> float | None:
-        """Seconds until changed index snapshots are due to be saved; None when nothing changed."""
-        if self._dirty_since is None:
-            return None
-        return self._dirty_since + self.settings.snapshot_seconds - time.monotonic()
-
-    def _take_group(self) -> list[Job]:
-        """The next write, with the creates queued right behind it (called holding the condition)."""
-        first = self._writes.popleft()
-        if not isinstance(first.work, Create):
-            return [first]
-        group, size = [first], first.size
-        deadline = time.monotonic() + self.settings.group_wait_ms / 1000
-        while size < self.settings.group_max:
-            if self._writes:
-                nxt = self._writes[0]
-                if not isinstance(nxt.work, Create) or size + nxt.size > self.settings.group_max:
-                    break
-                group.append(self._writes.popleft())
-                size += nxt.size
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0 or self._closing:
-                break
-            self._write_cond.wait(left)
-        return group
-
-    def _save_snapshots(self) -> None:
-        """Writes went quiet: save the embedding cache and the changed index snapshots, so a
-        restart loads them instead of catching up from far behind."""
-        try:
-            with self.lock:
-                self.writer.flush()
-        except LabError as exc:
-            log.warning("saving index snapshots failed (kept in memory, retried later): %s", exc)
-        self._dirty_since = None
-
-    def _commit_creates(self, group: list[Job]) -> None:
-        records = [r for job in group for r in job.work.records]
-        started = time.perf_counter()
-        try:
-            # validation reads no store: done once, outside the lock, for the embedding ahead and
-            # the outcomes below (save_many checks the records again itself)
-            rows = self.writer.validate(records)
-            if self.pipeline.cache is not None:
-                with self.lock:
-                    fresh = [r for r in rows if self.store.find_by_hash(r["namespace"], r["content_hash"]) is None]
-                    texts = self.writer.chunk_texts(fresh)
-                with self.embed_lock:  # the model runs outside the store lock: searches go on meanwhile
-                    self.writer.embed(texts)
-            with self.lock:
-                report = self.writer.save_many(records, progress=False)
-        except BaseException as exc:
-            if len(group) == 1:
-                group[0].future.set_exception(exc)
-                return
-            for job in group:  # one bad request must not fail the others: each alone
-                self._commit_creates([job])
-            return
-        self.observer.committed(len(records), time.perf_counter() - started)
-        created, claimed = set(report.created), set()
-        remaining = iter(rows)
-        for job in group:
-            outcomes = []
-            for row in (next(remaining) for _ in job.work.records):
-                rid = report.id_map.get(row["id"], row["id"])
-                fresh = rid in created and rid not in claimed
-                claimed.add(rid)
-                outcomes.append({"id": rid, "namespace": row["namespace"],
-                                 "status": "created" if fresh else "duplicate"})
-            job.future.set_result({"memories": outcomes, "version": report.version})
-
-    def _run_write(self, job: Job) -> None:
-        try:
-            with self.lock:
-                result = job.work.run(self.writer)
-            job.future.set_result(result)
-        except BaseException as exc:
-            job.future.set_exception(exc)
 
 
 def _groups(batch: list[tuple[Job, Any]]) -> list[list[tuple[Job, Any]]]:
