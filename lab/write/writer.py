@@ -21,8 +21,9 @@ from lab.store.ingest import find_dataset_files, read_records
 from lab.store.layout import StoreVersion
 from lab.store.records import chunk_index_hash, normalize_edge, normalize_memory, utcnow, validate_id
 from lab.store.store import Store
-from lab.write.check import repair_tables
+from lab.write.lock import locked
 from lab.write.rows import chunk_records, chunk_rows
+from lab.write.upkeep import Upkeep
 from lab.progress import progress
 
 EDITABLE = (
@@ -53,31 +54,6 @@ class IngestReport:
         }
 
 
-def _locked(method):
-    """Run a write under the store's writer lock, after catching the loaded indexes up with what
-    other processes committed: our own commit then lands on an index that already holds theirs,
-    and the de-duplication check and the commit are one step no other writer can come between."""
-    import functools
-
-    @functools.wraps(method)
-    def run(self: "Writer", *args: Any, **kwargs: Any) -> Any:
-        if self.store.read_only:
-            return method(self, *args, **kwargs)  # refused inside, with the read-only message
-        with self.store.write_lock():
-            self.indexes.catch_up()
-            before = self.store.known_version()
-            result = method(self, *args, **kwargs)
-            # nobody else committed meanwhile (we hold the lock): loaded indexes this write did not
-            # touch are as current after it as they were before
-            self.indexes.advance(before, self.store.known_version())
-            return result
-
-    return run
-
-
-# `compact` rebuilds an index when this share of its chunk labels is dead (masked, still in the
-# hnswlib graph and the BM25 main index), else keeps it: a rebuild of a million chunks takes most of an hour
-REBUILD_DEAD_SHARE = 0.2
 EMBED_AHEAD_MIN = 64  # a save of at least this many new memories shows its embedding progress
 
 
@@ -85,9 +61,10 @@ def _progress(iterable: Iterable, total: int, desc: str, enabled: bool):
     return progress(iterable, total=total, desc=desc, unit="batch", enabled=enabled)
 
 
-class Writer:
+class Writer(Upkeep):
     """Every change to a store goes through here. Indexes are kept in step on write: those loaded
-    are updated at once, the others are brought up to date and saved by ``flush``."""
+    are updated at once, the others are brought up to date and saved by ``flush``. Repair,
+    rebuilds and compaction (the writes that change no memory) are ``Upkeep``'s."""
     def __init__(self, store: Store, config: SaveConfig, embedder: Embedder, indexes: IndexManager,
                  cache: EmbeddingCache | None = None, engine: Engine | None = None) -> None:
         self.store = store
@@ -97,7 +74,7 @@ class Writer:
         self.cache = cache
         self.engine: Engine = engine or LocalEngine()  # where the model calls run (lab.engine)
 
-    @_locked
+    @locked
     def flush(self) -> list[str]:
         """Make what was written durable beyond the store: the embedding cache and the indexes
         writes changed (saved as snapshots, so the next reader loads instead of rebuilding)."""
@@ -147,7 +124,7 @@ class Writer:
             out.append((where, normalize_memory(raw, now=now, namespace=namespace, where=where)))
         return out
 
-    @_locked
+    @locked
     def save_many(self, records: Records, namespace: str | None = None, *, batch_size: int = 512,
                   progress: bool = True) -> IngestReport:
         """Validate, de-duplicate, chunk, embed, commit and index a batch of memories.
@@ -199,7 +176,7 @@ class Writer:
         report.seconds = time.perf_counter() - started
         return report
 
-    @_locked
+    @locked
     def ingest(self, path: str | Path, namespace: str | None = None, *, progress: bool = True) -> IngestReport:
         """Load a memories file or folder (memories + edges) after validating all of it."""
         memories_path, edges_path = find_dataset_files(path)
@@ -250,7 +227,7 @@ class Writer:
                 self.indexes.mark_written(ns)
 
     # ------------------------------------------------------------------ editing
-    @_locked
+    @locked
     def update(self, memory_id: str, **changes: Any) -> dict[str, Any]:
         """Change fields of a memory; a change of content, title or tags re-chunks and re-embeds it."""
         unknown = sorted(set(changes) - set(EDITABLE))
@@ -299,7 +276,7 @@ class Writer:
             raise NotFoundError(f"field 'superseded_by': no memory {superseder!r} in namespace {namespace!r} "
                                 "(a memory is superseded only by one of its own namespace)", field="superseded_by")
 
-    @_locked
+    @locked
     def delete(self, ids: Sequence[str] | str, *, hard: bool = False) -> int:
         """Soft delete (mark invalid, kept and hidden from valid-only search) or hard delete."""
         ids = [ids] if isinstance(ids, str) else list(ids)
@@ -328,47 +305,35 @@ class Writer:
             self.indexes.touch(ns, version)
         return len(rows)
 
-    @_locked
+    @locked
     def delete_namespace(self, namespace: str) -> dict[str, int]:
         """Delete a namespace, its memories, edges and indexes."""
         counts = self.store.delete_namespace(namespace)
         self.indexes.forget(namespace)
         return counts
 
-    @_locked
+    @locked
     def add_edges(self, edges: Iterable[Mapping[str, Any]], namespace: str | None = None) -> int:
         now = utcnow()
         rows = [normalize_edge(e, now=now, namespace=namespace, where=f"edge {i}: ") for i, e in enumerate(edges)]
         return self.store.edges_table.add(rows)
 
-    @_locked
+    @locked
     def remove_edges(self, src: str, dst: str, relation: str | None = None) -> int:
         """Remove the edges src -> dst (of one relation, or all); NotFoundError when there is none."""
         return self.store.edges_table.remove(src, dst, relation)
 
-    @_locked
+    @locked
     def create_namespace(self, name: str, description: str = "") -> bool:
         """Create an empty namespace (ConflictError when it exists)."""
         return self.store.namespaces_table.create(name, description)
 
-    @_locked
+    @locked
     def record_access(self, ids: Sequence[str], *, context: str = "search") -> int:
         """Log that memories were served (frequency and last-access signals read the log)."""
         return self.store.record_access(ids, context=context)
 
-    @_locked
-    def repair(self) -> dict[str, Any]:
-        """Take damaged files out of their tables, remove leftover index folders, chunk again
-        memories whose chunks were lost, and rebuild and save every index."""
-        done = repair_tables(self.store)
-        self.indexes.forget_all()  # built on the tables as they were: start from the store again
-        visible = set(self.store.chunks(embeddings=False)["memory_id"].to_list())
-        lost = sorted(set(self.store.memories()["id"].to_list()) - visible)
-        done["memories_rechunked"] = self.rechunk(lost) if lost else 0
-        done["indexes_rebuilt"] = self.build()
-        return done
-
-    @_locked
+    @locked
     def rechunk(self, ids: Sequence[str]) -> int:
         """Chunk, embed and index memories again from their stored rows (repair, after the chunks
         they had were lost); the rows themselves are written back unchanged."""
@@ -379,27 +344,3 @@ class Writer:
         version = self.store.replace(rows, chunks)
         self._index_added(pl.from_arrow(chunks), [], version)
         return len(rows)
-
-    # ------------------------------------------------------------------ maintenance
-    @_locked
-    def build(self, namespace: str | None = None) -> list[str]:
-        """Rebuild the indexes of one namespace (or all) from the store and save them."""
-        namespaces = [namespace] if namespace is not None else self.store.namespaces()
-        for ns in namespaces:
-            self.indexes.build(ns)
-        self.indexes.save_changed()
-        return namespaces
-
-    @_locked
-    def compact(self, *, vacuum_hours: float | None = None) -> dict[str, Any]:
-        """Compact the store's tables and the embedding cache; rebuild the indexes worn by deletes
-        (REBUILD_DEAD_SHARE of their chunk labels dead) and keep the others, saved at the new version."""
-        report = self.store.compact(vacuum_hours=vacuum_hours)
-        if self.cache is not None:
-            report["embedding_cache_parts_merged"] = self.cache.compact()
-        rebuilt, kept = [], []
-        for ns in self.store.namespaces():
-            (rebuilt if self.indexes.keep_or_rebuild(ns, REBUILD_DEAD_SHARE) else kept).append(ns)
-        self.indexes.save_changed()
-        report["indexes_rebuilt"], report["indexes_kept"] = rebuilt, kept
-        return report
