@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -158,6 +158,15 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
         if op.mcp is not None:
             add(op)
 
+    add_resources(server, state, who, local, root)
+    return server
+
+
+def add_resources(server: MCPServer, state: AppState, who: Callable[[Context], Caller],
+                  local: LocalPolicy | None, root: tuple[str, ...]) -> None:
+    """The server's resources: a namespace's statistics (for a caller that may read it), the
+    status, and on stdio the namespaces the local user may read; ``root``: what names the store
+    in a message, hidden from clients."""
     @server.resource("lab://namespaces/{namespace}/stats", name="namespace stats", mime_type="application/json",
                      description="memories, chunks, edges and index state of one namespace")
     async def namespace_stats(namespace: str, ctx: Context) -> str:
@@ -189,5 +198,3 @@ def build_server(state: AppState, local: LocalPolicy | None = None) -> MCPServer
                          description="the namespaces this session may read")
         async def namespace_list() -> str:
             return json.dumps(await anyio.to_thread.run_sync(lambda: ops.namespaces(state, local.caller())))
-
-    return server

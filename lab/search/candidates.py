@@ -125,6 +125,36 @@ def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: Na
         _rows(out, q.qid, nsview.ids, name, positions, values, ranked=False)
 
 
+def _allowed(config: SearchConfig, nsview: NamespaceView, analysis: QueryAnalysis) -> tuple[np.ndarray, np.ndarray]:
+    """Which memories of ``nsview`` may be candidates (the filters, a temporal filter's window,
+    derived facts left out with "sources_only"), and which facts the derived view ranks."""
+    allowed = nsview.mask(config.filters)
+    in_window = None
+    if config.analysis.temporal == "filter" and analysis.window is not None:
+        w = analysis.window
+        in_window = (nsview.created_s >= w.start.timestamp()) & (nsview.created_s < w.end.timestamp())
+        allowed = allowed & in_window
+    # the derived view ranks the facts passing the filters; with "sources_only" nothing else does
+    facts = (allowed & nsview.derived_mask if nsview.derived_from and "derived" in config.views
+             else allowed)  # (the derived view alone reads it, and ranks nothing without facts)
+    if nsview.derived_from and config.derived_facts == "sources_only":
+        allowed = nsview.mask(config.filters, without_derived=True)
+        allowed = allowed if in_window is None else allowed & in_window
+    return allowed, facts
+
+
+def _feature_pool(nsview: NamespaceView, listed: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """The positions whose features are computed: the listed candidates and, in a store with
+    episodes, the allowed turns just before and after each (features only, no list): a neighbour
+    boost can then lift an answer next to its question."""
+    if not (len(listed) and nsview.has_episodes()):
+        return listed
+    before, after = nsview.adjacent_turns()
+    around = np.concatenate([before[listed], after[listed]])
+    around = around[around >= 0]
+    return np.union1d(listed, around[allowed[around]])
+
+
 def candidates(
     snapshots: Mapping[str, NamespaceSnapshot],
     queries: Sequence[Query],
@@ -159,18 +189,7 @@ def candidates(
         ids = nsview.ids
         ref = reference_time(config, nsview)
         analysis = analyses[i] if analyses is not None else query_analysis(q.text, config, ref)
-        allowed = nsview.mask(config.filters)
-        in_window = None
-        if config.analysis.temporal == "filter" and analysis.window is not None:
-            w = analysis.window
-            in_window = (nsview.created_s >= w.start.timestamp()) & (nsview.created_s < w.end.timestamp())
-            allowed = allowed & in_window
-        # the derived view ranks the facts passing the filters; with "sources_only" nothing else does
-        facts = (allowed & nsview.derived_mask if nsview.derived_from and "derived" in config.views
-                 else allowed)  # (the derived view alone reads it, and ranks nothing without facts)
-        if nsview.derived_from and config.derived_facts == "sources_only":
-            allowed = nsview.mask(config.filters, without_derived=True)
-            allowed = allowed if in_window is None else allowed & in_window
+        allowed, facts = _allowed(config, nsview, analysis)
         allowed_labels = nsview.labels_passing(id(idx), idx.memory_of, allowed)
         lists: dict = {}
         signal_input = SignalInput(q.text, qvec, nsview, idx, allowed, allowed_labels, facts, analysis, ref,
@@ -194,15 +213,8 @@ def candidates(
         # features of every candidate, for query-time post-processing
         listed = np.unique(np.concatenate([positions for positions, _ in lists.values()] or [np.zeros(0)])
                            ).astype(np.int64)
-        pool = listed
+        pool = _feature_pool(nsview, listed, allowed)
         ep_of, turn_of = nsview.episode_turns()
-        if len(listed) and nsview.has_episodes():
-            # the turns just before and after each candidate join the pool (features only, no
-            # list): a neighbour boost can then lift an answer next to its question
-            before, after = nsview.adjacent_turns()
-            around = np.concatenate([before[listed], after[listed]])
-            around = around[around >= 0]
-            pool = np.union1d(listed, around[allowed[around]])
         if len(pool):
             _feature_rows(out, q, nsview, idx, qvec, ref, pool, listed, ep_of, turn_of)
         out["qid"].append(q.qid); out["memory_id"].append(""); out["signal"].append("_intent")
