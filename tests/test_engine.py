@@ -49,8 +49,12 @@ def ray_engine():
 
 
 def test_the_local_engine_is_the_default_and_never_imports_ray(tmp_path):
+    # the default model (the real one) over 40 of the demo's memories: the whole of the default path, model
+    # load and embedding included, without embedding the other 307 (they would prove nothing more)
+    memories = tmp_path / "memories.jsonl"
+    memories.write_text("\n".join((DEMO / "memories.jsonl").read_text().splitlines()[:40]) + "\n")
     code = ("import sys; from lab.cli import main; "
-            f"code = main(['ingest', {str(DEMO)!r}, '--store', {str(tmp_path / 's')!r}, '--create', '--quiet']); "
+            f"code = main(['ingest', {str(memories)!r}, '--store', {str(tmp_path / 's')!r}, '--create', '--quiet']); "
             "print('ray' in sys.modules, code)")
     env = {**os.environ, "LAB_ENGINE": ""}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
@@ -69,16 +73,6 @@ def test_ingest_on_ray_gives_the_local_store(tmp_path, ray_engine):
     assert chunks_l.drop(vector).equals(chunks_r.drop(vector))
     a, b = np.vstack(chunks_l[vector].to_list()), np.vstack(chunks_r[vector].to_list())
     assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6
-
-
-def test_the_real_model_on_ray_gives_the_local_vectors(ray_engine):
-    from lab.embed.registry import make_embedder
-
-    embedder = make_embedder(EmbedConfig())
-    texts = [line for line in (DEMO / "memories.jsonl").read_text().splitlines()[:150]]
-    local = embedder.embed(texts)
-    remote = ray_engine.embed(embedder, texts)
-    assert remote.shape == local.shape and np.abs(remote - local).max() <= 1e-6
 
 
 def test_an_unreachable_ray_address_is_named_in_seconds():
@@ -113,33 +107,6 @@ def test_the_engine_flags_resolve_at_the_edge(tmp_path, capsys):
     assert main(["ingest", str(DEMO), "--store", str(tmp_path / "s"), "--create", "--ray-address", "127.0.0.1:1"]) == 2
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()  # refused before a store was made
-
-
-@pytest.fixture
-def two_node_cluster():
-    """A real Ray cluster of two nodes on this machine, one CPU each, as separate processes on
-    loopback without a token (tests/ray_cluster.py; token authentication: tests/test_ray_faults.py)."""
-    from ray_cluster import two_node_cluster as start
-
-    with start() as cluster:
-        yield cluster.address, cluster.env
-
-
-@pytest.mark.slow
-def test_ingest_through_a_two_node_cluster_gives_the_local_store(tmp_path, two_node_cluster):
-    address, cluster_env = two_node_cluster
-    env = {**cluster_env, "LAB_ENGINE": "", "RAY_ADDRESS": ""}
-    for name, extra in (("local", []), ("ray", ["--ray-address", address])):
-        store = str(tmp_path / name)
-        for argv in (["init", "--store", store, "--model", FAKE_MODEL],
-                     ["ingest", str(DEMO), "--store", store, "--quiet", *extra]):
-            proc = subprocess.run([sys.executable, "-m", "lab", *argv], capture_output=True, text=True, timeout=600,
-                                  cwd=ROOT, env=env)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-        if extra:
-            assert f"engine: ray ({address}, 2 workers)" in proc.stderr
-    (mem_l, chunks_l), (mem_r, chunks_r) = _store_rows(tmp_path / "local"), _store_rows(tmp_path / "ray")
-    assert mem_l.height == 347 and mem_l.equals(mem_r) and chunks_l.equals(chunks_r)  # the fake model is exact
 
 
 @pytest.mark.slow
@@ -203,6 +170,8 @@ def _worker_pids() -> list[int]:
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_embedding_is_replaced_and_the_vectors_equal_a_clean_run(ray_engine):
+    """The real model on Ray gives the local vectors, a worker SIGKILLed mid-embedding included: the
+    other worker's batches are a clean Ray run, the killed one's are redone by its replacement."""
     import signal
     import threading
 
@@ -233,6 +202,7 @@ def test_a_worker_killed_mid_embedding_is_replaced_and_the_vectors_equal_a_clean
     thread.join()
     assert killed, "no worker was seen to kill"
     local = embedder.embed(texts)
+    assert remote.shape == local.shape == (len(texts), embedder.dim)
     assert np.abs(remote - local).max() <= 1e-6
 
 
@@ -263,23 +233,56 @@ def test_a_driver_killed_mid_embedding_leaves_the_store_as_it_was_and_a_rerun_co
     assert Store.open(store).memories().height == 347
 
 
+@pytest.fixture(scope="module")
+def two_node_cluster():
+    """A real Ray cluster of two nodes on this machine, one CPU each, as separate processes on
+    loopback without a token (tests/ray_cluster.py; token authentication: tests/test_ray_faults.py);
+    one for the module: each test that uses it runs its own commands on it, as users share a cluster (its tests are
+    next to each other, so that it runs only while they do)."""
+    from ray_cluster import two_node_cluster as start
+
+    with start() as cluster:
+        yield cluster.address, cluster.env
+
+
 @pytest.mark.slow
-def test_systems_evaluated_as_ray_tasks_give_the_local_run_files(tmp_path):
-    """Each system is a unit of its own (a Ray task on Ray); the driver writes every run folder."""
+def test_ingest_through_a_two_node_cluster_gives_the_local_store(tmp_path, two_node_cluster):
+    address, cluster_env = two_node_cluster
+    env = {**cluster_env, "LAB_ENGINE": "", "RAY_ADDRESS": ""}
+    for name, extra in (("local", []), ("ray", ["--ray-address", address])):
+        store = str(tmp_path / name)
+        for argv in (["init", "--store", store, "--model", FAKE_MODEL],
+                     ["ingest", str(DEMO), "--store", store, "--quiet", *extra]):
+            proc = subprocess.run([sys.executable, "-m", "lab", *argv], capture_output=True, text=True, timeout=600,
+                                  cwd=ROOT, env=env)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        if extra:
+            assert f"engine: ray ({address}, 2 workers)" in proc.stderr
+    (mem_l, chunks_l), (mem_r, chunks_r) = _store_rows(tmp_path / "local"), _store_rows(tmp_path / "ray")
+    assert mem_l.height == 347 and mem_l.equals(mem_r) and chunks_l.equals(chunks_r)  # the fake model is exact
+
+
+@pytest.mark.slow
+def test_systems_evaluated_as_ray_tasks_give_the_local_run_files(tmp_path, two_node_cluster):
+    """Each system is a unit of its own (a Ray task on the two-node cluster); the driver writes every
+    run folder."""
     import json
 
     from conftest import demo_golden_subset
 
+    address, cluster_env = two_node_cluster
     golden = demo_golden_subset(tmp_path / "golden", 40)  # each system embeds every question: 40 prove it
     outs = {}
     for name in ("local", "ray"):
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env.update({"LAB_ENGINE": name, "LAB_EVAL_ROOT": str(tmp_path / name / "eval")})
+        env = {**cluster_env, "LAB_ENGINE": name, "RAY_ADDRESS": address if name == "ray" else "",
+               "LAB_EVAL_ROOT": str(tmp_path / name / "eval")}
         proc = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", str(golden), "--system", "lab",
                                "tests.toy_systems:WordOverlap",
                                "--no-track", "--quiet", "--out", str(tmp_path / name / "runs")],
                               capture_output=True, text=True, timeout=1200, cwd=ROOT, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        if name == "ray":
+            assert f"engine: ray ({address}, 2 workers)" in proc.stderr, proc.stderr[-3000:]
         outs[name] = {p.name: p for p in (tmp_path / name / "runs").iterdir()}
     assert sorted(outs["local"]) == sorted(outs["ray"]) == ["demo-system-lab", "demo-system-word-overlap"]
     for run in outs["local"]:
@@ -292,24 +295,32 @@ def test_systems_evaluated_as_ray_tasks_give_the_local_run_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_encoder_added_on_ray_caches_the_local_vectors(tmp_path):
+def test_an_encoder_added_on_ray_caches_the_local_vectors(tmp_path, two_node_cluster):
+    """The same store (built locally with the fake model) gains MiniLM on the local engine and on the
+    two-node cluster: every vector the real model made on Ray is the local one."""
     from lab.embed.embedding_cache import EmbeddingCache
     from lab.embed.registry import make_embedder
 
+    address, cluster_env = two_node_cluster
     # 120 of the demo's memories: every one is embedded twice by the real model (here and on Ray)
     memories = tmp_path / "memories.jsonl"
     memories.write_text("\n".join((DEMO / "memories.jsonl").read_text().splitlines()[:120]) + "\n")
     caches = {}
     for name in ("local", "ray"):
-        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "LAB_EMBED_CACHE")}
-        env["LAB_ENGINE"] = name
+        env = {k: v for k, v in cluster_env.items() if k != "LAB_EMBED_CACHE"}
+        env.update({"LAB_ENGINE": "local", "RAY_ADDRESS": ""})
         store = tmp_path / name
+        # (the store is made and filled locally either way: ingest on Ray is test_ingest_*'s)
         for argv in (["init", "--store", str(store), "--model", FAKE_MODEL],
                      ["ingest", str(memories), "--store", str(store), "--quiet"],
                      ["store", "encoders", "--add", "minilm", "--store", str(store), "--quiet"]):
+            if argv[0] == "store" and name == "ray":
+                env.update({"LAB_ENGINE": "ray", "RAY_ADDRESS": address})
             proc = subprocess.run([sys.executable, "-m", "lab", *argv], capture_output=True, text=True, timeout=900,
                                   cwd=ROOT, env=env)
             assert proc.returncode == 0, proc.stderr[-3000:]
+        if name == "ray":
+            assert f"engine: ray ({address}, 2 workers)" in proc.stderr, proc.stderr[-3000:]
         minilm = make_embedder(EmbedConfig())
         caches[name] = EmbeddingCache(store / "cache" / "embeddings", minilm.model_id, minilm.dim)
     local, remote = caches["local"], caches["ray"]
