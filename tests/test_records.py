@@ -15,10 +15,21 @@ def test_valid_namespaces(name):
     assert validate_namespace(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "../etc", "a//b", "/a", "a/", "a/../b", "a/b/c/d/e", "a/con", "a/.x", "a\\b", "..", "a..b", ".hidden", "A" * 65, "sp ace", None, 3])
+@pytest.mark.parametrize("name", ["", "../etc", "a//b", "/a", "a/", "a/../b", "a/b/c/d/e", "a/con", "a/.x", "a\\b", "..", "a..b", ".hidden", "A" * 65, "sp ace", None, 3,
+                                  "a\n", "team-a/notes\n"])  # "$" of a plain match lets a trailing newline through
 def test_invalid_namespaces_are_refused_with_a_clear_error(name):
     with pytest.raises(ValidationError, match="namespace"):
         validate_namespace(name)
+
+
+@pytest.mark.parametrize("value", ["m1\n", "a\n", "conv-26:D1:3\n"])
+def test_an_id_ending_in_a_newline_is_refused_naming_it(value):
+    import re
+
+    from lab.store.records import validate_id
+
+    with pytest.raises(ValidationError, match=f"invalid id {re.escape(repr(value))}"):
+        validate_id(value)
 
 
 def test_a_nested_namespace_has_its_own_flat_index_folder():

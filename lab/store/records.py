@@ -11,7 +11,7 @@ from lab.config import parse_time
 from lab.errors import ValidationError
 from lab.schema import EDGE_RELATIONS, MEMORY_TYPES
 
-NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # one segment of a namespace
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # one segment of a namespace; fullmatch: "$" alone lets a trailing newline through
 MAX_NAMESPACE_SEGMENTS = 4  # "team-a/project-x": segments group namespaces for key permissions
 MAX_NAMESPACE_CHARS = 128
 NAMESPACE_FOLDER_SEP = "~"  # stands for "/" in a namespace's index folder; never valid in a name
@@ -43,7 +43,7 @@ def validate_namespace(name: Any) -> str:
         raise ValidationError(f"namespace must be a non-empty string, got {name!r}")
     segments = name.split("/")
     if (len(name) > MAX_NAMESPACE_CHARS or len(segments) > MAX_NAMESPACE_SEGMENTS
-            or any(".." in s or not NAMESPACE_RE.match(s) or s.endswith(".") for s in segments)):
+            or any(".." in s or not NAMESPACE_RE.fullmatch(s) or s.endswith(".") for s in segments)):
         raise ValidationError(
             f"invalid namespace {name!r}: use 1 to {MAX_NAMESPACE_SEGMENTS} segments joined by '/', each of "
             "1-64 characters from letters, digits, '_', '-', '.', starting with a letter or digit and "
@@ -63,7 +63,7 @@ def namespace_folder(name: str) -> str:
 
 
 def validate_id(value: Any, field: str = "id") -> str:
-    if not isinstance(value, str) or not ID_RE.match(value):
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
         raise ValidationError(
             f"invalid {field} {value!r}: use 1-200 characters from letters, digits and _.:@#/+- "
             "starting with a letter or digit"
