@@ -64,7 +64,7 @@ def test_a_system_and_presets_on_a_two_node_cluster_read_the_drivers_datasets_ro
             _eval(env, out, "--system", "lab", *flags)
     local, ray = tmp_path / "local" / "runs", tmp_path / "ray" / "runs"
     folders = sorted(p.name for p in local.iterdir())
-    assert folders == ["locomo+fake-hash-256-bm25", "locomo+fake-hash-256-lab", "locomo-system-lab"]
+    assert folders == ["locomo+fake-bm25", "locomo+fake-lab", "locomo-system-lab"]
     assert folders == sorted(p.name for p in ray.iterdir())
     for folder in folders:
         for f in ("run.trec", "run.parquet", "per_question.parquet"):
