@@ -6,7 +6,7 @@ process (``install``). The flow (`lab.flow`) takes the workspace as an argument 
 paths it needs down; the layers below it that are not handed a path ask ``current()`` for the
 installed one. No layer below the edges reads ``os.environ`` or installs a workspace (tests hold
 both). Without an installed workspace, library code runs on the built-in defaults, whatever the
-environment says.
+environment says; a Ray task installs the workspace its driver shipped with it (lab.engine.on_ray).
 
 The installed workspace is process-wide on purpose: these are settings of the process (its
 folders, its tracking store, its lock timeout), the same for every thread a server runs.
