@@ -168,6 +168,28 @@ def _check(q: Any, n: int, path: Path) -> None:
         raise ValidationError(f"{where} ({q['question_id']}): haystack fields differ in length: {sizes}")
 
 
+def _indexable_turns(turns: Any, where: str) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """A session's turns that can be indexed, with their positions, and how many empty ones were
+    skipped; a malformed turn, or evidence that cannot be indexed, is an error naming it."""
+    if not isinstance(turns, list):
+        raise ValidationError(f"{where}: a session is a list of turns")
+    kept, skipped = [], 0
+    for t, turn in enumerate(turns):
+        if not isinstance(turn, dict) or not isinstance(turn.get("content"), str):
+            raise ValidationError(f"{where} turn {t}: a turn is {{role, content}}")
+        if turn.get("has_answer") not in (None, True, False):
+            raise ValidationError(f"{where} turn {t}: has_answer must be true or false, got {turn['has_answer']!r}"[:300])
+        problem = _unindexable(turn["content"])
+        if problem and (turn.get("has_answer") or problem != EMPTY):
+            raise ValidationError(f"{where} turn {t}: {'an evidence turn (has_answer) ' if turn.get('has_answer') else ''}"
+                                  f"{problem}, so it cannot be indexed")
+        if problem:  # an empty turn, not evidence (the official S file has a few): nothing to find
+            skipped += 1
+            continue
+        kept.append((t, turn))
+    return kept, skipped
+
+
 def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
     """The file as an evaluation dataset (see the module's docstring); ``report`` carries the
     checksum check, and ``longmemeval`` (in ``report``) what its own metrics need."""
@@ -194,22 +216,9 @@ def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
         turns_of_answers, evidence = [], []
         for sid, date, turns in zip(q["haystack_session_ids"], q["haystack_dates"], q["haystack_sessions"]):
             created = parse_date(date, f"{path.name} {qid} session {sid}")
-            if not isinstance(turns, list):
-                raise ValidationError(f"{path.name} {qid} session {sid}: a session is a list of turns")
-            for t, turn in enumerate(turns):
-                if not isinstance(turn, dict) or not isinstance(turn.get("content"), str):
-                    raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: a turn is {{role, content}}")
-                if turn.get("has_answer") not in (None, True, False):
-                    raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: has_answer must be true or "
-                                          f"false, got {turn['has_answer']!r}"[:300])
-                problem = _unindexable(turn["content"])
-                if problem and (turn.get("has_answer") or problem != EMPTY):
-                    raise ValidationError(f"{path.name} {qid} session {sid} turn {t}: "
-                                          f"{'an evidence turn (has_answer) ' if turn.get('has_answer') else ''}"
-                                          f"{problem}, so it cannot be indexed")
-                if problem:  # an empty turn, not evidence (the official S file has a few): nothing to find
-                    skipped += 1
-                    continue
+            kept, empty = _indexable_turns(turns, f"{path.name} {qid} session {sid}")
+            skipped += empty
+            for t, turn in kept:
                 # the namespace in the id: questions of one file share distractor sessions, and
                 # an id is unique across a store
                 mid = f"{ns}:{sid}#{t}"
