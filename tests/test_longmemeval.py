@@ -111,9 +111,16 @@ def test_a_wrong_shaped_file_is_refused_naming_the_first_bad_field(tmp_path):
         lme.load_longmemeval(bad)
 
 
-def test_the_reader_streams_one_question_at_a_time(fixture, monkeypatch):
+def test_the_reader_streams_one_question_at_a_time(fixture, monkeypatch, tmp_path):
+    # two of the fixture's questions (an answerable one and an abstention, each a haystack of about 500
+    # turns): every question spans many reads and one ends where the next begins; the other four are
+    # more of the same at 97 bytes a read
+    both = json.loads(fixture.read_text())
+    two = tmp_path / fixture.name
+    two.write_text(json.dumps([both[0], both[-1]]))
+    assert not both[0]["question_id"].endswith("_abs") and both[-1]["question_id"].endswith("_abs")
     monkeypatch.setattr(lme, "CHUNK", 97)  # far smaller than one question: every question spans reads
-    assert list(lme.iter_questions(fixture)) == json.loads(fixture.read_text())
+    assert list(lme.iter_questions(two)) == [both[0], both[-1]]
 
 
 def test_abstention_questions_are_kept_apart(fixture, tmp_path):

@@ -327,22 +327,9 @@ def test_metrics_and_openapi(server):
         assert c.get("/docs").status_code == 200
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(bundle, tmp_path):
-    exe = os.path.join(os.path.dirname(sys.executable), "schemathesis")
-    server = Server(bundle, tmp_path / "store", "--rate", "100000", "--burst", "100000").start()
-    with server.client() as c:
-        c.post("/v1/namespaces", json={"name": "fuzz"})
-        mem(c, "fuzz", "a memory the fuzzer may find")
-    try:
-        got = subprocess.run(
-            [exe, "run", f"{server.url}/openapi.json", "--max-examples", "15", "--generation-deterministic",
-             "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
-             "--suppress-health-check", "all", "--request-timeout", "30", "--no-color"],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    finally:
-        server.stop()
-    assert got.returncode == 0, got.stdout[-6000:] + got.stderr[-2000:]
-    assert "Traceback" not in server.log()
+# (schemathesis over the served OpenAPI document, no 5xx and every status, type and body as
+# documented, no traceback in the log: the fault suite, group schema, in CI its short form; the full
+# form runs every phase with more examples, with the chat proxy on, and again with auth on.)
 
 
 # --------------------------------------------------------------------------- auth
