@@ -73,17 +73,21 @@ def __dir__() -> list[str]:
 
 
 def open_pipeline(path: str | Path, config: Any = None, *, embedder: Any = None, create: bool = False,
-                  pin: str | None = None, cache_dir: str | Path | None = None) -> "Pipeline":
-    """Open (or, with ``create``, create) the store at ``path`` with its save and search pipeline."""
+                  pin: str | None = None, cache_dir: str | Path | None = None, settings: Any = None) -> "Pipeline":
+    """Open (or, with ``create``, create) the store at ``path`` with its save and search pipeline;
+    ``settings``: a ``lab.store.settings.StoreSettings`` (``StoreSettings.of(workspace)``: a workspace's;
+    None: the built-in defaults)."""
     from lab.pipeline import Pipeline  # heavy: numba (import lab stays light)
 
-    return Pipeline.open(path, config, embedder=embedder, create=create, pin=pin, cache_dir=cache_dir)
+    return Pipeline.open(path, config, embedder=embedder, create=create, pin=pin, cache_dir=cache_dir, settings=settings)
 
 
-def open_retriever(path: str | Path, *, pin: str | None = None, search: Any = None, embedder: Any = None) -> "Retriever":
+def open_retriever(path: str | Path, *, pin: str | None = None, search: Any = None, embedder: Any = None,
+                   settings: Any = None) -> "Retriever":
     """Open the store at ``path`` read-only, at its latest version or pinned at ``pin`` ("M.C.E.A").
 
-    ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset)."""
+    ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset);
+    ``settings``: as `open_pipeline`'s."""
     from lab.retriever import Retriever  # heavy: numba (import lab stays light)
 
-    return Retriever.open(path, pin=pin, search=search, embedder=embedder)
+    return Retriever.open(path, pin=pin, search=search, embedder=embedder, settings=settings)

@@ -26,10 +26,10 @@ from lab.retriever import Retriever, require_model
 from lab.search.searcher import Result
 from lab.store.location import is_uri
 from lab.store.layout import StoreVersion, is_store
+from lab.store.settings import StoreSettings
 from lab.store.store import Store
 from lab.write import EDITABLE, IngestReport, Writer
 from lab.write.writer import Records
-from lab.workspace import current
 
 __all__ = ["EDITABLE", "IngestReport", "Pipeline"]
 
@@ -43,7 +43,7 @@ class Pipeline:
         self.config = config
         self.embedder = embedder
         self.cache: EmbeddingCache | None = None
-        cache_root = Path(cache_dir or current().embed_cache or store.root / "cache" / "embeddings")
+        cache_root = Path(cache_dir or store.settings.embed_cache or store.root / "cache" / "embeddings")
         if config.embed.cache:
             self.cache = EmbeddingCache(cache_root, embedder.model_id, embedder.dim)
         self.indexes = IndexManager(store, config.index, embedder.dim, embedder.model_id)
@@ -64,20 +64,22 @@ class Pipeline:
         pin: StoreVersion | str | None = None,
         cache_dir: str | Path | None = None,
         engine: Engine | None = None,
+        settings: StoreSettings | None = None,
     ) -> "Pipeline":
         """Open the store at ``path`` (creating it when ``create`` and absent).
 
         The chunking and embedding configuration is fixed when a store is created; opening it
         with another is refused, since its stored chunks were made with the first one. Index
         parameters may change: indexes are then rebuilt. With ``pin`` the store is read-only.
+        ``settings``: the edge's (lab.store.settings; None: the built-in defaults).
         """
         path = path if is_uri(path) else Path(path)  # a folder, or a URI (lab.store.location)
-        exists = is_store(path)
+        exists = is_store(path, settings)
         if not exists and not create:
             raise NotFoundError(f"no lab store at {path} (create one with `lab init --store {path}`)")
         stored = None
         if exists:
-            store = Store.open(path, pin=pin)
+            store = Store.open(path, pin=pin, settings=settings)
             stored = store.recorded_config()
         config = config or stored or SaveConfig()
         if embedder is None:
@@ -93,7 +95,8 @@ class Pipeline:
                         field=part)
             require_model(store, embedder)
         else:
-            store = Store.create(path, embed_model=embedder.model_id, dim=embedder.dim, save_config=to_dict(config))
+            store = Store.create(path, embed_model=embedder.model_id, dim=embedder.dim, save_config=to_dict(config),
+                                 settings=settings)
         pipe = cls(store, config, embedder, cache_dir, engine)
         if exists and not store.read_only and to_dict(config.index) != to_dict(stored.index):
             # new index parameters: recorded for readers, and every snapshot rebuilt and saved on close

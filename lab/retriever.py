@@ -32,6 +32,7 @@ from lab.search.presets import resolve
 from lab.search.view import NamespaceView, build_view
 from lab.store.layout import StoreVersion
 from lab.store.records import item_text, validate_namespace
+from lab.store.settings import StoreSettings
 from lab.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -104,15 +105,17 @@ class Retriever:
         cache: EmbeddingCache | None = None,
         query_model: str | Embedder | None = None,
         encoder_cache: Path | None = None,
+        settings: StoreSettings | None = None,
     ) -> "Retriever":
         """Open the store at ``path`` read-only: its latest version, or ``pin`` ("M.C.E.A").
 
         ``search`` is a SearchConfig, a preset name or a config file (default: the `lab` preset);
         the embedder defaults to the one the store was created with; ``query_model`` (an embedder,
         a model name, ``auto``: the fastest installed of the store's space, or ``store``) encodes
-        queries instead, if its vectors share the store's space.
+        queries instead, if its vectors share the store's space. ``settings``: the edge's
+        (lab.store.settings; None: the built-in defaults).
         """
-        store = Store.open(path, pin=pin, read_only=True)
+        store = Store.open(path, pin=pin, read_only=True, settings=settings)
         recorded = store.recorded_config()
         embedder = embedder or make_embedder(recorded.embed)
         indexes = IndexManager(store, index or recorded.index, embedder.dim, embedder.model_id, warn_on_build=True)

@@ -6,6 +6,7 @@ import numpy as np
 from lab.embed.embedding_cache import EmbeddingCache
 from lab.embed.fake import FakeEmbedder
 from lab.pipeline import Pipeline
+from lab.store.settings import StoreSettings
 from lab import workspace
 
 
@@ -46,12 +47,12 @@ def test_compact_merges_parts_and_keeps_vectors(tmp_path):
 
 
 def test_reingesting_unchanged_data_into_a_new_store_embeds_nothing(tmp_path, monkeypatch):
-    workspace.use(embed_cache=tmp_path / "shared-cache")
+    shared = StoreSettings.of(workspace.Workspace(embed_cache=tmp_path / "shared-cache"))  # $LAB_EMBED_CACHE's
     records = [{"namespace": "n", "content": f"memory {i}"} for i in range(40)]
-    first = Pipeline.open(tmp_path / "one", embedder=FakeEmbedder(), create=True)
+    first = Pipeline.open(tmp_path / "one", embedder=FakeEmbedder(), create=True, settings=shared)
     assert first.save_many(records, progress=False).embedded == 40
     first.close()
     emb = FakeEmbedder()
-    second = Pipeline.open(tmp_path / "two", embedder=emb, create=True)
+    second = Pipeline.open(tmp_path / "two", embedder=emb, create=True, settings=shared)
     report = second.save_many(records, progress=False)
     assert report.embedded == 0 and emb.calls == 0 and len(report.created) == 40

@@ -20,6 +20,7 @@ from lab.embed.fake import FakeEmbedder
 from lab.errors import ValidationError
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
+from lab.store.settings import StoreSettings
 
 RECORDS = [{"namespace": "n", "content": f"memory {i}: the {w} report is due on day {i}"}
            for i, w in enumerate(["budget", "travel", "garden", "violin", "mortgage", "marathon"] * 4)]
@@ -51,8 +52,8 @@ def lab(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 def test_keys_that_would_leave_the_snapshot_folder_are_skipped_and_the_snapshot_still_loads(tmp_path, on_moto, caplog):
     on_moto.bucket("planted")
     uri = "s3://planted/team"
-    workspace.use(store_cache=tmp_path / "machine-a")
-    with Pipeline.open(uri, embedder=FakeEmbedder(), create=True) as pipe:
+    on = StoreSettings(tmp_path / "machine-a")
+    with Pipeline.open(uri, embedder=FakeEmbedder(), create=True, settings=on) as pipe:
         pipe.save_many(RECORDS, progress=False)
     s3 = on_moto.client()
     folder = "team/indexes/n"
@@ -63,9 +64,9 @@ def test_keys_that_would_leave_the_snapshot_folder_are_skipped_and_the_snapshot_
     manifest = s3.get_object(Bucket="planted", Key=f"{folder}/manifest.json")["Body"].read()
     s3.put_object(Bucket="planted", Key=f"{folder}/manifest.json", Body=manifest + b" ")  # newer: readers fetch
 
-    workspace.use(store_cache=tmp_path / "machine-b")
+    on = StoreSettings(tmp_path / "machine-b")
     caplog.set_level(logging.DEBUG)
-    with Retriever.open(uri, embedder=FakeEmbedder()) as far:
+    with Retriever.open(uri, embedder=FakeEmbedder(), settings=on) as far:
         assert far.search(RECORDS[3]["content"], "n", k=1)[0].content == RECORDS[3]["content"]
     assert not absolute.exists() and not climbed.exists()
     assert not any(p.name.startswith("planted-") or p.name == "dot.txt" for p in (tmp_path / "machine-b").rglob("*"))
@@ -75,8 +76,8 @@ def test_keys_that_would_leave_the_snapshot_folder_are_skipped_and_the_snapshot_
     assert "failed verification" not in caplog.text and "no usable snapshot" not in caplog.text
 
     # the next writer's upload replaces the folder: the planted objects are gone
-    workspace.use(store_cache=tmp_path / "machine-a")
-    with Pipeline.open(uri, embedder=FakeEmbedder()) as pipe:
+    on = StoreSettings(tmp_path / "machine-a")
+    with Pipeline.open(uri, embedder=FakeEmbedder(), settings=on) as pipe:
         pipe.save("the harp lesson moved to Thursday", "n")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="planted", Prefix=folder + "/")["Contents"]]
     assert not [k for k in keys if "planted-" in k or "dot.txt" in k], keys
@@ -169,27 +170,27 @@ def test_fetch_places_a_key_only_inside_its_folder(tmp_path):
 
 def test_a_damaged_copy_here_is_fetched_again_not_rebuilt(tmp_path, caplog):
     uri = (tmp_path / "bucket" / "st").as_uri()
-    workspace.use(store_cache=tmp_path / "machine-a")
-    with Pipeline.open(uri, embedder=FakeEmbedder(), create=True) as pipe:
+    on = StoreSettings(tmp_path / "machine-a")
+    with Pipeline.open(uri, embedder=FakeEmbedder(), create=True, settings=on) as pipe:
         pipe.save_many(RECORDS, progress=False)
-    workspace.use(store_cache=tmp_path / "machine-b")
-    with Retriever.open(uri, embedder=FakeEmbedder()) as far:
+    on = StoreSettings(tmp_path / "machine-b")
+    with Retriever.open(uri, embedder=FakeEmbedder(), settings=on) as far:
         far.search("violin", "n", k=1)
         copy = far.indexes.directory("n")
     (copy / "labels.parquet").write_bytes(b"damaged on this machine")  # the manifest still matches the URI's
     caplog.set_level(logging.DEBUG)
-    with Retriever.open(uri, embedder=FakeEmbedder()) as far:
+    with Retriever.open(uri, embedder=FakeEmbedder(), settings=on) as far:
         assert far.search(RECORDS[5]["content"], "n", k=1)[0].content == RECORDS[5]["content"]
     assert "failed verification" not in caplog.text and "no usable snapshot" not in caplog.text
 
 
 def test_a_snapshot_missing_at_the_uri_is_uploaded_again_by_the_next_writer(tmp_path):
     at_uri = tmp_path / "bucket" / "st"
-    workspace.use(store_cache=tmp_path / "machine-a")
-    with Pipeline.open(at_uri.as_uri(), embedder=FakeEmbedder(), create=True) as pipe:
+    on = StoreSettings(tmp_path / "machine-a")
+    with Pipeline.open(at_uri.as_uri(), embedder=FakeEmbedder(), create=True, settings=on) as pipe:
         pipe.save_many(RECORDS, progress=False)
     (at_uri / "indexes" / "n" / "manifest.json").unlink()  # an upload cut off before its manifest
-    with Pipeline.open(at_uri.as_uri(), embedder=FakeEmbedder()) as pipe:  # a writer that writes nothing
+    with Pipeline.open(at_uri.as_uri(), embedder=FakeEmbedder(), settings=on) as pipe:  # a writer that writes nothing
         pipe.search("violin", "n", k=1)
     from lab.index.snapshot import verify
 

@@ -18,6 +18,7 @@ from lab.embed.fake import FakeEmbedder
 from lab.errors import ConflictError, ValidationError
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
+from lab.store.settings import StoreSettings
 
 RECORDS = [{"namespace": "n", "content": f"memory {i}: the {w} report is due on day {i}"}
            for i, w in enumerate(["budget", "travel", "garden", "violin", "mortgage", "marathon"] * 5)]
@@ -30,9 +31,9 @@ def contents(store) -> list[tuple]:
 
 
 def test_a_store_at_a_uri_keeps_its_files_there_and_reads_like_a_folder(tmp_path, caplog):
-    workspace.use(store_cache=tmp_path / "machine-a")
+    on = StoreSettings(tmp_path / "machine-a")
     uri = (tmp_path / "bucket" / "stores" / "team").as_uri()
-    with Pipeline.open(uri, embedder=FakeEmbedder(), create=True) as pipe, \
+    with Pipeline.open(uri, embedder=FakeEmbedder(), create=True, settings=on) as pipe, \
             Pipeline.open(tmp_path / "folder", embedder=FakeEmbedder(), create=True) as local:
         pipe.save_many(RECORDS, progress=False)
         local.save_many(RECORDS, progress=False)
@@ -45,12 +46,12 @@ def test_a_store_at_a_uri_keeps_its_files_there_and_reads_like_a_folder(tmp_path
     from lab.store.store import Store
 
     with pytest.raises(ConflictError, match="a store exists already at " + uri):
-        Store.create(uri, embed_model="fake", dim=8, save_config={})
+        Store.create(uri, embed_model="fake", dim=8, save_config={}, settings=on)
 
     # another machine (another working folder) reads it: the snapshot is fetched, not rebuilt
-    workspace.use(store_cache=tmp_path / "machine-b")
+    on = StoreSettings(tmp_path / "machine-b")
     caplog.set_level(logging.DEBUG, logger="lab.index.manager")
-    with Retriever.open(uri, embedder=FakeEmbedder()) as far, Retriever.open(tmp_path / "folder",
+    with Retriever.open(uri, embedder=FakeEmbedder(), settings=on) as far, Retriever.open(tmp_path / "folder",
                                                                             embedder=FakeEmbedder()) as near:
         query = "when is the violin report due"
         assert [h.memory_id for h in far.search(query, "n", k=5)] == [h.memory_id for h in near.search(query, "n", k=5)]
@@ -58,29 +59,44 @@ def test_a_store_at_a_uri_keeps_its_files_there_and_reads_like_a_folder(tmp_path
     assert (tmp_path / "machine-b").is_dir() and not any("machine-a" in str(p) for p in (tmp_path / "machine-b").rglob("*"))
 
     # a write on machine a is seen by machine b's next open, with the newer snapshot
-    workspace.use(store_cache=tmp_path / "machine-a")
-    with Pipeline.open(uri, embedder=FakeEmbedder()) as pipe:
+    on = StoreSettings(tmp_path / "machine-a")
+    with Pipeline.open(uri, embedder=FakeEmbedder(), settings=on) as pipe:
         added = pipe.save("the harp lesson moved to Thursday", "n").created[0]
-    workspace.use(store_cache=tmp_path / "machine-b")
-    with Retriever.open(uri, embedder=FakeEmbedder()) as far:
+    on = StoreSettings(tmp_path / "machine-b")
+    with Retriever.open(uri, embedder=FakeEmbedder(), settings=on) as far:
         assert far.search("the harp lesson moved to Thursday", "n", k=1)[0].memory_id == added
     assert "no usable snapshot" not in caplog.text
 
     # a deleted namespace leaves no snapshot at the URI either
-    workspace.use(store_cache=tmp_path / "machine-a")
-    with Pipeline.open(uri, embedder=FakeEmbedder()) as pipe:
+    on = StoreSettings(tmp_path / "machine-a")
+    with Pipeline.open(uri, embedder=FakeEmbedder(), settings=on) as pipe:
         pipe.delete_namespace("n")
     assert not (at_uri / "indexes" / "n").exists()
 
 
+def test_a_store_is_opened_with_the_settings_handed_to_it_not_the_installed_workspace(tmp_path):
+    """The edge hands the store its settings (issue 56): an installed workspace below the edges is
+    not read, and no settings means an uninstalled Workspace()'s defaults, as before."""
+    workspace.use(store_cache=tmp_path / "installed", write_lock_timeout=7, embed_cache=tmp_path / "installed-cache")
+    uri = (tmp_path / "bucket" / "handed").as_uri()
+    with Pipeline.open(uri, embedder=FakeEmbedder(), create=True,
+                       settings=StoreSettings(tmp_path / "handed", lock_timeout=3)) as pipe:
+        assert pipe.store.root.parent == tmp_path / "handed" and pipe.store.settings.lock_timeout == 3
+    assert not (tmp_path / "installed").exists() and not (tmp_path / "installed-cache").exists()
+    with Pipeline.open(tmp_path / "folder", embedder=FakeEmbedder(), create=True) as pipe:
+        assert pipe.store.settings == StoreSettings.of(workspace.Workspace()) == StoreSettings(
+            workspace.Workspace().store_cache, {}, workspace.Workspace().write_lock_timeout, None)
+        assert pipe.cache is None or pipe.cache.dir.parent == tmp_path / "folder" / "cache" / "embeddings"
+
+
 def test_a_prefix_holding_something_else_is_refused_and_a_bad_scheme_is_named(tmp_path):
-    workspace.use(store_cache=tmp_path / "cache")
+    on = StoreSettings(tmp_path / "cache")
     (tmp_path / "bucket" / "other").mkdir(parents=True)
     (tmp_path / "bucket" / "other" / "notes.txt").write_text("not a store")
     with pytest.raises(ConflictError, match="is not empty and holds no lab store; choose an empty prefix"):
-        Pipeline.open((tmp_path / "bucket" / "other").as_uri(), embedder=FakeEmbedder(), create=True)
+        Pipeline.open((tmp_path / "bucket" / "other").as_uri(), embedder=FakeEmbedder(), create=True, settings=on)
     with pytest.raises(ValidationError, match=r"store s4://b/x: unknown scheme 's4://'; a store is a folder or a URI"):
-        Pipeline.open("s4://b/x", embedder=FakeEmbedder(), create=True)
+        Pipeline.open("s4://b/x", embedder=FakeEmbedder(), create=True, settings=on)
     with pytest.raises(ValidationError, match=r"storage_options from \$LAB_STORAGE_OPTIONS: expected a JSON object"):
         workspace.Workspace.resolve({"LAB_STORAGE_OPTIONS": '["AWS_REGION"]'})
     assert workspace.Workspace.resolve({"LAB_STORAGE_OPTIONS": '{"AWS_ALLOW_HTTP": true}'}).storage == {
@@ -147,16 +163,16 @@ def test_a_store_on_an_s3_api_through_deltalake_and_pyarrow(tmp_path, monkeypatc
                 time.sleep(0.1)
         s3 = boto3.client("s3", endpoint_url=endpoint)
         s3.create_bucket(Bucket="memories")
-        workspace.use(store_cache=tmp_path / "machine-a")
+        on = StoreSettings(tmp_path / "machine-a")
         uri = "s3://memories/stores/team"
-        with Pipeline.open(uri, embedder=FakeEmbedder(), create=True) as pipe:
+        with Pipeline.open(uri, embedder=FakeEmbedder(), create=True, settings=on) as pipe:
             pipe.save_many(RECORDS, progress=False)
             written = contents(pipe.store)
         keys = {o["Key"] for o in s3.list_objects_v2(Bucket="memories")["Contents"]}
         assert "stores/team/lab-store.json" in keys and "stores/team/indexes/n/manifest.json" in keys
         assert any(k.startswith("stores/team/tables/chunks/_delta_log/") for k in keys)
-        workspace.use(store_cache=tmp_path / "machine-b")
-        with Retriever.open(uri, embedder=FakeEmbedder()) as far:
+        on = StoreSettings(tmp_path / "machine-b")
+        with Retriever.open(uri, embedder=FakeEmbedder(), settings=on) as far:
             assert contents(far.store) == written
             assert far.search(RECORDS[3]["content"], "n", k=1)[0].content == RECORDS[3]["content"]
         assert (tmp_path / "machine-b").is_dir()

@@ -83,15 +83,16 @@ def file_store_cases(work: Path) -> list[Outcome]:
     from lab.index.snapshot import IndexDamaged, verify
     from lab.pipeline import Pipeline
     from lab.retriever import Retriever
+    from lab.store.settings import StoreSettings
 
     at_uri, out = work / "bucket" / "st", []
     uri, before = at_uri.as_uri(), workspace.current()
     snap = at_uri / "indexes" / "n"
 
     def read(folder: str) -> tuple[bool, list[str]]:
-        workspace.use(store_cache=work / folder)
+        on = StoreSettings(work / folder)
         with logged("lab.index.manager", "lab.store.location") as lines:
-            with Retriever.open(uri, embedder=FakeEmbedder()) as far:
+            with Retriever.open(uri, embedder=FakeEmbedder(), settings=on) as far:
                 hit = far.search(RECORDS[5]["content"], "n", k=1)[0].content == RECORDS[5]["content"]
         return hit, lines
 
@@ -102,8 +103,8 @@ def file_store_cases(work: Path) -> list[Outcome]:
             return f"DAMAGED at the URI: {exc}"
 
     try:
-        workspace.use(store_cache=work / "writer")
-        with Pipeline.open(uri, embedder=FakeEmbedder(), create=True) as pipe:
+        writer = StoreSettings(work / "writer")
+        with Pipeline.open(uri, embedder=FakeEmbedder(), create=True, settings=writer) as pipe:
             pipe.save_many(RECORDS, progress=False)
         read("reader")
         copy = next((work / "reader").glob("file-*")) / "indexes" / "n"
@@ -116,15 +117,15 @@ def file_store_cases(work: Path) -> list[Outcome]:
         rebuilt = any("failed verification" in line and "stray.bin" in line for line in lines)
         out.append(Outcome(G, "file://: a stray object in the snapshot at the URI", "rebuilt from the store, one warning",
                            f"found {hit}; log {[line[:140] for line in lines[:2]]}", hit and rebuilt and len(lines) == 1))
-        workspace.use(store_cache=work / "writer")
-        with Pipeline.open(uri, embedder=FakeEmbedder()) as pipe:
+        writer = StoreSettings(work / "writer")
+        with Pipeline.open(uri, embedder=FakeEmbedder(), settings=writer) as pipe:
             pipe.save("the harp lesson moved to Thursday", "n")
         state = shared()
         out.append(Outcome(G, "file://: the next writer's upload replaces the bad snapshot", "verified, stray gone",
                            f"{state}; stray {'left' if (snap / 'stray.bin').exists() else 'gone'}",
                            state.startswith("at the URI") and not (snap / "stray.bin").exists()))
         (snap / "manifest.json").unlink()  # an upload cut off before its manifest
-        with Pipeline.open(uri, embedder=FakeEmbedder()) as pipe:
+        with Pipeline.open(uri, embedder=FakeEmbedder(), settings=writer) as pipe:
             pipe.search("violin", "n", k=1)
         state = shared()
         out.append(Outcome(G, "file://: a snapshot missing at the URI, a writer opens and closes",

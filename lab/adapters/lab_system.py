@@ -12,6 +12,7 @@ from lab.config import SaveConfig, SearchConfig
 from lab.embed.registry import make_embedder, query_model_name
 from lab.pipeline import Pipeline
 from lab.retriever import require_query_model
+from lab.store.settings import StoreSettings
 
 
 class LabSystem(MemorySystem):
@@ -21,13 +22,14 @@ class LabSystem(MemorySystem):
     this and lab over HTTP rank alike."""
 
     def __init__(self, folder: str | Path, config: SearchConfig, save: SaveConfig | None = None, *,
-                 query_model: str = "auto", embedder: Any = None, name: str = "lab") -> None:
+                 query_model: str = "auto", embedder: Any = None, name: str = "lab",
+                 stores: StoreSettings | None = None) -> None:
         self.name, self.config = name, config
         self.settings = {"preset": config.name, "query_model": query_model}
         self.folder = Path(folder)
         if self.folder.exists():
             shutil.rmtree(self.folder)  # a run starts from an empty store: the harness saves everything
-        self.pipe = Pipeline.open(self.folder, save or SaveConfig(), create=True, embedder=embedder)
+        self.pipe = Pipeline.open(self.folder, save or SaveConfig(), create=True, embedder=embedder, settings=stores)
         store_model = self.pipe.embedder.model_id
         wanted = embedder.model_id if embedder is not None else query_model_name(query_model, store_model)
         if wanted != store_model:

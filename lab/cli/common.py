@@ -62,6 +62,14 @@ def command_workspace(datasets: str | None = None, tracking_uri: str | None = No
     return workspace
 
 
+def store_settings():
+    """The store settings of the workspace `main` resolved (lab.store.settings), handed to every store opened."""
+    from lab.store.settings import StoreSettings
+    from lab.workspace import current
+
+    return StoreSettings.of(current())
+
+
 def check_tracking(args: argparse.Namespace) -> None:
     """Before a command's work: the tracking server it will log to answers (unless --no-track)."""
     if not getattr(args, "no_track", False):

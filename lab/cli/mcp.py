@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from lab.cli.common import store_settings
 from lab.cli.serve import add_network_flags, add_setting_flags, open_served
 
 
@@ -48,7 +49,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     policy = LocalPolicy(args.namespace, allow, args.read_only)
     if args.namespace and not policy.caller().can(args.namespace):
         raise ValidationError(f"--namespace {args.namespace!r} is outside --allow {list(allow)}")
-    service = MemoryService(settings, served)
+    service = MemoryService(settings, served, stores=store_settings())
     state = AppState(settings, service, keys, RateLimiter(settings.rate, settings.burst), Metrics(), auth_on=False)
     models = service.embedding_models()
     print(f"lab mcp (stdio): serving {served.source} (candidate {served.manifest.get('candidate')}, verdict GO) "

@@ -5,7 +5,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from lab.cli.common import default_store, print_hits, print_json, store_arg, terminal_safe
+from lab.cli.common import default_store, print_hits, print_json, store_arg, store_settings, terminal_safe
 from lab.cli.demo import demo_store
 
 
@@ -14,7 +14,7 @@ def _retriever(args: argparse.Namespace):
 
     # queries by the fastest model of the store's space, as `lab serve` encodes them (for a MiniLM
     # store the int8 ONNX export: a one-shot search loads no torch); --query-model store: its own
-    return Retriever.open(args.store, search=args.preset, query_model=args.query_model)
+    return Retriever.open(args.store, search=args.preset, query_model=args.query_model, settings=store_settings())
 
 
 def _check_before_loading(args: argparse.Namespace) -> None:
@@ -38,7 +38,7 @@ def _check_before_loading(args: argparse.Namespace) -> None:
     if not args.query.strip():
         raise ValidationError("the query is empty: give the text to search for")
     store = args.store  # a folder, or a URI (lab.store.location)
-    if not is_store(store):
+    if not is_store(store, store_settings()):
         raise NotFoundError(f"no lab store at {store} ({_where_to_look(store)})")
     for flag in ("preset", "assemble"):
         value = getattr(args, flag, None)
@@ -52,7 +52,7 @@ def _where_to_look(store: str) -> str:
     from lab.store.layout import is_store
 
     demo = demo_store()
-    if store == default_store() and store != demo and is_store(demo):
+    if store == default_store() and store != demo and is_store(demo, store_settings()):
         return f"the demo's store is {demo}: add --store {demo}; or create one with `lab init --store {store}`"
     return f"create one with `lab init --store {store}`, or name another with --store"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli.common import print_json, quiet_chatty_libraries
+from lab.cli.common import print_json, quiet_chatty_libraries, store_settings
 
 
 def open_served(args: argparse.Namespace, log_stream=None):
@@ -30,7 +30,7 @@ def open_served(args: argparse.Namespace, log_stream=None):
                         stream=log_stream or sys.stderr)
     quiet_chatty_libraries()  # a root handler now prints what reaches it: bm25s's DEBUG lines, unfiltered
     served = load_bundle(settings.bundle) if settings.bundle else load_model(settings.model, settings.tracking_uri)
-    seeded = seed_store(served, settings.store) if getattr(args, "demo", False) else None
+    seeded = seed_store(served, settings.store, store_settings()) if getattr(args, "demo", False) else None
     if seeded:
         print(f"store {settings.store}: {seeded}", file=log_stream or sys.stderr, flush=True)
     keys = KeyRing.load(settings.keys_file)
@@ -55,7 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         faces.append(mcp_face)
     from lab.serve.upstream import shown_url, upstream_url
 
-    app = create_app(settings, served, keys=keys, faces=faces)
+    app = create_app(settings, served, keys=keys, faces=faces, stores=store_settings())
     service = app.state.lab.service
     models = service.embedding_models()
     base = f"http://{settings.host}:{settings.port}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.cli.common import command_engine, engine_args, print_json, print_stats, store_arg
+from lab.cli.common import command_engine, engine_args, print_json, print_stats, store_arg, store_settings
 
 def demo_data() -> Path:
     """The embedded demo data, in the workspace's project."""
@@ -29,7 +29,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     )
     if info_path(args.store).exists():
         raise ConflictError(f"a store exists already at {args.store}")
-    with Pipeline.open(args.store, config, create=True) as pipe:
+    with Pipeline.open(args.store, config, create=True, settings=store_settings()) as pipe:
         print(f"created store at {args.store} (model {pipe.embedder.model_id}, version {pipe.store.version()})")
     return 0
 
@@ -44,9 +44,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     if not Path(args.path).exists():  # before a store is opened or created
         raise NotFoundError(f"input not found: {args.path}")
-    new_store = args.create and not is_store(args.store)
+    new_store = args.create and not is_store(args.store, store_settings())
     try:
-        with command_engine(args) as engine, Pipeline.open(args.store, create=args.create, engine=engine) as pipe:
+        with command_engine(args) as engine, Pipeline.open(args.store, create=args.create, engine=engine,
+                                                           settings=store_settings()) as pipe:
             report = pipe.ingest(args.path, args.namespace, progress=not args.quiet)
     except BaseException:
         if new_store:  # a refused ingest into a store this command created leaves no empty store behind
@@ -72,14 +73,14 @@ def cmd_encoders(args: argparse.Namespace) -> int:
     from lab.pipeline import Pipeline
     from lab.store.store import Store
 
-    recorded = Store.open(args.store, read_only=True).recorded_config()
+    recorded = Store.open(args.store, read_only=True, settings=store_settings()).recorded_config()
     models = [m for m in recorded.index.models if m not in (args.remove or [])]
     models += [m for m in (args.add or []) if m not in models]
     unknown = [m for m in (args.add or []) + (args.remove or []) if m not in ENCODERS]
     if unknown:
         raise ValidationError(f"unknown encoder(s) {unknown}; known: {list(ENCODERS)} (`lab models`)")
     config = replace(recorded, index=replace(recorded.index, models=tuple(models)))
-    with command_engine(args) as engine, Pipeline.open(args.store, config) as pipe:
+    with command_engine(args) as engine, Pipeline.open(args.store, config, settings=store_settings()) as pipe:
         chunks = pipe.embed_encoders(progress=not args.quiet, engine=engine)
     lists = [ENCODERS[m] for m in models]
     print(f"store {args.store} carries {', '.join(models) or 'no extra encoders'}"
@@ -91,7 +92,7 @@ def cmd_encoders(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from lab.store.store import Store
 
-    store = Store.open(args.store, read_only=True)
+    store = Store.open(args.store, read_only=True, settings=store_settings())
     if args.namespace is not None:
         store.require_namespace(args.namespace)
     stats = store.stats(args.namespace)
@@ -107,7 +108,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     from lab.pipeline import Pipeline
 
-    with Pipeline.open(args.store) as pipe:
+    with Pipeline.open(args.store, settings=store_settings()) as pipe:
         before = pipe.store.file_counts()
         report = pipe.compact(vacuum_hours=args.vacuum_hours)
         after = pipe.store.file_counts()
@@ -126,7 +127,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from lab.write.check import check_store
 
-    report = check_store(args.store)
+    report = check_store(args.store, store_settings())
     if args.json:
         print_json(report.to_dict())
     else:
@@ -145,11 +146,11 @@ def cmd_repair(args: argparse.Namespace) -> int:
     from lab.store.repair import recover_torn_commits
     from lab.write.check import check_store
 
-    torn = recover_torn_commits(args.store)  # before opening: a torn log file stops any open
-    with Pipeline.open(args.store) as pipe:
+    torn = recover_torn_commits(args.store, settings=store_settings())  # before opening: a torn log file stops any open
+    with Pipeline.open(args.store, settings=store_settings()) as pipe:
         done = pipe.repair()
     done["torn_commits_removed"] = torn
-    done["check"] = check_store(args.store).to_dict()
+    done["check"] = check_store(args.store, store_settings()).to_dict()
     if args.json:
         print_json(done)
     else:

@@ -20,6 +20,7 @@ from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
+from lab.store.settings import StoreSettings
 from lab.workspace import current
 
 READY = "lab-eval-ready.json"
@@ -94,7 +95,8 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
     if path.exists():
         shutil.rmtree(path)  # a build that did not finish: start over
     with Pipeline.open(path, config, embedder=embedder, create=True,
-                       cache_dir=embeddings_dir(root, embeddings), engine=engine) as pipe:
+                       cache_dir=embeddings_dir(root, embeddings), engine=engine,
+                       settings=StoreSettings.of(current())) as pipe:
         pipe.save_many(dataset.memories, progress=progress)
         if dataset.edges:
             pipe.add_edges(dataset.edges)

@@ -32,6 +32,7 @@ from lab.gate.report import GateReport, write_report
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
 from lab.store.layout import info_path
+from lab.store.settings import StoreSettings
 from lab.tune.spec import load_spec
 from lab.tune.sweep import run_sweep
 from lab.workspace import Workspace
@@ -90,10 +91,11 @@ def run_demo(workspace: Workspace, store: str | Path, data: str | Path, out: str
     files, store, out, uri = demo_files(workspace), Path(store), Path(out), workspace.tracking_uri
     verb = "reusing" if info_path(store).exists() else "creating"
     yield DemoStep(1, "ingest", f"{verb} store at {store}")
-    with Pipeline.open(store, create=True, cache_dir=embeddings) as pipe:
+    stores = StoreSettings.of(workspace)
+    with Pipeline.open(store, create=True, cache_dir=embeddings, settings=stores) as pipe:
         ingested = pipe.ingest(data, progress=True)
         embedder = pipe.embedder
-    with Retriever.open(store, embedder=embedder) as retriever:
+    with Retriever.open(store, embedder=embedder, settings=stores) as retriever:
         namespace, query = DEMO_QUERY
         sample = retriever.search(query, namespace, k=3)
     yield DemoStep(1, "ingest", "", True, Ingested(ingested, namespace, query, sample))

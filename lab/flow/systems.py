@@ -25,6 +25,7 @@ from lab.errors import LabError
 from lab.eval.dataset import EvalDataset
 from lab.eval.dataset_ref import DatasetRef
 from lab.eval.stores import index_suffix
+from lab.store.settings import StoreSettings
 from lab.workspace import Workspace
 
 
@@ -42,6 +43,7 @@ class SystemUnit:
     env: Mapping[str, str]  # the environment adapter files read, taken at the edge
     progress: bool = False
     import_from: str | None = None  # a folder module:Class targets import from too (the caller's working folder)
+    stores: StoreSettings | None = None  # lab's store opened with the workspace's settings (its embedding cache)
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,10 @@ class SystemOutcome:
     log: str = ""  # what the system printed, warned and logged while it ran (its run folder's system.log)
 
 
-def _lab(preset: SearchConfig, save: SaveConfig, query_model: str, folder: Path):
+def _lab(preset: SearchConfig, save: SaveConfig, query_model: str, stores: StoreSettings | None, folder: Path):
     from lab.adapters.lab_system import LabSystem  # heavy: the whole pipeline, for the one lab unit
 
-    return LabSystem(folder, preset, save, query_model=query_model)
+    return LabSystem(folder, preset, save, query_model=query_model, stores=stores)
 
 
 def run_unit(unit: SystemUnit) -> SystemOutcome:
@@ -63,7 +65,7 @@ def run_unit(unit: SystemUnit) -> SystemOutcome:
     if unit.import_from and unit.import_from not in sys.path:
         sys.path.insert(0, unit.import_from)  # `--system mymod:MySystem` finds mymod.py where it was typed
     dataset = unit.data.load()
-    factory = functools.partial(_lab, unit.preset, unit.save, unit.query_model)
+    factory = functools.partial(_lab, unit.preset, unit.save, unit.query_model, unit.stores)
     log = io.StringIO()
     try:
         with _captured(log), open_system(unit.target, unit.scratch, lab_factory=factory,
@@ -142,7 +144,8 @@ def evaluate_systems(systems: Systems, data: DatasetRef, workspace: Workspace, *
     dataset, engine = data.load(), engine or LocalEngine()
     units = [SystemUnit(target, data.portable(), workspace.eval_root / "systems" / f"{dataset.name}-{_name(target)}",
                         systems.preset, systems.save, systems.query_model, systems.settings, systems.ks,
-                        systems.env, progress=progress and engine.in_process, import_from=systems.import_from)
+                        systems.env, progress=progress and engine.in_process, import_from=systems.import_from,
+                        stores=StoreSettings.of(workspace))
              for target in systems.targets]
     return dataset, (_written(outcome, dataset, Path(out), workspace, tracked) for outcome in run_units(units, engine))
 

@@ -31,6 +31,7 @@ from lab.serve.metrics import Metrics
 from lab.serve.service import MemoryService
 from lab.serve.settings import Settings
 from lab.serve.state import ApiError, AppState, error_response
+from lab.store.settings import StoreSettings
 from lab.version import __version__
 
 log = logging.getLogger("lab.serve")
@@ -156,11 +157,13 @@ Face = tuple[str, Any, Callable[[], AbstractAsyncContextManager[None]]]
 
 
 def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
-               keys: KeyRing | None = None, faces: Sequence[Callable[[AppState], Face]] = ()) -> FastAPI:
+               keys: KeyRing | None = None, faces: Sequence[Callable[[AppState], Face]] = (),
+               stores: StoreSettings | None = None) -> FastAPI:
     """The REST app over ``served`` (a GO configuration) and the store ``settings`` names, with
-    each of ``faces`` (built over the same state: same service, keys and rate limits) as a route."""
+    each of ``faces`` (built over the same state: same service, keys and rate limits) as a route; the store
+    is opened with ``stores`` (lab.store.settings: `lab serve` hands its workspace's; None: the built-in defaults)."""
     metrics = Metrics()
-    service = service or MemoryService(settings, served, observer=metrics)
+    service = service or MemoryService(settings, served, observer=metrics, stores=stores)
     service.observer = metrics
     keys = keys if keys is not None else KeyRing.load(settings.keys_file)
     state = AppState(settings, service, keys, RateLimiter(settings.rate, settings.burst), metrics, settings.auth_on)

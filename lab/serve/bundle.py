@@ -19,6 +19,7 @@ from lab.errors import ConflictError, NotFoundError, ValidationError
 from lab.serve.settings import DEMO_MODEL
 from lab.store.location import is_uri
 from lab.store.layout import WRITE_LOCK, is_store
+from lab.store.settings import StoreSettings
 from lab.store.store import Store
 
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
@@ -81,13 +82,13 @@ def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
     return load_bundle(folder, source=f"{model_uri} (version {found['version']})")
 
 
-def seed_store(served: Served, store: str | Path) -> str | None:
+def seed_store(served: Served, store: str | Path, stores: StoreSettings | None = None) -> str | None:
     """Make ``store`` a copy of the store the served configuration was judged on (its packed copy
     or recorded path) when ``store`` does not exist yet; returns what was copied, None when the store
     was already there."""
     import shutil
 
-    if is_store(store):
+    if is_store(store, stores):
         return None
     if is_uri(store):  # the packed copy is a folder: a store at a URI is seeded by `lab ingest`
         raise ValidationError(f"--demo seeds a store folder, not the URI {store}: serve a folder, or fill the "
@@ -104,13 +105,13 @@ def seed_store(served: Served, store: str | Path) -> str | None:
     return f"seeded from the store the champion was judged on (version {bundle.store.get('version')})"
 
 
-def served_save_config(served: Served) -> SaveConfig | None:
+def served_save_config(served: Served, stores: StoreSettings | None = None) -> SaveConfig | None:
     """The index-time settings the gate judged: the bundle's own, else those of the store it was
     evaluated on (when that store is still there), else None (the served store's own)."""
     if served.save is not None:
         return served.save
 
     path = (served.manifest.get("store") or {}).get("path")
-    if path and is_store(path):
-        return Store.open(path, read_only=True).recorded_config()
+    if path and is_store(path, stores):
+        return Store.open(path, read_only=True, settings=stores).recorded_config()
     return None

@@ -48,19 +48,20 @@ from lab.serve.settings import Settings
 from lab.serve.work import Context, Read, Write
 from lab.store.location import is_uri
 from lab.store.layout import is_store
+from lab.store.settings import StoreSettings
 from lab.store.store import Store
 
 log = logging.getLogger("lab.serve")
 
 
-def store_config(path: Path | str, served: Served) -> SaveConfig:
+def store_config(path: Path | str, served: Served, stores: StoreSettings | None = None) -> SaveConfig:
     """The save config to open the served store with: the gated index-time settings. A store
     created with other chunking or another model is refused (its chunks would not be what the
     gate measured)."""
-    gated = served_save_config(served)
-    if not is_store(path):
+    gated = served_save_config(served, stores)
+    if not is_store(path, stores):
         return gated or SaveConfig()
-    stored = Store.open(path, read_only=True).recorded_config()
+    stored = Store.open(path, read_only=True, settings=stores).recorded_config()
     if gated is None:
         return stored
     # what the stored chunks were made with must be what the gate measured (batch size and the
@@ -78,12 +79,14 @@ class MemoryService:
     """Everything the HTTP layer calls; no HTTP in here."""
 
     def __init__(self, settings: Settings, served: Served, *, embedder: Embedder | None = None,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, stores: StoreSettings | None = None) -> None:
+        # stores: the settings the store is opened with, the edge's (lab.store.settings; None: the built-in defaults)
         self.settings = settings
         self.served = served
         self._observer = observer or Observer()
         path = settings.store if is_uri(settings.store) else Path(settings.store)  # a folder, or a URI
-        self.pipeline = Pipeline.open(path, store_config(path, served), create=True, embedder=embedder)
+        self.pipeline = Pipeline.open(path, store_config(path, served, stores), create=True, embedder=embedder,
+                                      settings=stores)
         self.store = self.pipeline.store
         self.store.follow_other_writers(settings.refresh_seconds)
         self.retriever = self.pipeline.retriever

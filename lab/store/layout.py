@@ -10,6 +10,7 @@ from typing import Any
 from lab.config import SaveConfig, from_dict
 from lab.errors import ConflictError, NotFoundError, StoreError, ValidationError
 from lab.store.location import Location, is_uri, location_of
+from lab.store.settings import StoreSettings
 
 STORE_FORMAT = 1
 INFO_FILE = "lab-store.json"  # the store's marker: a folder is a store once this file is in it
@@ -22,10 +23,10 @@ def info_path(root: str | Path) -> Path:
     return Path(root) / INFO_FILE
 
 
-def is_store(root: str | Path) -> bool:
-    """Does ``root`` (a folder, or a URI: lab.store.location) hold a lab store (its info file)?"""
+def is_store(root: str | Path, settings: StoreSettings | None = None) -> bool:
+    """Does ``root`` (a folder, or a URI: lab.store.location, reached with ``settings``) hold a lab store (its info file)?"""
     if is_uri(root):
-        return location_of(str(root)).exists(INFO_FILE)
+        return location_of(str(root), settings).exists(INFO_FILE)
     return info_path(root).is_file()
 
 

@@ -2,7 +2,7 @@
 
 A store root given as a URI (``s3://bucket/prefix``, ``gs://``, ``abfs://``, ``file:///path``) keeps
 its Delta tables, its info file and its index snapshots at that URI. The tables go through
-deltalake with ``storage_options`` (the workspace's, else none: deltalake and pyarrow read the
+deltalake with ``storage_options`` (the workspace's, handed down in lab.store.settings; else none: deltalake and pyarrow read the
 provider's own environment variables, ``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``,
 ``GOOGLE_APPLICATION_CREDENTIALS``...). lab's own files go through pyarrow's filesystem for the
 scheme. What is process state and never data stays on this machine, in the store's *working
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from lab.errors import StoreError, ValidationError
 from lab.store.reach import reaching, safe_uri, scrub
-from lab.workspace import current
+from lab.store.settings import StoreSettings, settings_or_default
 
 log = logging.getLogger(__name__)
 
@@ -212,8 +212,8 @@ def locate(root: str, cache: Path, options: dict[str, str] | None = None) -> Loc
     return Location(uri, folder, dict(options or {}))
 
 
-def location_of(root: str) -> Location:
-    """The location of the store at the URI ``root``, by the installed workspace's working folders
-    and storage options."""
-    workspace = current()
-    return locate(root, workspace.store_cache, workspace.storage)
+def location_of(root: str, settings: StoreSettings | None = None) -> Location:
+    """The location of the store at the URI ``root``, by ``settings``' working folders and storage
+    options (None: the built-in defaults)."""
+    settings = settings_or_default(settings)
+    return locate(root, settings.store_cache, settings.storage_options)

@@ -8,6 +8,7 @@ from lab.errors import ConflictError, NotFoundError, StoreError
 from lab.store.delta_log import LogDamage, commit_files, log_damage, recover_torn_commit
 from lab.store.location import is_uri
 from lab.store.layout import PINNED_TABLES, WRITE_LOCK, StoreVersion, is_store
+from lab.store.settings import StoreSettings
 
 
 def log_damages(root: str | Path) -> list[tuple[LogDamage, str]]:
@@ -36,7 +37,7 @@ def _newest_version(table: Path) -> int:
     return int(commits[-1].name.split(".")[0]) if commits else -1
 
 
-def recover_torn_commits(root: str | Path, timeout: float = 600.0) -> list[str]:
+def recover_torn_commits(root: str | Path, timeout: float = 600.0, *, settings: StoreSettings | None = None) -> list[str]:
     """Take a torn newest commit file out of each table's log (``lab store repair``, before the
     store can be opened at all); returns ``table/file`` for each one moved aside. That commit's
     changes are lost: a file cut off while written was never acknowledged, but one damaged on disk
@@ -46,7 +47,7 @@ def recover_torn_commits(root: str | Path, timeout: float = 600.0) -> list[str]:
     before anything is moved: dropping it would lose acknowledged commits."""
     from filelock import FileLock, Timeout
 
-    if not is_store(root):
+    if not is_store(root, settings):
         raise NotFoundError(f"no lab store at {root} (create one with `lab init --store {root}`)")
     if is_uri(root):
         return []  # (see log_damages)

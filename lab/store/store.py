@@ -22,10 +22,10 @@ from lab.store.location import Location, is_uri, location_of
 from lab.store.lock import WriterLock
 from lab.store.memories import MemoriesTable
 from lab.store.namespaces import NamespacesTable
+from lab.store.settings import StoreSettings, settings_or_default
 from lab.store.records import namespace_folder, utcnow, validate_id
 from lab.store.stats import store_stats
 from lab.store.table import DeltaFrame, in_list
-from lab.workspace import current
 
 
 class Store:
@@ -37,9 +37,10 @@ class Store:
     """
 
     def __init__(self, root: Path, info: StoreInfo, pin: StoreVersion | None = None, *, create_tables: bool = True,
-                 location: Location | None = None) -> None:
+                 location: Location | None = None, settings: StoreSettings | None = None) -> None:
         # a store at a URI (``location``) keeps its files there; ``root`` is this machine's working folder
         self.root = root
+        self.settings = settings_or_default(settings)  # the edge's (lab.store.settings): the lock's wait, ...
         self.location = location
         self.info = info
         self.pin = pin
@@ -65,19 +66,21 @@ class Store:
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
-    def create(cls, root: str | Path, *, embed_model: str, dim: int, save_config: dict[str, Any]) -> "Store":
+    def create(cls, root: str | Path, *, embed_model: str, dim: int, save_config: dict[str, Any],
+               settings: StoreSettings | None = None) -> "Store":
         """A new store in an empty folder or at an empty URI (``_create``), of this embedder and config."""
         return _create(cls, root, StoreInfo(format=STORE_FORMAT, created_at=utcnow().isoformat(), lab_version=__version__,
-                                            embed_model=embed_model, dim=dim, save_config=save_config))
+                                            embed_model=embed_model, dim=dim, save_config=save_config), settings)
 
     @classmethod
-    def open(cls, root: str | Path, *, pin: StoreVersion | str | None = None, read_only: bool = False) -> "Store":
+    def open(cls, root: str | Path, *, pin: StoreVersion | str | None = None, read_only: bool = False,
+             settings: StoreSettings | None = None) -> "Store":
         """Open a store (a folder, or a URI: lab.store.location), latest or pinned at ``pin`` (read-only);
         ``read_only``: the latest version to read, a missing table an error, not created."""
         pin = StoreVersion.parse(pin) if isinstance(pin, str) else pin
         if not is_uri(root):
-            return cls(Path(root), StoreInfo.read(Path(root)), pin, create_tables=not read_only)
-        return _open_at(cls, location_of(str(root)), pin, read_only)
+            return cls(Path(root), StoreInfo.read(Path(root)), pin, create_tables=not read_only, settings=settings)
+        return _open_at(cls, location_of(str(root), settings), pin, read_only, settings)
 
     # the store as users name it: its URI, or its folder
     where = property(lambda self: self.location.uri if self.location is not None else str(self.root))
@@ -94,9 +97,9 @@ class Store:
         return self.info.saved_config(self.root)
 
     def write_lock(self, timeout: float | None = None):
-        """The writer lock (``WriterLock``), with a bounded wait: ``timeout`` seconds, by default the
-        workspace's ``write_lock_timeout`` (600); past it a writer gets a ConflictError."""
-        return self._writer.held(current().write_lock_timeout if timeout is None else timeout)
+        """The writer lock (``WriterLock``), with a bounded wait: ``timeout`` seconds, by default the settings'
+        (the workspace's ``write_lock_timeout``, 600); past it a writer gets a ConflictError."""
+        return self._writer.held(self.settings.lock_timeout if timeout is None else timeout)
 
     def follow_other_writers(self, every_seconds: float) -> None:
         """Look for other processes' commits at most every ``every_seconds``, not on every read (a server:
@@ -227,30 +230,31 @@ class Store:
         return {name: table.n_files() for name, table in self.tables().items() if name != "namespaces"}
 
 
-def _create(cls: type[Store], root: str | Path, info: StoreInfo) -> Store:
+def _create(cls: type[Store], root: str | Path, info: StoreInfo, settings: StoreSettings | None) -> Store:
     """A new store: in a folder, its info moved in place last; at a URI, its tables first, its info
     last (the store exists once that is there; a killed create leaves empty tables, which the next
     create reuses)."""
     if not is_uri(root):
         tmp = prepare_folder(Path(root), info)
-        store = cls(Path(root), info)
+        store = cls(Path(root), info, settings=settings)
         tmp.replace(info_path(Path(root)))
         return store
-    location = location_of(str(root))
+    location = location_of(str(root), settings)
     if location.exists(INFO_FILE):
         raise ConflictError(f"a store exists already at {location.uri}")
     if not location.is_empty() and not location.exists("tables"):
         raise ConflictError(f"{location.uri} is not empty and holds no lab store; choose an empty prefix")
     location.folder.mkdir(parents=True, exist_ok=True)
-    store = cls(location.folder, info, location=location)
+    store = cls(location.folder, info, location=location, settings=settings)
     location.write_text(INFO_FILE, info.text())
     return store
 
 
-def _open_at(cls: type[Store], location: Location, pin: StoreVersion | None, read_only: bool) -> Store:
+def _open_at(cls: type[Store], location: Location, pin: StoreVersion | None, read_only: bool,
+             settings: StoreSettings | None) -> Store:
     info = StoreInfo.read_at(location)
     location.folder.mkdir(parents=True, exist_ok=True)
-    return cls(location.folder, info, pin, create_tables=not read_only, location=location)
+    return cls(location.folder, info, pin, create_tables=not read_only, location=location, settings=settings)
 
 
 def _drop_index(store: Store, namespace: str) -> None:

@@ -27,6 +27,7 @@ import polars as pl
 from lab.index.snapshot import IndexDamaged, verify
 from lab.store.records import namespace_folder
 from lab.store.repair import log_damages
+from lab.store.settings import StoreSettings
 from lab.store.store import Store
 
 
@@ -53,15 +54,16 @@ class CheckReport:
         return {"ok": not self.errors, "problems": [p.__dict__ for p in self.problems], "checked": self.checked}
 
 
-def check_store(root: str | Path) -> CheckReport:
-    """Verify every table and index of the store at ``root`` (read-only: writes nothing)."""
+def check_store(root: str | Path, settings: StoreSettings | None = None) -> CheckReport:
+    """Verify every table and index of the store at ``root`` (read-only: writes nothing), opened with
+    ``settings`` (lab.store.settings; None: the built-in defaults)."""
     report = CheckReport()
     damaged = log_damages(root)  # a torn commit file stops the store from opening: name each one
     for damage, said in damaged:
         report.problems.append(Problem("error", f"table {damage.table}", said))
     if damaged:
         return report
-    store = Store.open(root, read_only=True)
+    store = Store.open(root, read_only=True, settings=settings)
     table_ok = True
     for name, table in store.tables().items():
         try:
