@@ -139,7 +139,8 @@ def eval_systems(args: argparse.Namespace) -> int:
 def _dataset_ref(args: argparse.Namespace):
     from lab.eval.dataset_ref import DatasetOptions, DatasetRef
 
-    return DatasetRef(args.dataset, args.datasets, args.split, DatasetOptions(args.observations, args.summaries))
+    return DatasetRef(args.dataset, args.datasets, args.split, DatasetOptions(args.observations, args.summaries,
+                                                                              args.granularity, args.corpus))
 
 
 def _systems_table(done: dict, baseline: str | None) -> None:
@@ -189,11 +190,10 @@ def _longmemeval_line(metrics: dict) -> None:
     lme = metrics.get("longmemeval")
     if not lme:
         return
-    s, t = lme["session"], lme["turn"]
-    turn = (f"; turn ({lme['turn_questions']} q) recall_any@5 {t['recall_any@5']:.4f} ndcg@10 {t['ndcg@10']:.4f}"
-            if t else "")
-    print(f"{'':<10} LongMemEval session recall_any@5 {s['recall_any@5']:.4f} recall_all@5 {s['recall_all@5']:.4f} "
-          f"ndcg@10 {s['ndcg@10']:.4f}{turn}")
+    from lab.eval.longmemeval_metrics import headline_lines
+
+    for line in headline_lines(lme):
+        print(f"{'':<10} {line}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -278,6 +278,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--respect-top-k", action="store_true", help="cut at each preset's own top_k, as served")
     p.add_argument("--observations", action="store_true", help="LoCoMo: add observations as derived facts")
     p.add_argument("--summaries", action="store_true", help="LoCoMo: add session summaries as memories")
+    p.add_argument("--granularity", choices=("turn", "session"), default=None,
+                   help="LongMemEval: a memory per turn (the default) or per session (its turns joined)")
+    p.add_argument("--corpus", choices=("user", "all"), default=None,
+                   help="LongMemEval: the user turns (the official corpus, the default) or every turn")
     p.add_argument("--credit-derived", action="store_true", help="a hit on a derived fact counts for its source")
     p.add_argument("--context-turns", type=int, default=None,
                    help="index time: index each memory with up to N earlier turns of its episode (default 2; 0: off)")

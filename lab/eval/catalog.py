@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.eval.dataset import file_sha256
+from lab.errors import ValidationError
 from lab.eval.goldens import default_datasets
+from lab.eval.longmemeval_reader import content_sha256
 from lab.workspace import current
 
 
@@ -70,7 +71,30 @@ KNOWN: tuple[Known, ...] = (
          "lab eval --dataset $DATASETS/longmemeval/longmemeval_s_cleaned.json --preset lab   # a file whose "
          "checksum lab does not know is evaluated with a warning naming it"),
         any_of=True),
+    *(Known(
+        name, f"LongMemEval-S (cleaned), development half{what}: 250 questions (lab-split-v1, by question type and "
+        f"abstention); `lab eval --dataset {name}`", "longmemeval", {file: sha},
+        "xiaowu0162/LongMemEval (Wu et al., ICLR 2025), the cleaned release as mirrored per question in "
+        "hussainzs/Memoria at 959167b (evaluations/data/lme_jsons/); checksum: of the JSON inside the .gz",
+        "MIT",
+        (f"place {file} (built as the README beside it says: half of the S release, compact JSON, gzip) in "
+         "$DATASETS/longmemeval/",
+         f"lab datasets   # 'found' when the JSON inside matches; then lab eval --dataset {name} --preset bm25"))
+      for name, what, file, sha in (
+          ("longmemeval-s-dev", "", "longmemeval_s_dev.json.gz",
+           "0f782144aa5013058fb5ef265c056252f89491ba1a7477468cdca192bfe1c0ed"),
+          ("longmemeval-oracle-dev", " with its evidence sessions only (oracle)", "longmemeval_oracle_dev.json.gz",
+           "592ac91d04ac914f4834996f456ad4b7ecd5b03d6268a8aea352645d78800ff8"))),
 )
+
+
+def _sha256(path: Path) -> str:
+    """The file's SHA-256; a .gz's is of the JSON inside (the checksum its README publishes); a
+    .gz that cannot be read says so in place of a checksum (its status: differs)."""
+    try:
+        return content_sha256(path)
+    except ValidationError as exc:
+        return f"unreadable: {exc}"
 
 
 def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[dict[str, Any]]:
@@ -83,7 +107,7 @@ def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[d
         files = []
         for rel, expected in k.files.items():
             p = folder / rel
-            got = file_sha256(p) if verify and p.is_file() else None
+            got = _sha256(p) if verify and p.is_file() else None
             files.append({"path": str(p), "present": p.is_file(), "sha256_expected": expected, "sha256": got,
                           "matches": (got == expected) if got and expected else None})
         present = (any if k.any_of else all)(f["present"] for f in files)

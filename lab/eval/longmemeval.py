@@ -12,39 +12,54 @@ memory (id ``lme-<question_id>:<session id>#<turn index>``: questions share dist
 id kept in its metadata, and the question's date is that namespace's "now" (time signals never see
 the future). Gold for lab's own metrics: the evidence turns (``has_answer``), else every turn of an
 answer session. The file is read one question at a time (a streaming reader over the top-level
-list), so an M-sized file (about 500 sessions per question) never sits in memory as one JSON tree;
-the memories of every question are kept, as for any evaluation dataset.
+list, gzip-compressed or not), so an M-sized file (about 500 sessions per question) never sits in
+memory as one JSON tree; the memories of every question are kept, as for any evaluation dataset.
+
+What is stored follows the official retrieval protocol (`lab.eval.longmemeval_corpus`): by default
+one memory per user turn (``granularity="turn"``, ``corpus="user"``); ``granularity="session"``
+stores one memory per session (id ``lme-<question_id>:<session id>``, its turns joined);
+``corpus="all"`` takes every turn. Each memory knows its official corpus id, so the official
+metrics (`lab.eval.longmemeval_metrics`) and retrieval log (`lab.eval.longmemeval_log`) are exact.
 """
 from __future__ import annotations
 
-import json
 import re
 import warnings
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import polars as pl
 
 from lab.errors import LabWarning, ValidationError
-from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset, file_sha256
+from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset
+from lab.eval.longmemeval_reader import content_sha256, is_gzip, iter_questions  # noqa: F401 (re-exported)
+from lab.eval.longmemeval_corpus import check_protocol, corpus_items, gold_problems, has_target
 from lab.store.records import MAX_CONTENT_CHARS
 
 FILES = ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json", "longmemeval_oracle.json",
          "longmemeval_s.json", "longmemeval_m.json")
 # SHA-256 of the official files whose checksums are published (a file not listed is evaluated
 # with a warning naming its checksum)
-KNOWN_SHA256 = {"longmemeval_oracle.json": "821a2034d219ab45846873dd14c14f12cfe7776e73527a483f9dac095d38620c"}
+# (of a .json.gz: the SHA-256 of the JSON inside it)
+KNOWN_SHA256 = {"longmemeval_oracle.json": "821a2034d219ab45846873dd14c14f12cfe7776e73527a483f9dac095d38620c",
+                "longmemeval_s_dev.json.gz": "0f782144aa5013058fb5ef265c056252f89491ba1a7477468cdca192bfe1c0ed",
+                "longmemeval_oracle_dev.json.gz": "592ac91d04ac914f4834996f456ad4b7ecd5b03d6268a8aea352645d78800ff8"}
+# the names `--dataset` takes for the shared development half (lab-split-v1) and its oracle, under
+# the datasets root
+NAMED = {"longmemeval-s-dev": "longmemeval/longmemeval_s_dev.json.gz",
+         "longmemeval-oracle-dev": "longmemeval/longmemeval_oracle_dev.json.gz"}
 REQUIRED = {"question_id": str, "question_type": str, "question": str, "question_date": str,
             "haystack_session_ids": list, "haystack_dates": list, "haystack_sessions": list,
             "answer_session_ids": list}
 ABSTENTION_SUFFIX = "_abs"
-CHUNK = 1 << 20  # bytes read at a time by the streaming reader
 
 
 def is_longmemeval(path: Path) -> bool:
-    """A LongMemEval file by its name, or by its first question's keys."""
-    if path.name in FILES or path.name.startswith("longmemeval"):
+    """A LongMemEval file by its name, or by its first question's keys (a .gz: LongMemEval's, the
+    only compressed format lab reads)."""
+    if path.name in FILES or path.name.startswith("longmemeval") or is_gzip(path):
         return True
     try:
         first = next(iter_questions(path), None)
@@ -53,72 +68,6 @@ def is_longmemeval(path: Path) -> bool:
             head = f.read(1 << 16)
         return b'"haystack_sessions"' in head or b'"question_id"' in head
     return isinstance(first, dict) and "haystack_sessions" in first
-
-
-def iter_questions(path: str | Path) -> Iterator[Any]:
-    """Each element of the file's top-level JSON list, decoded one at a time; a file that is not
-    UTF-8 text, or a question nested deeper than a JSON reader follows, is refused naming the file
-    and the question (its number, and its id when it can be read)."""
-    try:
-        yield from _iter_questions(path)
-    except UnicodeDecodeError as exc:
-        raise ValidationError(f"{path}: not UTF-8 text (byte {exc.start} of a read): a LongMemEval file is a JSON "
-                              "list of questions") from None
-
-
-def _iter_questions(path: str | Path) -> Iterator[Any]:
-    decoder = json.JSONDecoder()
-    n = 0
-    with open(path, encoding="utf-8") as f:
-        buf, pos = f.read(CHUNK), 0
-        pos = _skip(buf, pos)
-        if pos >= len(buf) or buf[pos] != "[":
-            raise ValidationError(f"{path}: a LongMemEval file is a JSON list of questions")
-        pos += 1
-        while True:
-            pos = _skip(buf, pos)
-            while pos >= len(buf):
-                more = f.read(CHUNK)
-                if not more:
-                    raise ValidationError(f"{path}: the JSON list ends early (a truncated file?)")
-                buf, pos = buf[pos:] + more, 0
-                pos = _skip(buf, pos)
-            if buf[pos] == "]":
-                return
-            if buf[pos] == ",":
-                pos += 1
-                continue
-            n += 1
-            while True:
-                try:
-                    item, end = decoder.raw_decode(buf, pos)
-                    break
-                except RecursionError:  # nesting no LongMemEval question has: refused, not followed
-                    raise ValidationError(f"{path} question {n}{_id_near(buf, pos)}: nested deeper than a JSON "
-                                          "reader follows (a question is an object of lists of turns)") from None
-                except json.JSONDecodeError:
-                    more = f.read(CHUNK)
-                    if not more:
-                        raise ValidationError(f"{path}: not valid JSON near byte {pos} of the last read "
-                                              "(a truncated or damaged file?)") from None
-                    buf, pos = buf[pos:] + more, 0
-            yield item
-            buf, pos = buf[end:], 0
-
-
-_QID = re.compile(r'"question_id"\s*:\s*"([^"\\]{1,200})"')
-
-
-def _id_near(buf: str, pos: int) -> str:
-    """`` (ID)``: the id of the question that starts at ``pos``, when its text says it early on."""
-    m = _QID.search(buf, pos, pos + 4096)
-    return f" ({m.group(1)!r})" if m else ""
-
-
-def _skip(buf: str, pos: int) -> int:
-    while pos < len(buf) and buf[pos] in " \t\r\n":
-        pos += 1
-    return pos
 
 
 _DATE = re.compile(r"^(\d{4})/(\d{2})/(\d{2})(?: \(\w+\))? (\d{2}):(\d{2})$")
@@ -190,71 +139,135 @@ def _indexable_turns(turns: Any, where: str) -> tuple[list[tuple[int, dict[str, 
     return kept, skipped
 
 
-def load_longmemeval(path: str | Path, *, verify: bool = True) -> EvalDataset:
+def _shape(q: dict[str, Any]) -> str:
+    """``sessions`` (the official shape: sessions of turns) or ``turns`` (a haystack of bare turns)."""
+    sessions = q["haystack_sessions"]
+    return "turns" if sessions and all(isinstance(s, dict) for s in sessions) else "sessions"
+
+
+@dataclass
+class _Reading:
+    """What the questions read so far give the dataset (`load_longmemeval`)."""
+
+    path: Path
+    granularity: str
+    corpus: str
+    memories: list[dict[str, Any]] = field(default_factory=list)
+    questions: list[tuple[str, str, str, str]] = field(default_factory=list)
+    unanswerable: list[tuple[str, str, str, str]] = field(default_factory=list)
+    qrels: list[tuple[str, str, int]] = field(default_factory=list)
+    now: dict[str, str] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
+    corpus_of: dict[str, list[list[str | None]]] = field(default_factory=dict)
+    no_target: list[str] = field(default_factory=list)
+    gold_warnings: dict[str, list[str]] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)
+    shapes: dict[str, str] = field(default_factory=dict)  # shape -> the first question of it
+    empty_turns: int = 0
+    skipped_items: int = 0
+
+    def add(self, q: dict[str, Any]) -> None:
+        qid, ns = str(q["question_id"]), f"lme-{q['question_id']}"
+        self.seen[qid] = self.seen.get(qid, 0) + 1
+        if self.seen[qid] > 1:  # refused once the whole file is read, naming every repeated id
+            return
+        self.shapes.setdefault(_shape(q), qid)
+        if "turns" in self.shapes:
+            other = self.shapes.get("sessions")
+            raise ValidationError(f"{self.path.name}: " + (
+                f"mixes granularities: {other!r} holds sessions (lists of turns), {self.shapes['turns']!r} bare turns"
+                if other else f"question {self.shapes['turns']!r} holds bare turns where the official format has "
+                              "sessions (lists of turns)"))
+        self.now[ns] = parse_date(q["question_date"], f"{self.path.name} {qid} question_date")
+        for sid, date, turns in zip(q["haystack_session_ids"], q["haystack_dates"], q["haystack_sessions"]):
+            parse_date(date, f"{self.path.name} {qid} session {sid}")
+            self.empty_turns += _indexable_turns(turns, f"{self.path.name} {qid} session {sid}")[1]
+        answers, corpus, gold, of_answers = {str(s) for s in q["answer_session_ids"]}, [], [], []
+        for item in corpus_items(q, self.granularity, self.corpus):
+            where = f"{self.path.name} {qid} session {item.session}" + (f" turn {item.turn}" if item.turn is not None else "")
+            # a session may come twice in one haystack (the S file has such): the official corpus
+            # holds both under one corpus id; a memory id is unique, so the repeat is ``~<n>``
+            again = f"~{item.repeat}" if item.repeat else ""
+            mid = f"{ns}:{item.session}{again}" + (f"#{item.turn}" if item.turn is not None else "")
+            problem = _unindexable(item.text)
+            if problem and problem != EMPTY:
+                raise ValidationError(f"{where}: {problem}, so it cannot be indexed")
+            if problem:  # no text (the official S file has a few such turns): kept in the corpus, not stored
+                self.skipped_items += 1
+                corpus.append([item.corpus_id, None])
+                continue
+            created = parse_date(item.timestamp, where)
+            meta = {"session_id": item.session, "corpus_id": item.corpus_id}
+            if item.turn is not None:
+                meta.update(role=item.role, turn=item.turn)
+            self.memories.append({"id": mid, "namespace": ns, "content": item.text, "created_at": created,
+                                  "type": "episodic", "metadata": meta})
+            corpus.append([item.corpus_id, mid])
+            gold += [mid] if "answer" in item.corpus_id else []
+            of_answers += [mid] if item.session in answers else []
+        row = (qid, ns, str(q["question"]), str(q["question_type"]))
+        self.types[qid] = row[3]
+        if qid.endswith(ABSTENTION_SUFFIX):  # nothing relevant is stored: no recall to measure
+            self.unanswerable.append(row)
+            return
+        self.questions.append(row)
+        self.corpus_of[qid] = corpus
+        if not has_target(q, self.corpus):
+            self.no_target.append(qid)
+        problems = gold_problems(q)
+        if problems:
+            self.gold_warnings[qid] = problems
+        self.qrels.extend((qid, m, 1) for m in (gold or of_answers))
+
+
+def dataset_name(path: Path, granularity: str = "turn", corpus: str = "user") -> str:
+    """``longmemeval-s-dev`` for longmemeval_s_dev.json(.gz), tagged ``+session`` / ``+all-turns``
+    off the official defaults (their stores and runs are others)."""
+    base = path.name.removesuffix(".gz").removesuffix(".json").replace("_", "-")
+    return base + ("+session" if granularity == "session" else "") + ("+all-turns" if corpus == "all" else "")
+
+
+def load_longmemeval(path: str | Path, *, verify: bool = True, granularity: str = "turn",
+                     corpus: str = "user") -> EvalDataset:
     """The file as an evaluation dataset (see the module's docstring); ``report`` carries the
-    checksum check, and ``longmemeval`` (in ``report``) what its own metrics need."""
+    checksum check, and ``longmemeval`` (in ``report``) what the official metrics and log need."""
+    check_protocol(granularity, corpus)
     path = Path(path)
     if not path.is_file():
         raise ValidationError(f"LongMemEval file not found: {path}")
-    checksum = file_sha256(path) if verify else None
+    checksum = content_sha256(path) if verify else None
     known = KNOWN_SHA256.get(path.name)
-    memories: list[dict[str, Any]] = []
-    questions, qrels = [], []
-    sessions: dict[str, str] = {}  # memory id -> session id
-    answer_sessions: dict[str, list[str]] = {}
-    evidence_turns: dict[str, list[str]] = {}
-    types: dict[str, str] = {}
-    now: dict[str, str] = {}
-    abstention: list[str] = []
-    unanswerable: list[tuple[str, str, str, str]] = []
-    skipped = 0
+    r = _Reading(path, granularity, corpus)
     for n, q in enumerate(iter_questions(path), start=1):
         _check(q, n, path)
-        qid, ns = str(q["question_id"]), f"lme-{q['question_id']}"
-        now[ns] = parse_date(q["question_date"], f"{path.name} {qid} question_date")
-        answers = {str(s) for s in q["answer_session_ids"]}
-        turns_of_answers, evidence = [], []
-        for sid, date, turns in zip(q["haystack_session_ids"], q["haystack_dates"], q["haystack_sessions"]):
-            created = parse_date(date, f"{path.name} {qid} session {sid}")
-            kept, empty = _indexable_turns(turns, f"{path.name} {qid} session {sid}")
-            skipped += empty
-            for t, turn in kept:
-                # the namespace in the id: questions of one file share distractor sessions, and
-                # an id is unique across a store
-                mid = f"{ns}:{sid}#{t}"
-                memories.append({"id": mid, "namespace": ns, "content": turn["content"], "created_at": created,
-                                 "type": "episodic", "metadata": {"session_id": str(sid), "role": turn.get("role"),
-                                                                  "turn": t}})
-                sessions[mid] = str(sid)
-                if str(sid) in answers:
-                    turns_of_answers.append(mid)
-                    if turn.get("has_answer"):
-                        evidence.append(mid)
-        types[qid] = str(q["question_type"])
-        if qid.endswith(ABSTENTION_SUFFIX):  # nothing relevant is stored: no recall to measure
-            abstention.append(qid)
-            unanswerable.append((qid, ns, str(q["question"]), str(q["question_type"])))
-            continue
-        questions.append((qid, ns, str(q["question"]), str(q["question_type"])))
-        answer_sessions[qid] = sorted(answers)
-        evidence_turns[qid] = evidence
-        qrels.extend((qid, m, 1) for m in (evidence or turns_of_answers))
-    if not questions:
+        r.add(q)
+    repeated = sorted(q for q, times in r.seen.items() if times > 1)
+    if repeated:
+        raise ValidationError(f"{path.name}: duplicate question ids {repeated}"[:600])
+    if not r.questions:
         raise ValidationError(f"{path}: the file holds no answerable question")
     if checksum is not None and checksum != known:
         warnings.warn(LabWarning(f"{path.name}: sha256 {checksum} is not "
                                  + (f"the official {known}" if known else "one lab knows (lab datasets lists them)")
                                  + "; evaluated all the same, its figures are this file's"), stacklevel=2)
+    if r.gold_warnings:
+        named = "; ".join(f"{q}: {', '.join(p)}" for q, p in list(r.gold_warnings.items())[:3])
+        warnings.warn(LabWarning(f"{path.name}: gold disagrees with the haystack in {len(r.gold_warnings)} question(s), "
+                                 f"scored as the official code scores them: {named}"[:700]
+                                 + ("; ..." if len(r.gold_warnings) > 3 else "")), stacklevel=2)
+    abstention = [row[0] for row in r.unanswerable]
     report = {"file": str(path), "sha256": checksum, "known_sha256": known,
               "checksum": "not verified" if checksum is None else "matches" if checksum == known
               else f"unknown checksum {checksum} (not one lab knows: evaluated all the same)" if known is None
               else f"differs from the official {known}",
-              "empty_turns_skipped": skipped,
+              "empty_turns": r.empty_turns, "empty_items_skipped": r.skipped_items,
               "abstention_questions": abstention,  # their haystacks are stored; asked only by --abstention
-              "longmemeval": {"sessions": sessions, "answer_sessions": answer_sessions, "evidence": evidence_turns,
-                              "types": types}}
-    return EvalDataset(name=path.stem.replace("_", "-"), memories=memories,
-                       questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
-                       qrels=pl.DataFrame(qrels, schema=QRELS_SCHEMA, orient="row"),
-                       report=report, source=str(path.resolve()), reference_times=now,
-                       unanswerable=pl.DataFrame(unanswerable, schema=QUESTIONS_SCHEMA, orient="row"))
+              "ranking_depth": max(len(c) for c in r.corpus_of.values()),  # every run ranks the whole corpus
+              "longmemeval": {"granularity": granularity, "corpus_roles": corpus, "types": r.types,
+                              "corpus": r.corpus_of, "no_target": r.no_target, "abstention": abstention,
+                              "gold_warnings": r.gold_warnings, "source": str(path)}}
+    return EvalDataset(name=dataset_name(path, granularity, corpus), memories=r.memories,
+                       questions=pl.DataFrame(r.questions, schema=QUESTIONS_SCHEMA, orient="row"),
+                       qrels=pl.DataFrame(r.qrels, schema=QRELS_SCHEMA, orient="row"),
+                       report=report, source=str(path.resolve()), reference_times=r.now,
+                       unanswerable=pl.DataFrame(r.unanswerable, schema=QUESTIONS_SCHEMA, orient="row"))

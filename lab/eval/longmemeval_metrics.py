@@ -1,73 +1,160 @@
-"""LongMemEval's own retrieval metrics, beside lab's: recall_any@k, recall_all@k and nDCG@k at
-session and turn level (k = 1, 5, 10), overall and per question type.
+"""LongMemEval's own retrieval metrics, defined as its official retrieval code defines them, beside lab's.
 
-A run ranks memories (turns). At session level the ranking is the run's turns mapped to their
-sessions, each session at the place of its best turn; the gold is ``answer_session_ids``. At turn
-level the gold is the evidence turns (``has_answer``); a question without any is left out of the
-turn level (and counted). recall_any@k: 1 when any gold item is in the top k; recall_all@k: 1
-when every gold item is; nDCG@k: binary gains, ideal DCG over min(k, |gold|) items. Abstention
-questions (``_abs``) have no gold and are not asked: the dataset's report lists them.
+Per question, the ranking is the whole corpus (lab's ranked items first, then every item it did not
+rank, in corpus order) as official corpus ids (`lab.eval.longmemeval_corpus`); the gold is every
+corpus id containing ``answer``. At k in 1, 3, 5, 10, 30, 50:
+
+- ``recall_any@k``: 1 when any gold id is in the top k; ``recall_all@k``: 1 when every one is (so 1
+  for a question with no gold in the corpus, as the official code has it);
+- ``ndcg_any@k``: DCG with the gains of the top k, the first at full weight and the one at place
+  i (from 0) divided by log2(i + 1), over the ideal DCG of the corpus's own gains sorted, so every
+  gold item of the corpus counts in the ideal;
+- at turn granularity the session figures come from the same turn ranking: each id cut to its
+  session (its last ``_<n>`` dropped, so a ``noans`` turn is a session of its own), and k widened
+  until the top k holds k distinct sessions (or the corpus ends); nDCG then counts every gold turn.
+
+The official population: abstention questions (``_abs``) are not scored, nor questions with no
+``has_answer`` turn on the corpus's side (the user's, officially); both are counted and listed.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import polars as pl
 
-KS = (1, 5, 10)
-METRICS = ("recall_any", "recall_all", "ndcg")
+KS = (1, 3, 5, 10, 30, 50)
+HEADLINE = {"session": ("recall_all@5", "ndcg_any@5", "recall_all@10", "ndcg_any@10"),
+            "turn": ("recall_all@5", "ndcg_any@5", "recall_all@10", "ndcg_any@10", "recall_all@50", "ndcg_any@50")}
 
 
-def recall_any(ranked: Sequence[str], gold: set[str], k: int) -> float:
-    return 1.0 if any(x in gold for x in ranked[:k]) else 0.0
+def dcg(gains: Sequence[float], k: int) -> float:
+    import numpy as np  # the same float arithmetic as the official code's, so means agree to the last place
+
+    top = np.asarray(list(gains)[:k], dtype=float)
+    return float(top[0] + np.sum(top[1:] / np.log2(np.arange(2, top.size + 1)))) if top.size else 0.0
 
 
-def recall_all(ranked: Sequence[str], gold: set[str], k: int) -> float:
-    return 1.0 if gold and gold <= set(ranked[:k]) else 0.0
+def ndcg_any(ranked: Sequence[str], gold: set[str], corpus: Sequence[str], k: int) -> float:
+    ideal = dcg(sorted((1.0 if c in gold else 0.0 for c in corpus), reverse=True), k)
+    return dcg([1.0 if c in gold else 0.0 for c in ranked], k) / ideal if ideal else 0.0
 
 
-def ndcg(ranked: Sequence[str], gold: set[str], k: int) -> float:
-    dcg = sum(1.0 / math.log2(i + 2) for i, x in enumerate(ranked[:k]) if x in gold)
-    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, len(gold))))
-    return dcg / ideal if ideal else 0.0
+def at_k(ranked: Sequence[str], gold: set[str], corpus: Sequence[str], k: int) -> tuple[float, float, float]:
+    """(recall_any@k, recall_all@k, ndcg_any@k) of ``ranked`` ids against ``gold``."""
+    top = set(ranked[:k])
+    return (float(any(g in top for g in gold)), float(all(g in top for g in gold)), ndcg_any(ranked, gold, corpus, k))
 
 
-def session_ranking(turns: Sequence[str], session_of: dict[str, str]) -> list[str]:
-    """The sessions of ranked ``turns``, each at the place of its best turn."""
-    seen: dict[str, None] = {}
-    for t in turns:
-        s = session_of.get(t)
-        if s is not None and s not in seen:
-            seen[s] = None
-    return list(seen)
+def session_of(corpus_id: str) -> str:
+    return "_".join(corpus_id.split("_")[:-1])
 
 
-def scores(ranked: Sequence[str], gold: set[str]) -> dict[str, float]:
-    return {f"{m}@{k}": fn(ranked, gold, k) for k in KS for m, fn in
-            (("recall_any", recall_any), ("recall_all", recall_all), ("ndcg", ndcg))}
+def widened_k(sessions: Sequence[str], k: int) -> int:
+    """The smallest k' >= k whose top k' holds k distinct sessions (past the corpus's end, when it never does)."""
+    n = k
+    while n <= len(sessions) and len(set(sessions[:n])) < k:
+        n += 1
+    return n
 
 
-def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {key: round(sum(r[key] for r in rows) / len(rows), 4) for key in rows[0]} if rows else {}
+def question_metrics(ranked: Sequence[str], corpus: Sequence[str], granularity: str) -> dict[str, dict[str, float]]:
+    """``{"session": {...}, "turn": {...}}`` for one question, as the official log's ``metrics``."""
+    gold = {c for c in corpus if "answer" in c}
+    out: dict[str, dict[str, float]] = {"session": {}, "turn": {}}
+    if granularity == "turn":
+        s_ranked, s_corpus = [session_of(c) for c in ranked], [session_of(c) for c in corpus]
+        s_gold = {session_of(c) for c in gold}
+    for k in KS:
+        out[granularity].update(zip((f"recall_any@{k}", f"recall_all@{k}", f"ndcg_any@{k}"),
+                                    at_k(ranked, gold, corpus, k)))
+        if granularity == "turn":
+            out["session"].update(zip((f"recall_any@{k}", f"recall_all@{k}", f"ndcg_any@{k}"),
+                                      at_k(s_ranked, s_gold, s_corpus, widened_k(s_ranked, k))))
+    return out
+
+
+def full_rankings(run: pl.DataFrame, info: dict[str, Any]) -> dict[str, list[int]]:
+    """Each question's whole corpus as positions into its corpus list: the items ``run`` ranked, in
+    its order, then the rest in corpus order (what a run returns is rarely the whole corpus)."""
+    ranked = {q: rows["memory_id"].to_list() for (q,), rows in run.sort("qid", "rank").group_by("qid", maintain_order=True)}
+    out = {}
+    for qid, items in info["corpus"].items():
+        where = {mid: i for i, (_, mid) in enumerate(items) if mid is not None}
+        first = list(dict.fromkeys(where[m] for m in ranked.get(qid, ()) if m in where))
+        seen = set(first)
+        out[qid] = first + [i for i in range(len(items)) if i not in seen]
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    import numpy as np
+
+    return float(np.mean(values))
+
+
+def scored_questions(run: pl.DataFrame, info: dict[str, Any]) -> tuple[dict[str, list[int]], dict[str, Any]]:
+    """(every question's whole ranking as corpus positions, the official metrics of each question,
+    the excluded ones too: the log holds them)."""
+    rankings = full_rankings(run, info)
+    per_q = {}
+    for qid, order in rankings.items():
+        ids = [cid for cid, _ in info["corpus"][qid]]
+        per_q[qid] = question_metrics([ids[i] for i in order], ids, info["granularity"])
+    return rankings, per_q
 
 
 def longmemeval_metrics(run: pl.DataFrame, info: dict[str, Any]) -> dict[str, Any]:
-    """Session- and turn-level metrics of ``run`` (qid, memory_id, rank) with the dataset's
-    LongMemEval facts (``report["longmemeval"]`` of `lab.eval.longmemeval.load_longmemeval`)."""
-    session_of, types = info["sessions"], info["types"]
-    ranked = {q: rows["memory_id"].to_list() for (q,), rows in run.sort("qid", "rank").group_by("qid", maintain_order=True)}
-    per_session, per_turn = {}, {}
-    for qid, answers in info["answer_sessions"].items():
-        turns = ranked.get(qid, [])
-        per_session[qid] = scores(session_ranking(turns, session_of), set(answers))
-        evidence = set(info["evidence"].get(qid) or ())
-        if evidence:
-            per_turn[qid] = scores(turns, evidence)
-    by_type: dict[str, dict[str, Any]] = {}
-    for qtype in sorted({types[q] for q in per_session}):
-        members = [q for q in per_session if types[q] == qtype]
-        by_type[qtype] = {"questions": len(members), "session": _mean([per_session[q] for q in members]),
-                          "turn": _mean([per_turn[q] for q in members if q in per_turn])}
-    return {"questions": len(per_session), "session": _mean(list(per_session.values())),
-            "turn_questions": len(per_turn), "turn": _mean(list(per_turn.values())), "by_type": by_type}
+    """The official figures of ``run`` (qid, memory_id, rank) with the dataset's LongMemEval facts
+    (``report["longmemeval"]`` of `lab.eval.longmemeval.load_longmemeval`): means over the scored
+    questions under ``session`` and ``turn``, the headline, per question type, and the exclusions."""
+    granularity, types = info["granularity"], info["types"]
+    excluded = set(info["no_target"])
+    rankings, every = scored_questions(run, info)
+    per_q = {q: m for q, m in every.items() if q not in excluded}
+
+    def means(qids: list[str]) -> dict[str, dict[str, float]]:
+        return {level: {name: _mean([per_q[q][level][name] for q in qids]) for name in per_q[qids[0]][level]}
+                for level in ("session", "turn")} if qids else {"session": {}, "turn": {}}
+
+    overall = means(list(per_q))
+    by_type = {}
+    for qtype in sorted({types[q] for q in per_q}):
+        members = [q for q in per_q if types[q] == qtype]
+        by_type[qtype] = {"questions": len(members), **means(members)}
+    headline = {level: {name: overall[level][name] for name in names if name in overall[level]}
+                for level, names in HEADLINE.items()}
+    return {"protocol": {"granularity": granularity, "corpus": info["corpus_roles"], "ks": list(KS)},
+            "questions": len(per_q), **overall, "headline": headline, "by_type": by_type,
+            "excluded": {"abstention": len(info["abstention"]), "no_target": len(excluded & set(rankings)),
+                         "gold_warnings": len(info.get("gold_warnings") or {})}}
+
+
+def headline_lines(lme: dict[str, Any]) -> list[str]:
+    """The official headline table as LongMemEval's print script words it (means rounded to 4 places)."""
+    lines = [f"LongMemEval official ({lme['protocol']['granularity']} granularity, {lme['protocol']['corpus']} "
+             f"corpus): {lme['questions']} questions scored; excluded {lme['excluded']['abstention']} abstention, "
+             f"{lme['excluded']['no_target']} with no target turn"]
+    for level, title in (("session", "Session-level metrics:"), ("turn", "Turn-level metrics:")):
+        figures = lme["headline"].get(level) or {}
+        if figures:
+            lines.append(f"{title} " + ", ".join(f"{name} = {round(v, 4)}" for name, v in figures.items()))
+    return lines
+
+
+def report_lines(lme: dict[str, Any]) -> list[str]:
+    """The run report's LongMemEval section: the official headline, then per question type."""
+    lines = ["", "## LongMemEval (official retrieval protocol)", "", *headline_lines(lme), "",
+             "The ranking as LongMemEval's own retrieval log: `longmemeval_retrievallog.jsonl` (scored questions), "
+             "`longmemeval_retrievallog_excluded.jsonl`; the exclusions: `longmemeval_exclusions.json`.", "",
+             "| level | " + " | ".join(HEADLINE["turn"]) + " |", "|---|" + "---|" * len(HEADLINE["turn"])]
+    for level in ("session", "turn"):
+        if lme["headline"].get(level):
+            lines.append(f"| {level} | " + " | ".join(f"{lme[level][n]:.4f}" if n in lme[level] else "" for n in
+                                                      HEADLINE["turn"]) + " |")
+    level = lme["protocol"]["granularity"]
+    names = HEADLINE["session"]
+    lines += ["", f"By question type ({level} level):", "", "| type | n | " + " | ".join(names) + " |",
+              "|---|---|" + "---|" * len(names)]
+    for qtype, row in lme["by_type"].items():
+        lines.append(f"| {qtype} | {row['questions']} | " + " | ".join(f"{row[level][n]:.4f}" for n in names) + " |")
+    return lines

@@ -12,6 +12,7 @@ import polars as pl
 from lab.config import Candidate, SearchConfig, to_yaml
 from lab.config import load_candidate
 from lab.errors import NotFoundError, ValidationError
+from lab.eval.longmemeval_metrics import report_lines
 from lab.eval.metrics import compare_runs
 from lab.eval.abstention import plot as abstention_plot
 from lab.eval.run_folder import read_json_file, read_made_by
@@ -121,6 +122,8 @@ def report_markdown(result: EvalResult) -> str:
             lines += ["", f"## {block}", ""] + [f"- {k}: {_fmt(v)}" for k, v in m[block].items()]
     if m.get("abstention"):
         lines += abstention_lines(m["abstention"])
+    if m.get("longmemeval"):  # the benchmark's official figures, beside lab's
+        lines += report_lines(m["longmemeval"])
     lines += ["", "![recall@k](recall_at_k.png)", "", "![categories](categories.png)", ""]
     return "\n".join(lines)
 

@@ -53,6 +53,8 @@ class EvalResult:
 def fused_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig, options: EvalOptions,
               dataset: EvalDataset | None = None) -> pl.DataFrame:
     top = config.fusion.top_k if options.respect_top_k else max(options.ks)
+    if dataset is not None and not options.respect_top_k:  # LongMemEval's official metrics: the whole corpus
+        top = max(top, int(dataset.report.get("ranking_depth") or 0))
     run = fuse(prepared, replace(config.fusion, top_k=top))
     if options.credit_derived and dataset is not None and dataset.credit:
         credit = pl.DataFrame({"memory_id": list(dataset.credit), "_src": list(dataset.credit.values())})

@@ -7,6 +7,7 @@ from lab.config import DEFAULT_MODEL, ENCODERS, ChunkConfig, SearchConfig, to_di
 from lab.embed.registry import lookup
 from lab.eval.dataset import EvalDataset
 from lab.eval.dataset_ref import DatasetOptions
+from lab.eval.longmemeval_log import write_official_log
 from lab.eval.report import write_run
 from lab.eval.run_folder import maker, publish
 from lab.eval.runner import EvalOptions, EvalResult, evaluate
@@ -57,4 +58,10 @@ def write_run_folder(result: EvalResult, retriever: Retriever, dataset: EvalData
     out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded,
                                     models_suffix(store_model, query_model, config.encoders))
     made = maker("search configuration", config.name, dataset.name, dataset.source, to_dict(chunk))
-    return publish(out, made, lambda folder: write_run(result, dataset.qrels, folder))
+    return publish(out, made, lambda folder: _write(result, dataset, folder))
+
+
+def _write(result: EvalResult, dataset: EvalDataset, folder: Path) -> None:
+    write_run(result, dataset.qrels, folder)
+    if "longmemeval" in dataset.report:  # the official retrieval log beside lab's files
+        write_official_log(folder, result.run, dataset.report["longmemeval"], dataset.source)
