@@ -29,8 +29,11 @@ def _(mo):
 
 @app.cell
 def _(folder, mo, sweep_name, views):
-    with mo.status.spinner("reading the sweep's artifacts"):
-        sweep = views.load_sweep(sweep_name.value or None, folder=folder)
+    from lab.track.connect import Tracking as _Tracking
+    from lab.workspace import current as _current
+
+    with mo.status.spinner("reading the sweep's artifacts"):  # from the installed workspace's tracking store
+        sweep = views.load_sweep(sweep_name.value or None, uri=_Tracking.of(_current()), folder=folder)
     mo.stop(sweep is None, mo.md(views.NO_SWEEP))
     _s = sweep["summary"]
     mo.md(f"**{_s['sweep']}** on {_s['dataset']} ({_s['strategy']}, {_s.get('configs')} configurations, "

@@ -177,8 +177,11 @@ def _(assemble, mo, out, save_button, search, session):
 @app.cell
 def _(assemble, log_button, mo, out, search, session):
     mo.stop(not log_button.value, mo.md("_Not logged yet._"))
-    with mo.status.spinner("evaluating through lab eval and logging"):
-        run_id, folder = session.log(search, assemble, out=out)
+    from lab.track.connect import Tracking as _Tracking
+    from lab.workspace import current as _current
+
+    with mo.status.spinner("evaluating through lab eval and logging"):  # to the installed workspace's tracking store
+        run_id, folder = session.log(search, assemble, out=out, uri=_Tracking.of(_current()))
     mo.md(f"Logged MLflow run <span id='logged-run'>{run_id}</span> (run folder `{folder}`).")
     return
 
@@ -187,6 +190,7 @@ def _(assemble, log_button, mo, out, search, session):
 def _(assemble, gate_button, mo, out, search, session, views):
     mo.stop(not gate_button.value, mo.md("_Gate not run yet._"))
     from lab.flow.stages import gate_candidate, judging_in
+    from lab.track.connect import Tracking as _Tracking
     from lab.workspace import current
 
     _workspace = current()  # the one the setup cell installed
@@ -194,7 +198,7 @@ def _(assemble, gate_button, mo, out, search, session, views):
     _candidate = session.write_candidate(search, assemble, f"{out}/tune-candidate.yaml")
     with mo.status.spinner(f"gate {_gate_file} on {_candidate}"):
         report = gate_candidate(_gate_file, _candidate, judging_in(_workspace), out_root=f"{out}/gate",
-                                uri=_workspace.tracking_uri)
+                                uri=_Tracking.of(_workspace))
     mo.vstack([mo.md(f"## Gate: <span id='gate-verdict'>{report.verdict}</span> ({_gate_file.name}, "
                      f"MLflow run `{report.run_id}`)"), mo.ui.table(views.checks_frame(report), selection=None)])
     return

@@ -217,45 +217,41 @@ def test_a_failed_export_ends_its_run_failed_and_leaves_no_model_without_a_versi
     it left RUNNING and how to remove it."""
     from mlflow import MlflowClient
 
-    from lab import track, workspace
+    from lab import track
 
     uri, proc = refusing_server
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "manifest.json").write_text("{}")
-    before = workspace.current()
-    workspace.use(tracking_uri=uri, tracking_timeout=5)
-    try:
-        _, c, exp_id = track.client(uri)
-        run_id = c.create_run(exp_id).info.run_id
-        with pytest.raises(track.TrackingError) as refused:
-            track.export_model(run_id, bundle, "team-model", config_json="{}", assemble_json="{}", verdict="GO", uri=uri)
-        assert str(refused.value) == (f"MLflow tracking store {uri} failed while uploading the model of run {run_id} "
-                                      "(its bundle): it kept answering HTTP 500")
-        assert refused.value.exit_code == 5
-        server = MlflowClient(uri)
-        assert server.get_run(run_id).info.status == "FAILED"
-        assert server.search_registered_models() == []  # no registered model without a version
-        second = c.create_run(exp_id).info.run_id
-        with pytest.raises(track.TrackingError) as ended:
-            with track.run("cut short", "eval", uri=uri) as (_, _, killed):
-                os.killpg(proc.pid, 9)  # the server gone: the runs cannot be ended, and the errors say so
-                proc.wait(timeout=30)
-        assert str(ended.value) == (
-            f"MLflow tracking store {uri} failed while ending run {killed} (cut short): connection refused; "
-            f"run {killed} is left RUNNING: when the server is back, "
-            f"`MLFLOW_TRACKING_URI={uri} mlflow runs delete --run-id {killed}`")
-        started = time.monotonic()
-        with pytest.raises(track.TrackingError) as gone:
-            track.export_model(second, bundle, "team-model", config_json="{}", assemble_json="{}", verdict="GO",
-                               uri=uri)
-        assert time.monotonic() - started < 30
-        assert str(gone.value) == (
-            f"MLflow tracking store {uri} failed while uploading the model of run {second} (its bundle): "
-            f"connection refused; run {second} is left RUNNING: when the server is back, "
-            f"`MLFLOW_TRACKING_URI={uri} mlflow runs delete --run-id {second}`")
-    finally:
-        workspace.install(before)
+    where = track.Tracking(uri, timeout=5)  # handed down, as an edge hands its workspace's
+    _, c, exp_id = track.client(where)
+    run_id = c.create_run(exp_id).info.run_id
+    with pytest.raises(track.TrackingError) as refused:
+        track.export_model(run_id, bundle, "team-model", config_json="{}", assemble_json="{}", verdict="GO", uri=where)
+    assert str(refused.value) == (f"MLflow tracking store {uri} failed while uploading the model of run {run_id} "
+                                  "(its bundle): it kept answering HTTP 500")
+    assert refused.value.exit_code == 5
+    server = MlflowClient(uri)
+    assert server.get_run(run_id).info.status == "FAILED"
+    assert server.search_registered_models() == []  # no registered model without a version
+    second = c.create_run(exp_id).info.run_id
+    with pytest.raises(track.TrackingError) as ended:
+        with track.run("cut short", "eval", uri=where) as (_, _, killed):
+            os.killpg(proc.pid, 9)  # the server gone: the runs cannot be ended, and the errors say so
+            proc.wait(timeout=30)
+    assert str(ended.value) == (
+        f"MLflow tracking store {uri} failed while ending run {killed} (cut short): connection refused; "
+        f"run {killed} is left RUNNING: when the server is back, "
+        f"`MLFLOW_TRACKING_URI={uri} mlflow runs delete --run-id {killed}`")
+    started = time.monotonic()
+    with pytest.raises(track.TrackingError) as gone:
+        track.export_model(second, bundle, "team-model", config_json="{}", assemble_json="{}", verdict="GO",
+                           uri=where)
+    assert time.monotonic() - started < 30
+    assert str(gone.value) == (
+        f"MLflow tracking store {uri} failed while uploading the model of run {second} (its bundle): "
+        f"connection refused; run {second} is left RUNNING: when the server is back, "
+        f"`MLFLOW_TRACKING_URI={uri} mlflow runs delete --run-id {second}`")
 
 
 def test_the_printed_ui_and_env_lines_never_carry_a_database_password():
@@ -278,3 +274,20 @@ def test_a_run_whose_end_could_not_be_told_is_said_beside_the_bodys_own_error(tm
         with track.run("body fails", "eval", uri=f"sqlite:///{tmp_path / 'mlflow.db'}"):
             1 / 0
     assert any("is left RUNNING: delete it" in r.getMessage() for r in caplog.records)
+
+
+def test_the_tracking_store_and_its_deadline_are_handed_down_not_read_from_the_installed_workspace():
+    """Issue 56: lab.track takes the edge's ``Tracking`` (its workspace's URI and timeout); the
+    installed workspace is not read below the edges, and a bare URI or None has the built-in defaults."""
+    from lab import track, workspace
+    from lab.track.connect import failure, timeout_of
+
+    installed = workspace.use(tracking_uri="http://127.0.0.1:9/installed", tracking_timeout=7)
+    assert track.tracking_uri(None) == f"sqlite:///{(track.DEFAULT_DIR / 'mlflow.db').resolve()}"
+    handed = track.Tracking.of(installed)
+    assert (track.tracking_uri(handed), timeout_of(handed)) == ("http://127.0.0.1:9/installed", 7)
+    assert timeout_of("http://x") == timeout_of(None) == workspace.Workspace().tracking_timeout
+    import requests
+
+    assert failure(requests.exceptions.ReadTimeout(), timeout_of(handed)) == (
+        "no answer within 7 s (setting tracking_timeout)")

@@ -104,11 +104,12 @@ def test_error_analysis_views(demo):
 
 
 def test_log_records_an_mlflow_run_with_the_same_numbers(demo, tmp_path):
-    from lab import track
+    from lab import track, workspace
 
+    where = track.Tracking.of(workspace.current())  # the test process's tracking store (conftest's)
     search, asm = demo.configure({"fusion.k": 20})
-    run_id, folder = demo.log(search, asm, out=tmp_path / "runs")
-    _, c, _ = track.client()
+    run_id, folder = demo.log(search, asm, out=tmp_path / "runs", uri=where)
+    _, c, _ = track.client(where)
     got = c.get_run(run_id).data.metrics
     assert got["recall_at_10"] == pytest.approx(demo.numbers(search, asm).means["recall@10"])
     assert (folder / "per_query.parquet").is_file() or any(folder.iterdir())

@@ -70,12 +70,20 @@ def store_settings():
     return StoreSettings.of(current())
 
 
+def command_tracking(args: argparse.Namespace):
+    """The tracking store a command logs to (lab.track's ``Tracking``): its --tracking-uri over the
+    workspace's ($MLFLOW_TRACKING_URI), with the workspace's tracking_timeout."""
+    from lab.track.connect import Tracking
+
+    return Tracking.of(command_workspace(tracking_uri=getattr(args, "tracking_uri", None)))
+
+
 def check_tracking(args: argparse.Namespace) -> None:
     """Before a command's work: the tracking server it will log to answers (unless --no-track)."""
     if not getattr(args, "no_track", False):
         from lab.track import require_reachable
 
-        require_reachable(getattr(args, "tracking_uri", None))
+        require_reachable(command_tracking(args))
 
 
 def engine_args(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lab.cli.common import command_workspace, print_hits
+from lab.cli.common import command_tracking, command_workspace, print_hits
 
 DEMO_STORE = ".lab/demo"
 
@@ -65,10 +65,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"sweep best {swept.all:.4f} ({swept.objective}, all questions)")
     print(f"look at: {evaluated.folder} (evaluation), {swept.folder} (sweep: results, best.yaml, plots), "
           f"{report.folder} (gate report)")
-    print(f"runs:    {ui_command(args.tracking_uri)}   (eval run {evaluated.run_id})")
+    print(f"runs:    {ui_command(command_tracking(args))}   (eval run {evaluated.run_id})")
     if isinstance(exported, ExportedModel):
         print(f"serve:   .venv/bin/lab serve --demo   (the demo champion over a store seeded with the demo data)\n"
-              f"load:    {env_line(args.tracking_uri)}   # then, from any folder:\n"
+              f"load:    {env_line(command_tracking(args))}   # then, from any folder:\n"
               f"         {load_line(exported.export.uri)}")
     return 0
 

@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import replace
 
-from lab.cli.common import check_tracking, command_engine, command_workspace, engine_args, print_json
+from lab.cli.common import check_tracking, command_engine, command_tracking, command_workspace, engine_args, print_json
 from lab.config import DEFAULT_KS, AssembleConfig
 
 DEFAULT_BUDGET = AssembleConfig().budget  # declared once, with the setting (lab.config)
@@ -64,7 +64,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 from lab.track import log_eval
 
                 run_id = log_eval(outcome.result, outcome.run, dataset=outcome.dataset, store_version=outcome.store_version,
-                                  uri=args.tracking_uri, extra_tags={"regression": outcome.name,
+                                  uri=command_tracking(args), extra_tags={"regression": outcome.name,
                                                                      "regression_status": outcome.status})
                 tracked = f"  (mlflow run {run_id})"
             print(f"{outcome.status:<6} {outcome.name}: " + "; ".join(outcome.notes) + tracked, flush=True)

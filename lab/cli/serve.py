@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli.common import print_json, quiet_chatty_libraries, store_settings
+from lab.cli.common import command_workspace, print_json, quiet_chatty_libraries, store_settings
 
 
 def open_served(args: argparse.Namespace, log_stream=None):
@@ -18,6 +18,7 @@ def open_served(args: argparse.Namespace, log_stream=None):
     from dataclasses import fields
 
     from lab.serve.settings import DEMO_MODEL, DEMO_STORE, Settings, load_settings
+    from lab.track.connect import Tracking
 
     # every setting a command has a flag for (setting_flag names its dest after the setting)
     flags = {f.name: getattr(args, f.name, None) for f in fields(Settings)}
@@ -29,7 +30,9 @@ def open_served(args: argparse.Namespace, log_stream=None):
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=log_stream or sys.stderr)
     quiet_chatty_libraries()  # a root handler now prints what reaches it: bm25s's DEBUG lines, unfiltered
-    served = load_bundle(settings.bundle) if settings.bundle else load_model(settings.model, settings.tracking_uri)
+    # --tracking-uri ($LAB_SERVE_TRACKING_URI) over the workspace's ($MLFLOW_TRACKING_URI), its timeout
+    tracking = Tracking.of(command_workspace(tracking_uri=settings.tracking_uri))
+    served = load_bundle(settings.bundle) if settings.bundle else load_model(settings.model, tracking)
     seeded = seed_store(served, settings.store, store_settings()) if getattr(args, "demo", False) else None
     if seeded:
         print(f"store {settings.store}: {seeded}", file=log_stream or sys.stderr, flush=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import json
 from datetime import datetime, timezone
 
-from lab.cli.common import check_tracking, command_engine, engine_args, print_json
+from lab.cli.common import check_tracking, command_engine, command_tracking, engine_args, print_json
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -20,7 +20,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.quiet or args.json else (lambda msg: print(f"  {msg}", flush=True))
     with command_engine(args) as engine, _sweep_kept(Path(args.out) / spec.name):
         result = run_sweep(spec, datasets=args.datasets, out_root=args.out, progress=not args.quiet and not args.json,
-                           track=not args.no_track, tracking_uri=args.tracking_uri, on_stage=say, engine=engine)
+                           track=not args.no_track, tracking_uri=command_tracking(args), on_stage=say, engine=engine)
     summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
     if args.json:
         print_json({"folder": str(result.folder), **summary})
@@ -48,7 +48,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"  Pareto front (tokens -> context recall): {front}")
     print(f"  -> {result.folder} (results.parquet, best.yaml, plots)")
     if info.get("mlflow_run_id"):
-        print(f"  MLflow run {info['mlflow_run_id']}; view: {ui_command(args.tracking_uri)}")
+        print(f"  MLflow run {info['mlflow_run_id']}; view: {ui_command(command_tracking(args))}")
     return 130 if result.interrupted else 0
 
 
@@ -68,12 +68,12 @@ def _sweep_kept(folder: Path):
 def cmd_runs(args: argparse.Namespace) -> int:
     from lab.track import recent_runs, ui_command
 
-    runs = recent_runs(args.n, args.tracking_uri, kind=args.kind)
+    runs = recent_runs(args.n, command_tracking(args), kind=args.kind)
     if args.json:
         print_json(runs)
         return 0
     if not runs:
-        print(f"no runs yet in {ui_command(args.tracking_uri).split()[-1]}")
+        print(f"no runs yet in {ui_command(command_tracking(args)).split()[-1]}")
         return 0
     print(f"{'started (UTC)':<17} {'kind':<12} {'status':<9} {'verdict':<7} {'name':<40} run id")
     for r in runs:
@@ -82,12 +82,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
         head = next((f"{k} {m[k]:.4f}" for k in ("recall_at_10", "tune.recall_at_10", "all.recall_at_10") if k in m), "")
         print(f"{when:<17} {r['kind'] or '':<12} {r['status']:<9} {r['verdict'] or '':<7} {r['name'][:40]:<40} "
               f"{r['run_id']}  {head}")
-    print(f"view them: {ui_command(args.tracking_uri)}")
-    _print_champions(args.tracking_uri)
+    print(f"view them: {ui_command(command_tracking(args))}")
+    _print_champions(command_tracking(args))
     return 0
 
 
-def _print_champions(uri: str | None) -> None:
+def _print_champions(uri) -> None:  # a lab.track Tracking
     """The registered champions, and the line that lets MLflow find them from any folder."""
     from lab.track import champions, env_line, load_line
 
@@ -222,7 +222,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     gate = load_gate(args.config)
     judging = JudgeOptions(datasets=args.datasets, progress=not args.quiet, rebaseline=args.rebaseline)
     report = run_gate(gate, args.candidate, judging=judging, out_root=args.out, track=not args.no_track,
-                      uri=args.tracking_uri, export=args.export, store=args.store)
+                      uri=command_tracking(args), export=args.export, store=args.store)
     if args.json:
         print_json(report.as_dict())
     else:
@@ -234,7 +234,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
                   f"bundle {report.export.bundle}")
             from lab.track import env_line
 
-            print(f"from another folder: {env_line(args.tracking_uri)}")
+            print(f"from another folder: {env_line(command_tracking(args))}")
         elif report.refused:
             print("export refused: NO-GO; failed checks:")
             for line in report.refused:

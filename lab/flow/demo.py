@@ -33,11 +33,13 @@ from lab.pipeline import Pipeline
 from lab.retriever import Retriever
 from lab.store.layout import info_path
 from lab.store.settings import StoreSettings
+from lab.track.connect import Tracking
 from lab.tune.spec import load_spec
 from lab.tune.sweep import run_sweep
 from lab.workspace import Workspace
 
 if TYPE_CHECKING:
+    from lab.track.connect import Where
     from lab.write.writer import IngestReport
 
 DEMO_QUERY = ("atlas", "why did the billing service fail in February?")  # a sample search after ingest
@@ -88,7 +90,7 @@ def run_demo(workspace: Workspace, store: str | Path, data: str | Path, out: str
     """Run the five steps in ``workspace``, yielding each as it starts and as it ends."""
     # the demo store and the evaluation stores embed the same texts: one cache, embedded once
     embeddings = workspace.eval_embeddings
-    files, store, out, uri = demo_files(workspace), Path(store), Path(out), workspace.tracking_uri
+    files, store, out, uri = demo_files(workspace), Path(store), Path(out), Tracking.of(workspace)
     verb = "reusing" if info_path(store).exists() else "creating"
     yield DemoStep(1, "ingest", f"{verb} store at {store}")
     stores = StoreSettings.of(workspace)
@@ -120,7 +122,7 @@ def run_demo(workspace: Workspace, store: str | Path, data: str | Path, out: str
     yield DemoStep(5, "export", "", True, _export(report, swept.best, files.gate, uri))
 
 
-def _export(report: GateReport, candidate: Path, gate_file: Path, uri: str | None) -> ExportedModel | ExportRefused:
+def _export(report: GateReport, candidate: Path, gate_file: Path, uri: Where) -> ExportedModel | ExportRefused:
     """On GO the champion exported (its bundle in the gate report's folder, over the store the gate
     judged it on), else the refusal; the report's gate.json then records which, as `lab gate
     --export` writes it."""

@@ -24,6 +24,7 @@ from lab.eval.runs import write_run_folder
 from lab.eval.stores import eval_retriever, save_config
 from lab.flow.eval_units import EvalUnit, group_configs, run_eval_units
 from lab.retriever import Retriever
+from lab.track.connect import Tracking
 from lab.workspace import Workspace
 
 
@@ -114,7 +115,7 @@ def evaluate(candidate: EvalCandidate, overrides: Overrides, data: DatasetRef, o
         run_id = None
         if tracked:
             run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version),
-                                    uri=workspace.tracking_uri)
+                                    uri=Tracking.of(workspace))
         yield Evaluated(dataset.name, result.config, result, folder, run_id)
 
 

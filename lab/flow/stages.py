@@ -15,7 +15,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import polars as pl
 
@@ -33,9 +33,13 @@ from lab.flow.params import StageParams
 from lab.flow.results import CandidatesMade, ExportedModel, Gated, Indexed, Prepared, StageResult, Swept
 from lab.gate.checks import GateConfig, load_gate
 from lab.gate.run import GateReport, JudgeOptions, export_gated, load_report, run_gate
+from lab.track.connect import Tracking
 from lab.tune.spec import parse_spec
 from lab.tune.sweep import SweepResult, run_sweep
 from lab.workspace import Workspace
+
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
 
 def _portable(value: Any, workspace: Workspace) -> Any:
@@ -123,7 +127,7 @@ def stage_sweep(params: StageParams, layout: Layout, opts: StageOptions) -> Swep
                       where=params.sweep)
     out = fresh(layout.sweep)
     result = run_sweep(spec, out_root=out, progress=opts.progress, root=layout.eval_root, track=opts.track,
-                       tracking_uri=opts.workspace.tracking_uri, embeddings=layout.embedding_cache(opts.workspace))
+                       tracking_uri=Tracking.of(opts.workspace), embeddings=layout.embedding_cache(opts.workspace))
     shutil.copy(result.folder / "best.yaml", layout.best)
     summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
     write_metrics(layout, "sweep", {k: summary[k] for k in ("sweep", "objective", "tune", "validation",
@@ -159,7 +163,7 @@ def judging_in(workspace: Workspace, *, root: Path | None = None, embeddings: Pa
 
 
 def gate_candidate(gate_file: str | Path, candidate: str | Path, judging: JudgeOptions, *, out_root: str | Path,
-                   uri: str | None = None, track: bool = True, export: bool = False,
+                   uri: Where = None, track: bool = True, export: bool = False,
                    model: str | None = None) -> GateReport:
     """Judge ``candidate`` (a preset name or a candidate file) against the gate file; on ``export``
     and GO, export it as the champion (of ``model`` when given, else of the gate file's model).
@@ -171,7 +175,7 @@ def gate_candidate(gate_file: str | Path, candidate: str | Path, judging: JudgeO
 
 
 def export_champion(report: GateReport, candidate: Path, gate: GateConfig, store: Path, bundle: Path,
-                    uri: str | None = None) -> ExportedModel:
+                    uri: Where = None) -> ExportedModel:
     """Export a GO report's candidate: its bundle into ``bundle`` (with a copy of ``store``, the
     store it is served over) and its model registered as ``gate.model``'s champion; refused,
     naming each failed check, on NO-GO."""
@@ -183,7 +187,7 @@ def stage_gate(params: StageParams, layout: Layout, opts: StageOptions) -> Gated
     out = fresh(layout.gate)
     judging = judging_in(opts.workspace, root=layout.gate_root, embeddings=layout.embedding_cache(opts.workspace),
                          progress=opts.progress)
-    report = gate_candidate(params.gate, layout.best, judging, out_root=out, uri=opts.workspace.tracking_uri,
+    report = gate_candidate(params.gate, layout.best, judging, out_root=out, uri=Tracking.of(opts.workspace),
                             track=opts.track, model=params.registered_model)
     shutil.copy(report.folder / "gate.json", out / "gate.json")
     write_json(layout.metrics / "gate.json", {"verdict": report.verdict, "go": int(report.verdict == "GO"),
@@ -202,7 +206,7 @@ def stage_export(params: StageParams, layout: Layout, opts: StageOptions) -> Exp
         raise ValidationError(f"the index stage's store {store} is not built: run `lab stage index` first")
     gate = replace(load_gate(params.gate), model=params.registered_model)
     done = export_champion(load_report(reports[0].parent), layout.best, gate, store, fresh(layout.bundle),
-                           opts.workspace.tracking_uri)
+                           Tracking.of(opts.workspace))
     write_json(layout.out / "export.json", done.export.as_dict() | {"bundle": str(done.bundle)})
     return done
 

@@ -26,6 +26,7 @@ from lab.eval.dataset import EvalDataset
 from lab.eval.dataset_ref import DatasetRef
 from lab.eval.stores import index_suffix
 from lab.store.settings import StoreSettings
+from lab.track.connect import Tracking
 from lab.workspace import Workspace
 
 
@@ -165,5 +166,5 @@ def _written(outcome: SystemOutcome, dataset: EvalDataset, out: Path, workspace:
         chunk = outcome.unit.save.chunk
         index = (to_dict(chunk), index_suffix(chunk))
     folder = write_system_run(outcome.result, dataset, out, *(index or (None, "")), log=outcome.log)
-    run_id = track.log_system(outcome.result, folder, dataset=dataset, uri=workspace.tracking_uri) if tracked else None
+    run_id = track.log_system(outcome.result, folder, dataset=dataset, uri=Tracking.of(workspace)) if tracked else None
     return SystemDone(outcome, folder, run_id)

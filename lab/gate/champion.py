@@ -5,12 +5,15 @@ and manifest; the registry only says which version it is and where its bundle li
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from lab import track as tracking
 from lab.bundle import Bundle, read_bundle
 from lab.config import SaveConfig, SearchConfig, from_dict, to_dict
 from lab.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
 
 def judged_on(suite: Mapping[str, Any]) -> dict[str, str]:
@@ -50,7 +53,7 @@ class Champion:
         return cls(rec.get("version"), None, save, rec.get("data"), dict(rec))
 
 
-def registered_champion(model: str, uri: str | None = None) -> Champion | None:
+def registered_champion(model: str, uri: Where = None) -> Champion | None:
     """The ``@champion`` of ``model`` read from its bundle (None: the model has no champion). A local
     artifact store's bundle is read in place; a remote one's is downloaded, store and all."""
     found = tracking.champion(model, uri)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab import track as tracking
 from lab.bundle import bundle_digest, pack_store, write_bundle
@@ -15,9 +16,12 @@ from lab.gate.checks import GateConfig, candidate_config
 from lab.gate.report import Exported, GateReport
 from lab.version import __version__
 
+if TYPE_CHECKING:
+    from lab.track.connect import Where
+
 
 def export_gated(report: GateReport, candidate: str, gate: GateConfig, store: str | Path, *, bundle: str | Path,
-                 uri: str | None = None) -> Exported:
+                 uri: Where = None) -> Exported:
     """Export a judged candidate: only on GO (else `ValidationError` naming each failed check),
     the bundle into ``bundle`` and the model registered as the new champion."""
     if report.verdict != "GO":
@@ -27,7 +31,7 @@ def export_gated(report: GateReport, candidate: str, gate: GateConfig, store: st
     return export(report, candidate_config(candidate), gate, store, uri, Path(bundle))
 
 
-def export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str | Path, uri: str | None,
+def export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str | Path, uri: Where,
            bundle: Path | None = None) -> Exported:
     """The bundle folder (default: ``bundle`` in the report's folder), then the pyfunc model
     registered as the new champion."""

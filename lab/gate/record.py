@@ -3,13 +3,17 @@ the suites' metrics and CIs, the verdict as a tag, the report folder as artefact
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from lab import track as tracking
 from lab.config import Candidate, to_dict
 from lab.gate.report import GateReport, write_report
 
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
-def record(report: GateReport, chosen: Candidate, uri: str | None = None) -> GateReport:
+
+def record(report: GateReport, chosen: Candidate, uri: Where = None) -> GateReport:
     """Log ``report`` as a gate run; returns it with its run id (the report folder, written with the
     run id, is the run's artefacts)."""
     suites = report.suites.values()

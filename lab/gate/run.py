@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.errors import ValidationError
 from lab.gate.champion import Champion, registered_champion
@@ -19,12 +20,15 @@ from lab.gate.judge import JudgeOptions, data_drift, judge, sweep_selection
 from lab.gate.record import record
 from lab.gate.report import Exported, GateReport, SuiteResult, load_report, report_table, write_report
 
+if TYPE_CHECKING:
+    from lab.track.connect import Where
+
 __all__ = ["run_gate", "GateReport", "SuiteResult", "Champion", "Exported", "JudgeOptions", "report_table",
            "load_report", "export_gated", "data_drift", "sweep_selection"]
 
 
 def run_gate(gate: GateConfig, candidate: str | None, *, judging: JudgeOptions = JudgeOptions(),
-             out_root: str | Path = "runs/gate", track: bool = True, uri: str | None = None, export: bool = False,
+             out_root: str | Path = "runs/gate", track: bool = True, uri: Where = None, export: bool = False,
              store: str | Path | None = None) -> GateReport:
     """Judge ``candidate`` (a preset name or a candidate file) against ``gate``: its search config on
     stores built with its index-time (save) settings (where and how: ``judging``), held against the

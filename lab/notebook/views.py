@@ -10,12 +10,15 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import polars as pl
 
 from lab import track
 from lab.errors import ValidationError
+
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
 ZONE_COLOURS = {"critical": "#d62728", "middle": "#1f77b4", "recency": "#2ca02c"}
 
@@ -133,7 +136,7 @@ def checks_frame(report) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------------------- sweep
-def load_sweep(name_or_run: str | None = None, *, uri: str | None = None,
+def load_sweep(name_or_run: str | None = None, *, uri: Where = None,
                folder: str | Path | None = None) -> dict[str, Any] | None:
     """A sweep's results from MLflow: the parent run named ``sweep NAME`` (or run id; default the
     newest sweep), its results table, assembly table, Pareto front and summary from its artifacts.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lab import track
 from lab.bundle import Bundle, read_bundle, require_go
@@ -21,6 +21,9 @@ from lab.store.location import is_uri
 from lab.store.layout import WRITE_LOCK, is_store
 from lab.store.settings import StoreSettings
 from lab.store.store import Store
+
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
 
@@ -60,7 +63,7 @@ def bundle_name(folder: str | Path) -> str:
     return path.parent.name if path.name == "bundle" and path.parent.name else path.name
 
 
-def load_model(model_uri: str, tracking_uri: str | None = None) -> Served:
+def load_model(model_uri: str, tracking_uri: Where = None) -> Served:
     """The registered model version ``model_uri`` names (models:/NAME@ALIAS or models:/NAME/VERSION)."""
     match = MODEL_URI.match(model_uri)
     if not match:

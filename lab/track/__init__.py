@@ -13,8 +13,8 @@ One module per job: ``connect`` (the URI, reachability, deadlines, the experimen
 from __future__ import annotations
 
 from lab.track.code import git_commit, lab_code
-from lab.track.connect import (DEFAULT_DIR, EXPERIMENT, EXPERIMENT_KIND, HEALTH_TIMEOUT_S, TrackingError,
-                               call_bound_s, client, env_line, guarded, is_server, load_line, require_reachable,
+from lab.track.connect import (DEFAULT_DIR, EXPERIMENT, EXPERIMENT_KIND, HEALTH_TIMEOUT_S, Tracking, TrackingError,
+                               Where, call_bound_s, client, env_line, guarded, is_server, load_line, require_reachable,
                                shown_uri, tracking_uri, ui_command)
 from lab.track.packaging import model_requirements, model_signature
 from lab.track.registry import (CHAMPION, champion, champions, export_model, find_version, model_bundle,
@@ -22,7 +22,7 @@ from lab.track.registry import (CHAMPION, champion, champions, export_model, fin
 from lab.track.runs import (base_tags, end_run, flatten, log_dataset, log_eval, log_interval_table, log_metrics,
                             log_params, log_system, recent_runs, run)
 
-__all__ = ["DEFAULT_DIR", "EXPERIMENT", "EXPERIMENT_KIND", "HEALTH_TIMEOUT_S", "TrackingError", "call_bound_s",
+__all__ = ["DEFAULT_DIR", "EXPERIMENT", "EXPERIMENT_KIND", "HEALTH_TIMEOUT_S", "Tracking", "TrackingError", "Where", "call_bound_s",
            "client", "env_line", "guarded", "is_server", "load_line", "require_reachable", "shown_uri",
            "tracking_uri", "ui_command", "model_requirements", "model_signature", "CHAMPION", "champion",
            "champions", "export_model", "find_version", "model_bundle", "model_version", "base_tags", "end_run",

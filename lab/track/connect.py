@@ -13,10 +13,11 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator, Union
 
 from lab.errors import LabError, LabWarning, ValidationError
-from lab.workspace import current, set_library_env
+from lab.workspace import Workspace, set_library_env
 
 EXPERIMENT = "lab"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow 3's UI: runs, not traces
@@ -28,6 +29,29 @@ RETRIES = 2  # each request to a server is tried at most 1 + RETRIES times (MLfl
 _configured: dict[str, str] = {}
 _reachable: set[str] = set()
 _warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """Where runs are logged and how long a tracking server may stay silent: an edge's workspace's
+    (``Tracking.of``), handed to lab.track's entry points where they take ``uri``."""
+
+    uri: str | None = None  # None: SQLite under .lab/mlflow
+    timeout: float = Workspace().tracking_timeout  # the workspace's built-in default
+
+    @classmethod
+    def of(cls, workspace: Workspace) -> "Tracking":
+        return cls(workspace.tracking_uri, workspace.tracking_timeout)
+
+
+# what lab.track's entry points take as ``uri``: a Tracking, or a bare URI (None: SQLite under
+# .lab/mlflow), with the built-in timeout
+Where = Union[Tracking, str, None]
+
+
+def timeout_of(where: Where) -> float:
+    """The seconds a server may stay silent on one request, for ``where``."""
+    return where.timeout if isinstance(where, Tracking) else Tracking.timeout
 
 
 class TrackingError(LabError):
@@ -69,9 +93,9 @@ def shown_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
-def tracking_uri(uri: str | None = None) -> str:
-    """The tracking URI: the argument, else the workspace's ($MLFLOW_TRACKING_URI), else SQLite under .lab/mlflow."""
-    uri = uri or current().tracking_uri
+def tracking_uri(uri: Where = None) -> str:
+    """The tracking URI: the argument's (an edge hands its workspace's, $MLFLOW_TRACKING_URI), else SQLite under .lab/mlflow."""
+    uri = uri.uri if isinstance(uri, Tracking) else uri
     if uri:
         return uri
     return f"sqlite:///{(DEFAULT_DIR / 'mlflow.db').resolve()}"
@@ -91,7 +115,7 @@ def answers(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> str | None:
         return str(getattr(exc, "reason", exc)).replace(uri, shown_uri(uri))
 
 
-def require_reachable(uri: str | None = None) -> None:
+def require_reachable(uri: Where = None) -> None:
     """Refuse a tracking server nobody answers at, in seconds and in one line naming it (MLflow's
     client would retry for minutes, then fail with a traceback, after the work was done). Only
     http(s) URIs are servers; a local store is checked by opening it."""
@@ -106,14 +130,14 @@ def require_reachable(uri: str | None = None) -> None:
     _reachable.add(resolved)
 
 
-def ui_command(uri: str | None = None) -> str:
+def ui_command(uri: Where = None) -> str:
     """The command that shows these runs in MLflow's UI (a server: its own address)."""
     resolved = tracking_uri(uri)
     # shown_uri: a database URI's password is not printed (the user adds it back from where they keep it)
     return f"open {shown_uri(resolved)}" if is_server(resolved) else f"mlflow ui --backend-store-uri {shown_uri(resolved)}"
 
 
-def env_line(uri: str | None = None) -> str:
+def env_line(uri: Where = None) -> str:
     """The shell line that points MLflow (and `mlflow.pyfunc.load_model("models:/...")`) at this
     tracking store from any folder: MLflow's own default is an ``mlflow.db`` in the working folder."""
     return f"export MLFLOW_TRACKING_URI={shown_uri(tracking_uri(uri))}"
@@ -138,17 +162,17 @@ def deadline_env(timeout_s: float) -> dict[str, str]:
 
 def call_bound_s(timeout_s: float | None = None) -> float:
     """The longest one tracking call can take before it fails: each try's deadline, and the backoff."""
-    timeout = current().tracking_timeout if timeout_s is None else timeout_s
+    timeout = Tracking.timeout if timeout_s is None else timeout_s
     return (1 + RETRIES) * max(1, round(timeout)) + sum(2 ** i for i in range(1, RETRIES))
 
 
-def _quiet() -> None:
+def _quiet(timeout_s: float) -> None:
     set_library_env({"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
                      "MLFLOW_LOGGING_LEVEL": "WARNING", "GIT_PYTHON_REFRESH": "quiet",
                      # MLflow prints "View run at http://user:password@host/..." after each run
                      "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"})
-    # the workspace's deadline is the one source: set over whatever the environment said
-    set_library_env(deadline_env(current().tracking_timeout), overwrite=True)
+    # the deadline handed down (the workspace's) is the one source: set over whatever the environment said
+    set_library_env(deadline_env(timeout_s), overwrite=True)
     for pattern in (r".*An input example was not provided", r".*Add type hints to the `predict` method",
                     r".*Hint: Inferred schema contains integer column", r".*``noload`` loader strategy",
                     r".*dataset source can be interpreted in multiple ways"):
@@ -164,14 +188,14 @@ class _DropKnownNoise(logging.Filter):
         return not any(n in record.getMessage() for n in self.NOISE)
 
 
-def failure(exc: BaseException) -> str | None:
+def failure(exc: BaseException, timeout_s: float = Tracking.timeout) -> str | None:
     """Why a tracking call failed, in a few words without credentials, when ``exc`` is the tracking
     store failing (unreachable, silent, answering errors, refusing a value); None for anything else."""
     import re
 
     from mlflow.exceptions import MlflowException
 
-    lost = transport_failure(exc)
+    lost = transport_failure(exc, timeout_s)
     if lost is not None:
         return lost
     if isinstance(exc, MlflowException):
@@ -184,7 +208,7 @@ def failure(exc: BaseException) -> str | None:
     return None
 
 
-def transport_failure(exc: BaseException) -> str | None:
+def transport_failure(exc: BaseException, timeout_s: float = Tracking.timeout) -> str | None:
     """Why the server could not be talked to (refused, lost, silent, answering errors), else None."""
     import re
 
@@ -194,7 +218,7 @@ def transport_failure(exc: BaseException) -> str | None:
     while seen is not None:
         if isinstance(seen, requests.exceptions.Timeout) or (
                 isinstance(seen, requests.exceptions.ConnectionError) and "timed out" in str(seen).lower()):
-            return f"no answer within {max(1, round(current().tracking_timeout))} s (setting tracking_timeout)"
+            return f"no answer within {max(1, round(timeout_s))} s (setting tracking_timeout)"
         if isinstance(seen, requests.exceptions.RetryError):
             code = re.search(r"too many (\d{3})", str(seen))
             return f"it kept answering HTTP {code[1]}" if code else "it kept answering errors"
@@ -207,22 +231,22 @@ def transport_failure(exc: BaseException) -> str | None:
 
 
 @contextlib.contextmanager
-def guarded(uri: str | None, doing: str) -> Iterator[None]:
+def guarded(uri: Where, doing: str) -> Iterator[None]:
     """A tracking store failing inside becomes one `TrackingError` line naming it (no traceback)."""
     try:
         yield
     except LabError:
         raise
     except Exception as exc:
-        reason = failure(exc)
+        reason = failure(exc, timeout_of(uri))
         if reason is None:
             raise
         raise TrackingError(tracking_uri(uri), doing, reason) from None
 
 
-def client(uri: str | None = None):
+def client(uri: Where = None):
     """(mlflow module, MlflowClient, experiment id), the experiment created on first use."""
-    _quiet()
+    _quiet(timeout_of(uri))
     import mlflow
     from mlflow import MlflowClient
 
@@ -234,7 +258,7 @@ def client(uri: str | None = None):
     require_reachable(resolved)
     mlflow.set_tracking_uri(resolved)
     if resolved not in _configured:
-        with guarded(resolved, f"opening experiment {EXPERIMENT!r}"):
+        with guarded(Tracking(resolved, timeout_of(uri)), f"opening experiment {EXPERIMENT!r}"):
             c = MlflowClient(resolved)
             exp_id = _server_experiment(c, resolved) if is_server(resolved) else _local_experiment(c, resolved)
         _configured[resolved] = exp_id

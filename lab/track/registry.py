@@ -13,8 +13,8 @@ from typing import Any
 
 from lab.errors import NotFoundError
 from lab.track.code import lab_code
-from lab.track.connect import (OLD_LOCAL_ARTIFACTS, TrackingError, answers, client, failure, guarded, is_server,
-                               local_artifacts_advice, shown_uri, tracking_uri, transport_failure)
+from lab.track.connect import (OLD_LOCAL_ARTIFACTS, TrackingError, Where, answers, client, failure, guarded, is_server,
+                               local_artifacts_advice, shown_uri, timeout_of, tracking_uri, transport_failure)
 from lab.track.packaging import model_requirements, model_signature
 from lab.track.runs import end_run
 
@@ -22,7 +22,7 @@ CHAMPION = "champion"
 MISSING = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")  # no such model, version or alias
 
 
-def champions(uri: str | None = None) -> list[dict[str, Any]]:
+def champions(uri: Where = None) -> list[dict[str, Any]]:
     """Every registered model with a champion: name, version, the gate verdict, the store it serves."""
     from mlflow.exceptions import MlflowException
 
@@ -41,14 +41,14 @@ def champions(uri: str | None = None) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: r["model"])
 
 
-def champion(model: str, uri: str | None = None) -> dict[str, Any] | None:
+def champion(model: str, uri: Where = None) -> dict[str, Any] | None:
     """The registered champion of ``model``: version, config, assemble and save (dicts; save None when
     it used the default index settings), run id, bundle, verdict; None when there is none."""
     return model_version(model, alias=CHAMPION, uri=uri)
 
 
 def model_version(model: str, *, alias: str | None = None, version: str | None = None,
-                  uri: str | None = None) -> dict[str, Any] | None:
+                  uri: Where = None) -> dict[str, Any] | None:
     """A registered version of ``model`` by alias or number (as ``champion`` describes it); None
     when the model, alias or version does not exist (a server that fails is an error, not None)."""
     from mlflow.exceptions import MlflowException
@@ -68,7 +68,7 @@ def model_version(model: str, *, alias: str | None = None, version: str | None =
             "data": json.loads(mv.tags["lab.data"]) if "lab.data" in mv.tags else None}
 
 
-def find_version(model: str, digest: str, uri: str | None = None) -> str | None:
+def find_version(model: str, digest: str, uri: Where = None) -> str | None:
     """The registered version of ``model`` exported from the same bundle (``lab.digest`` tag), if any."""
     from mlflow.exceptions import MlflowException
 
@@ -83,7 +83,7 @@ def find_version(model: str, digest: str, uri: str | None = None) -> str | None:
     return min((mv.version for mv in found), key=int, default=None)
 
 
-def model_bundle(found: dict[str, Any], uri: str | None = None) -> Path | None:
+def model_bundle(found: dict[str, Any], uri: Where = None) -> Path | None:
     """The bundle folder a registered version carries (``model_version``'s answer): read in place
     from a local artifact store, else downloaded (a server's ``mlflow-artifacts:``); None when it
     carries none. A version whose artifacts sit on another machine's disk is refused by name."""
@@ -110,14 +110,14 @@ def model_bundle(found: dict[str, Any], uri: str | None = None) -> Path | None:
         try:
             return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{source}/artifacts/bundle"))
         except (MlflowException, OSError) as exc:  # a version logged before bundles were its artifacts
-            if transport_failure(exc) is not None:  # ... unless the server is what failed
+            if transport_failure(exc, timeout_of(uri)) is not None:  # ... unless the server is what failed
                 raise
             old = found.get("bundle")
             return Path(old) if old and Path(old).is_dir() else None
 
 
 def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, assemble_json: str,
-                 verdict: str, uri: str | None = None, save_json: str | None = None,
+                 verdict: str, uri: Where = None, save_json: str | None = None,
                  data_json: str | None = None, digest: str | None = None,
                  example: dict[str, Any] | None = None) -> dict[str, Any]:
     """Log the bundle as a pyfunc model in ``run_id``, register a new version, and move @champion to
@@ -157,7 +157,7 @@ def export_model(run_id: str, bundle: Path, model: str, *, config_json: str, ass
         doing = f"moving @{CHAMPION} of {model} to version {mv.version}"
         c.set_registered_model_alias(model, CHAMPION, mv.version)
     except Exception as exc:
-        reason = failure(exc)
+        reason = failure(exc, timeout_of(uri))
         if reason is None:
             raise
         error = TrackingError(tracking_uri(uri), doing, reason)
@@ -183,7 +183,7 @@ def _registered(c: Any, model: str) -> bool:
         return False
 
 
-def _unmake(c: Any, model: str, uri: str | None) -> str | None:
+def _unmake(c: Any, model: str, uri: Where) -> str | None:
     """Remove the registered model this export made, when it has no version; None when done (or
     nothing to do), else what to do about the model left without a version."""
     resolved = tracking_uri(uri)

@@ -15,7 +15,8 @@ from typing import Any, Iterator
 from lab.config import to_dict
 from lab.errors import ValidationError
 from lab.track.code import git_commit
-from lab.track.connect import TrackingError, answers, client, failure, guarded, is_server, shown_uri, tracking_uri
+from lab.track.connect import (TrackingError, Where, answers, client, failure, guarded, is_server, shown_uri, timeout_of,
+                               tracking_uri)
 from lab.version import __version__
 
 
@@ -39,7 +40,7 @@ def base_tags(kind: str, **tags: Any) -> dict[str, str]:
 
 @contextlib.contextmanager
 def run(name: str, kind: str, *, params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None,
-        uri: str | None = None, parent: str | None = None) -> Iterator[Any]:
+        uri: Where = None, parent: str | None = None) -> Iterator[Any]:
     """An MLflow run (a child of ``parent`` when given); yields (mlflow, client, run id). It ends
     FINISHED, FAILED when the body raises, KILLED on Ctrl-C; a tracking failure inside becomes one
     `TrackingError` line that names the run when it could not be ended."""
@@ -59,7 +60,7 @@ def run(name: str, kind: str, *, params: dict[str, Any] | None = None, tags: dic
         raise
     except BaseException as exc:
         left = end_run(c, run_id, "FAILED", uri)
-        reason = None if isinstance(exc, TrackingError) else failure(exc)
+        reason = None if isinstance(exc, TrackingError) else failure(exc, timeout_of(uri))
         if reason is not None:
             exc = TrackingError(tracking_uri(uri), f"logging run {run_id} ({name})", reason)
         if isinstance(exc, TrackingError):
@@ -77,7 +78,7 @@ def run(name: str, kind: str, *, params: dict[str, Any] | None = None, tags: dic
         raise
 
 
-def end_run(c: Any, run_id: str, status: str, uri: str | None = None) -> str | None:
+def end_run(c: Any, run_id: str, status: str, uri: Where = None) -> str | None:
     """End ``run_id`` with ``status``; None when done, else what to do about the run left RUNNING
     (a server that does not answer its health check is not asked, so this takes seconds)."""
     resolved = tracking_uri(uri)
@@ -90,7 +91,7 @@ def end_run(c: Any, run_id: str, status: str, uri: str | None = None) -> str | N
     return left_running(run_id, uri)
 
 
-def left_running(run_id: str, uri: str | None = None) -> str:
+def left_running(run_id: str, uri: Where = None) -> str:
     """What to do about a run the tracking store could not be told had ended."""
     return (f"run {run_id} is left RUNNING: when the server is back, "
             f"`MLFLOW_TRACKING_URI={shown_uri(tracking_uri(uri))} mlflow runs delete --run-id {run_id}`")
@@ -135,7 +136,7 @@ def log_metrics(c, run_id: str, metrics: dict[str, float], step: int = 0) -> Non
         c.log_batch(run_id, metrics=items[i:i + 500])
 
 
-def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri: str | None = None,
+def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri: Where = None,
              parent: str | None = None, kind: str = "eval", extra_tags: dict[str, str] | None = None) -> str:
     """One evaluation as a run: the flattened config, metrics with CI bounds, tags, the run folder."""
     m = result.metrics
@@ -162,7 +163,7 @@ def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri
     return run_id
 
 
-def log_dataset(run_id: str, dataset: Any, uri: str | None = None) -> None:
+def log_dataset(run_id: str, dataset: Any, uri: Where = None) -> None:
     """The evaluation's questions as the run's input dataset (MLflow's dataset API): its name,
     digest (lab's fingerprint of corpus and gold) and source show on the run and in the runs table."""
     import pandas as pd
@@ -185,7 +186,7 @@ def log_interval_table(c, run_id: str, metrics: dict[str, Any]) -> None:
         c.log_table(run_id, data={k: [r[k] for r in rows] for k in rows[0]}, artifact_file="metrics_ci.json")
 
 
-def log_system(result: Any, folder: Path, *, dataset: Any, uri: str | None = None) -> str:
+def log_system(result: Any, folder: Path, *, dataset: Any, uri: Where = None) -> str:
     """A memory system's evaluation (lab.adapters.harness) as a run: its settings, metrics with CI
     bounds, ingest and search speed, the round trip, tags naming the system, the run folder."""
     m = result.metrics
@@ -212,7 +213,7 @@ def log_system(result: Any, folder: Path, *, dataset: Any, uri: str | None = Non
     return run_id
 
 
-def recent_runs(n: int = 20, uri: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+def recent_runs(n: int = 20, uri: Where = None, kind: str | None = None) -> list[dict[str, Any]]:
     """The latest runs, newest first: id, name, kind, status, start, headline metrics, verdict."""
     _, c, exp_id = client(uri)
     flt = f"tags.`lab.kind` = '{kind}'" if kind else ""

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from lab import track
 from lab.config import Candidate, to_dict
 from lab.eval.dataset import EvalDataset
+
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
 
 def write_sweep(result: Any, dataset: EvalDataset) -> Path:
@@ -98,7 +101,7 @@ def plots(result: Any, out: Path) -> list[Path]:
     return written
 
 
-def log_sweep(result: Any, dataset: EvalDataset, groups: dict[str, Any], uri: str | None = None) -> str:
+def log_sweep(result: Any, dataset: EvalDataset, groups: dict[str, Any], uri: Where = None) -> str:
     """One parent run (spec, best, the full results table as an artifact) and the best N as child runs."""
     spec = result.spec
     obj = spec.objective

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import polars as pl
@@ -40,6 +40,9 @@ from lab.tune.assembly import ContextPool, PooledAssembler
 from lab.tune.batch import BatchScorer
 from lab.tune.params import assemble_config, search_config
 from lab.eval.metrics import compare_runs
+
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
 TUNED = Path(".lab/tune/current.yaml")  # the tune notebook's current knobs, for the errors notebook
 CURVE_KS: tuple[int, ...] = (1, 2, 3, 5, 10, 15, 20, 30, 50, 100)
@@ -222,7 +225,7 @@ class TuneSession:
         return path
 
     def log(self, search: SearchConfig, assemble: AssembleConfig, *, out: str | Path = "runs",
-            uri: str | None = None) -> tuple[str, Path]:
+            uri: Where = None) -> tuple[str, Path]:
         """Evaluate the configuration through `lab eval`'s own path (run folder and all) and log it
         to MLflow; returns (MLflow run id, run folder)."""
         options = EvalOptions(budget=assemble.budget or None, assemble=assemble)

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import polars as pl
@@ -31,6 +31,9 @@ from lab.tune.selection import ALPHA, METHOD, corrected_gain, tied_with_best
 from lab.tune.spec import CONTEXT_METRICS, SweepSpec
 from lab.eval.split import split_questions
 from lab.tune.strategies import make_strategy
+
+if TYPE_CHECKING:
+    from lab.track.connect import Where
 
 PARTS = ("tune", "validation", "all")
 
@@ -60,7 +63,7 @@ class _Group:
 
 def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: str | Path = "sweeps",
               progress: bool = True, embedder=None, root: Path | None = None, track: bool = True,
-              tracking_uri: str | None = None, on_stage: Callable[[str], None] | None = None,
+              tracking_uri: Where = None, on_stage: Callable[[str], None] | None = None,
               embeddings: Path | None = None, engine: Engine | None = None) -> SweepResult:
     """Run ``spec``; write its folder under ``out_root``; log it to MLflow when ``track``. Its
     evaluation stores and candidate tables go under ``root`` (None: the workspace's), its vectors
