@@ -224,3 +224,32 @@ def test_a_real_slice_of_the_shared_half_read_as_it_comes(tmp_path):
     gold = set(turns.qrels.filter(pl.col("qid") == q["question_id"])["memory_id"])
     assert gold and all("answer" in next(c for c, m in turns.report["longmemeval"]["corpus"][q["question_id"]] if m == g)
                         for g in gold)
+
+
+def test_lab_datasets_knows_the_dev_half_by_the_checksum_of_its_json(tmp_path):
+    from lab.eval.catalog import survey
+
+    (tmp_path / "longmemeval").mkdir()
+    (tmp_path / "longmemeval" / "longmemeval_s_dev.json.gz").write_bytes(gzip.compress(b"[]")[:-5])
+    entry = {e["name"]: e for e in survey(tmp_path)}
+    assert entry["longmemeval-s-dev"]["status"] == "differs" and entry["longmemeval-oracle-dev"]["status"] == "missing"
+    assert entry["longmemeval-s-dev"]["files"][0]["sha256"].startswith("unreadable: ")
+    with pytest.raises(ValidationError, match=r"longmemeval-oracle-dev: .*longmemeval_oracle_dev.json.gz not found"):
+        DatasetRef("longmemeval-oracle-dev", tmp_path).load()
+    half = require_dataset("longmemeval/longmemeval_s_dev.json.gz")  # hashed as it streams, never loaded whole
+    shared = {e["name"]: e for e in survey(half.parent.parent)}
+    assert shared["longmemeval-s-dev"]["status"] == "found"
+    assert shared["longmemeval-s-dev"]["files"][0]["sha256"] == lme.KNOWN_SHA256["longmemeval_s_dev.json.gz"]
+
+
+@pytest.mark.parametrize("inside,said", [
+    (b"\x00\xff" * 5000, r": not UTF-8 text \(byte 1 of a read\)"),
+    (b'[{"question_id": "q0", "haystack_sessions": ' + b"[" * 20000 + b"]" * 20000 + b"}]",
+     r" question 1 \('q0'\): nested deeper than a JSON reader follows"),
+])
+def test_binary_or_deeply_nested_json_inside_a_gz_is_one_line(tmp_path, inside, said):
+    path = tmp_path / "longmemeval_w.json.gz"
+    path.write_bytes(gzip.compress(inside))
+    with pytest.raises(ValidationError, match=f"^{path}{said}") as got:
+        lme.load_longmemeval(path, verify=False)
+    assert "\n" not in str(got.value)
