@@ -22,6 +22,7 @@ from lab.errors import LabWarning, ValidationError
 from lab.eval import longmemeval as lme
 from lab.eval import longmemeval_reader
 from lab.eval.dataset_ref import DatasetOptions, DatasetRef
+from lab.eval.goldens import load_dataset
 from lab.eval.longmemeval_corpus import corpus_items
 from lab.eval.longmemeval_metrics import longmemeval_metrics, question_metrics, widened_k
 
@@ -236,6 +237,10 @@ def test_lab_datasets_knows_the_dev_half_by_the_checksum_of_its_json(tmp_path):
     assert entry["longmemeval-s-dev"]["files"][0]["sha256"].startswith("unreadable: ")
     with pytest.raises(ValidationError, match=r"longmemeval-oracle-dev: .*longmemeval_oracle_dev.json.gz not found"):
         DatasetRef("longmemeval-oracle-dev", tmp_path).load()
+    with pytest.raises(ValidationError, match=r"longmemeval-oracle-dev: .*longmemeval_oracle_dev.json.gz not found"):
+        load_dataset("longmemeval-oracle-dev", tmp_path)  # lab tune and the flow's stages name it the same
+    with pytest.warns(LabWarning, match="is not one lab knows"):
+        assert load_dataset(str(_write(tmp_path, [_question()], "mine.json.gz"))).name == "mine"
     half = require_dataset("longmemeval/longmemeval_s_dev.json.gz")  # hashed as it streams, never loaded whole
     shared = {e["name"]: e for e in survey(half.parent.parent)}
     assert shared["longmemeval-s-dev"]["status"] == "found"

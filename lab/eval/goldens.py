@@ -10,7 +10,7 @@ from lab.errors import ValidationError
 from lab.eval.beir import load_beir
 from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset, checked_reference_time
 from lab.eval.locomo import load_locomo
-from lab.eval.longmemeval import is_longmemeval, load_longmemeval
+from lab.eval.longmemeval import NAMED as LONGMEMEVAL_NAMED, is_gzip, is_longmemeval, load_longmemeval
 from lab.eval.tables import is_tables, read_tables
 from lab.store.ingest import find_dataset_files, read_records
 from lab.workspace import current
@@ -121,6 +121,13 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     if name == "demo":
         return load_golden(current().project / "goldens" / "demo.yaml")
     p = Path(name)
+    if name in LONGMEMEVAL_NAMED:  # the shared LongMemEval development half, or its oracle
+        p = root / LONGMEMEVAL_NAMED[name]
+        if not p.is_file():
+            raise ValidationError(f"{name}: {p} not found (`lab datasets` says where it goes)")
+        return load_longmemeval(p)
+    if p.is_file() and is_gzip(p):  # LongMemEval's .json.gz, the only compressed format read
+        return load_longmemeval(p)
 
     if p.is_dir() and is_tables(p):  # a dataset prepared into Parquet tables (the DVC prepare stage)
         return read_tables(p)
