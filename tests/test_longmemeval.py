@@ -137,6 +137,9 @@ def test_lab_eval_on_the_fixture_reports_longmemeval_metrics_for_lab_and_a_third
     assert got.returncode == 0, got.stderr[-2000:]
     system = json.loads((tmp_path / "runs" / "longmemeval-s-fixture-system-chroma" / "metrics.json").read_text())
     assert system["longmemeval"]["session"]["recall_any@5"] >= 0.0 and system["questions"] == 1
+    (logged,) = (tmp_path / "runs" / "longmemeval-s-fixture-system-chroma" / "longmemeval_retrievallog.jsonl"
+                 ).read_text().splitlines()  # the official log of a third-party system's ranking too
+    assert json.loads(logged)["retrieval_results"]["metrics"]["turn"] == system["longmemeval"]["turn"]  # one question
 
 
 def _question(i: int = 0, **over) -> dict:

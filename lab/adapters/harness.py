@@ -21,6 +21,7 @@ from lab.adapters.base import AdapterError, Guarded, MemorySystem
 from lab.config import DEFAULT_KS
 from lab.eval import metrics as M
 from lab.eval.dataset import EvalDataset
+from lab.eval.longmemeval_log import write_official_log
 from lab.eval.longmemeval_metrics import longmemeval_metrics
 from lab.eval.metrics import bootstrap_cis
 from lab.eval.report import write_trec_qrels, write_trec_run
@@ -188,8 +189,13 @@ def write_system_run(result: SystemResult, dataset: EvalDataset, out_root: Path,
     (``system.log``). ``index``: the index-time settings, when lab set them."""
     name = result.system["system"]
     made = maker("memory system", name, dataset.name, dataset.source, index)
-    return publish(Path(out_root) / system_run_name(dataset.name, name, index_suffix), made,
-                   lambda folder: _write_system_files(result, dataset.qrels, folder, log))
+
+    def write(folder: Path) -> None:
+        _write_system_files(result, dataset.qrels, folder, log)
+        if "longmemeval" in dataset.report:  # the official retrieval log, as a preset's run folder has it
+            write_official_log(folder, result.run, dataset.report["longmemeval"], dataset.source)
+
+    return publish(Path(out_root) / system_run_name(dataset.name, name, index_suffix), made, write)
 
 
 def _write_system_files(result: SystemResult, qrels: pl.DataFrame, out: Path, log: str = "") -> None:
