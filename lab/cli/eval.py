@@ -261,7 +261,8 @@ def _speeds(loaded: dict) -> dict:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate presets on a dataset; writes run folders")
-    p.add_argument("--dataset", help="locomo, scifact, demo, a golden .yaml, a LoCoMo .json or a BEIR folder")
+    p.add_argument("--dataset", help="locomo, scifact, demo, longmemeval-s-dev, longmemeval-oracle-dev, a golden .yaml, "
+                   "a LoCoMo or LongMemEval .json (LongMemEval's .json.gz too) or a BEIR folder")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     p.add_argument("--split", default="train", help="BEIR qrels split")
     engine_args(p)
