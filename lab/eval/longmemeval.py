@@ -7,19 +7,19 @@ evidence turns with ``has_answer: true``), ``haystack_session_ids``, ``haystack_
 ``answer_session_ids``, ``question_id`` (``_abs`` at the end: an abstention question, whose
 answer was never said), ``question_type``, ``question``, ``answer`` and ``question_date``.
 
-Each question is its own namespace (``lme-<question_id>``), so haystacks never meet; each turn is a
-memory (id ``lme-<question_id>:<session id>#<turn index>``: questions share distractor sessions) with its session's date as ``created_at`` and the session
-id kept in its metadata, and the question's date is that namespace's "now" (time signals never see
-the future). Gold for lab's own metrics: the evidence turns (``has_answer``), else every turn of an
-answer session. The file is read one question at a time (a streaming reader over the top-level
-list, gzip-compressed or not), so an M-sized file (about 500 sessions per question) never sits in
-memory as one JSON tree; the memories of every question are kept, as for any evaluation dataset.
-
-What is stored follows the official retrieval protocol (`lab.eval.longmemeval_corpus`): by default
-one memory per user turn (``granularity="turn"``, ``corpus="user"``); ``granularity="session"``
-stores one memory per session (id ``lme-<question_id>:<session id>``, its turns joined);
-``corpus="all"`` takes every turn. Each memory knows its official corpus id, so the official
-metrics (`lab.eval.longmemeval_metrics`) and retrieval log (`lab.eval.longmemeval_log`) are exact.
+Each question is its own namespace (``lme-<question_id>``), so haystacks never meet, and the
+question's date is that namespace's "now" (time signals never see the future). What is stored
+follows the official retrieval protocol (`lab.eval.longmemeval_corpus`): by default one memory per
+user turn (``granularity="turn"``, ``corpus="user"``; id ``lme-<question_id>:<session id>#<turn
+index>``: questions share distractor sessions); ``granularity="session"`` stores one memory per
+session (id ``lme-<question_id>:<session id>``, its turns joined); ``corpus="all"`` takes every
+turn. Each memory has its session's date as ``created_at`` and its session id and official corpus
+id in its metadata, so the official metrics (`lab.eval.longmemeval_metrics`) and retrieval log
+(`lab.eval.longmemeval_log`) are exact. Gold for lab's own metrics: the official gold items, else
+every stored item of an answer session. The file is read one question at a time (a streaming
+reader over the top-level list, gzip-compressed or not), so an M-sized file (about 500 sessions
+per question) never sits in memory as one JSON tree; the memories of every question are kept, as
+for any evaluation dataset.
 """
 from __future__ import annotations
 
