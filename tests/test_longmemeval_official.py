@@ -99,6 +99,19 @@ def _write(tmp_path, questions, name="longmemeval_s_cleaned.json"):
     return path
 
 
+def test_a_session_repeated_in_a_haystack_keeps_its_one_corpus_id_under_two_storable_memories(tmp_path):
+    """The S file repeats a session in a few haystacks: the official corpus holds it twice under one id."""
+    from lab.store.records import validate_id
+
+    q = _question(haystack_session_ids=["s1", "answer_x", "s1"], haystack_dates=["2023/05/20 (Sat) 02:21"] * 3,
+                  haystack_sessions=_question()["haystack_sessions"] + [_question()["haystack_sessions"][0]])
+    data = lme.load_longmemeval(_write(tmp_path, [q]), verify=False)
+    assert [c for c, _ in data.report["longmemeval"]["corpus"]["q0"]] == ["s1_1", "answer_x_1", "noans_x_3",
+                                                                           "noans_x_5", "s1_1"]
+    ids = [m["id"] for m in data.memories]
+    assert ids[-1] == "lme-q0:s1@1#0" and len(set(ids)) == len(ids) and all(validate_id(i) for i in ids)
+
+
 def test_the_official_population_leaves_out_abstention_and_assistant_only_evidence(tmp_path):
     assistant_only = _question("q1", haystack_sessions=[_question()["haystack_sessions"][0],
                                                         _turns(("user", "hi", False), ("assistant", "red", True))])

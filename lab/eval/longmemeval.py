@@ -186,8 +186,8 @@ class _Reading:
         for item in corpus_items(q, self.granularity, self.corpus):
             where = f"{self.path.name} {qid} session {item.session}" + (f" turn {item.turn}" if item.turn is not None else "")
             # a session may come twice in one haystack (the S file has such): the official corpus
-            # holds both under one corpus id; a memory id is unique, so the repeat is ``~<n>``
-            again = f"~{item.repeat}" if item.repeat else ""
+            # holds both under one corpus id; a memory id is unique, so the repeat is ``@<n>``
+            again = f"@{item.repeat}" if item.repeat else ""
             mid = f"{ns}:{item.session}{again}" + (f"#{item.turn}" if item.turn is not None else "")
             problem = _unindexable(item.text)
             if problem and problem != EMPTY:
