@@ -149,7 +149,7 @@ def report_lines(lme: dict[str, Any]) -> list[str]:
              "| level | " + " | ".join(HEADLINE["turn"]) + " |", "|---|" + "---|" * len(HEADLINE["turn"])]
     for level in ("session", "turn"):
         if lme["headline"].get(level):
-            lines.append(f"| {level} | " + " | ".join(f"{lme[level][n]:.4f}" if n in lme[level] else "" for n in
+            lines.append(f"| {level} | " + " | ".join(f"{lme[level][n]:.4f}" if n in HEADLINE[level] else "" for n in
                                                       HEADLINE["turn"]) + " |")
     level = lme["protocol"]["granularity"]
     names = HEADLINE["session"]
