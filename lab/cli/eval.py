@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import replace
 
-from lab.cli.common import check_tracking, command_engine, command_tracking, command_workspace, engine_args, print_json
+from lab.cli.common import check_tracking, command_engine, command_workspace, engine_args, print_json
 from lab.config import DEFAULT_KS, AssembleConfig
 
 DEFAULT_BUDGET = AssembleConfig().budget  # declared once, with the setting (lab.config)
@@ -52,21 +52,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_before_loading(args)  # before the heavy imports, too
     check_tracking(args)
     from lab.errors import ValidationError
-    from lab.eval.regressions import run_regressions
 
     if args.check:
-        failed = 0
-        for outcome in run_regressions(args.check, base=_options(args), datasets=args.datasets, out_root=args.out,
-                                       progress=not args.quiet):
-            failed += outcome.status == "FAIL"
-            tracked = ""
-            if not args.no_track:
-                from lab.track import log_eval
+        from lab.flow.evaluate import check_regressions
 
-                run_id = log_eval(outcome.result, outcome.run, dataset=outcome.dataset, store_version=outcome.store_version,
-                                  uri=command_tracking(args), extra_tags={"regression": outcome.name,
-                                                                     "regression_status": outcome.status})
-                tracked = f"  (mlflow run {run_id})"
+        failed = 0
+        for outcome, run_id in check_regressions(args.check, _options(args), command_workspace(args.datasets, args.tracking_uri),
+                                                 out=args.out, tracked=not args.no_track, progress=not args.quiet):
+            failed += outcome.status == "FAIL"
+            tracked = f"  (mlflow run {run_id})" if run_id else ""
             print(f"{outcome.status:<6} {outcome.name}: " + "; ".join(outcome.notes) + tracked, flush=True)
         return 1 if failed else 0
     if not args.dataset:

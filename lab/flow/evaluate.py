@@ -145,3 +145,19 @@ def _results(chosen: EvalPlan, data: DatasetRef, dataset: EvalDataset, retriever
         while wanted in done:  # the plan's order, as soon as each is ready
             yield done.pop(wanted)
             wanted += 1
+
+
+def check_regressions(path: str | Path, base: EvalOptions, workspace: Workspace, *, out: str | Path, tracked: bool,
+                      progress: bool) -> Iterator[tuple[Any, str | None]]:
+    """`lab eval --check`: each condition of a regressions file evaluated in ``workspace`` (its run
+    folder written), and with ``tracked`` logged to MLflow tagged with its name and status; yields
+    (the condition's ``Outcome``, its MLflow run id or None) as each is judged."""
+    from lab.eval.regressions import run_regressions
+
+    for outcome in run_regressions(path, base=base, datasets=workspace.datasets_root, out_root=out, progress=progress):
+        run_id = None
+        if tracked:
+            run_id = track.log_eval(outcome.result, outcome.run, dataset=outcome.dataset,
+                                    store_version=outcome.store_version, uri=Tracking.of(workspace),
+                                    extra_tags={"regression": outcome.name, "regression_status": outcome.status})
+        yield outcome, run_id
