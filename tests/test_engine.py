@@ -177,10 +177,13 @@ def test_a_worker_killed_mid_embedding_is_replaced_and_the_vectors_equal_a_clean
 
     from lab.embed.registry import make_embedder
 
+    import json
+
     embedder = make_embedder(EmbedConfig())
     lines = (DEMO / "memories.jsonl").read_text().splitlines()
-    # two passes over the demo: long enough that a worker is still busy when it is killed
-    texts = [f"memory {i}: " + line for i, line in enumerate(lines * 2)]
+    # two passes over the demo's memory texts: long enough that a worker is still busy when it is killed
+    # (the texts, not their whole JSON lines: a third of the tokens to embed, here and on Ray)
+    texts = [f"memory {i}: " + json.loads(line)["content"] for i, line in enumerate(lines * 2)]
     killed: list[int] = []
 
     def kill_one_once_busy():
