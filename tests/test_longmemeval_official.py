@@ -99,17 +99,25 @@ def _write(tmp_path, questions, name="longmemeval_s_cleaned.json"):
     return path
 
 
-def test_a_session_repeated_in_a_haystack_keeps_its_one_corpus_id_under_two_storable_memories(tmp_path):
-    """The S file repeats a session in a few haystacks: the official corpus holds it twice under one id."""
+def test_repeated_sessions_and_texts_keep_the_official_corpus_with_storable_memories(tmp_path):
+    """The S file repeats a session in a few haystacks (the official corpus holds it twice under one
+    id) and repeats texts (the store keeps one memory per text in a namespace): a repeated text is
+    the first one's memory, ranked beside it; another text of a repeated session is ``@1``."""
+    from lab.eval.longmemeval_metrics import full_rankings
     from lab.store.records import validate_id
 
+    again = _turns(("user", "hello there", False), ("assistant", "hi", False), ("user", "something new", False))
     q = _question(haystack_session_ids=["s1", "answer_x", "s1"], haystack_dates=["2023/05/20 (Sat) 02:21"] * 3,
-                  haystack_sessions=_question()["haystack_sessions"] + [_question()["haystack_sessions"][0]])
+                  haystack_sessions=_question()["haystack_sessions"] + [again])
     data = lme.load_longmemeval(_write(tmp_path, [q]), verify=False)
-    assert [c for c, _ in data.report["longmemeval"]["corpus"]["q0"]] == ["s1_1", "answer_x_1", "noans_x_3",
-                                                                           "noans_x_5", "s1_1"]
+    corpus = data.report["longmemeval"]["corpus"]["q0"]
+    assert corpus == [["s1_1", "lme-q0:s1#0"], ["answer_x_1", "lme-q0:answer_x#0"], ["noans_x_3", None],
+                      ["noans_x_5", "lme-q0:answer_x#4"], ["s1_1", "lme-q0:s1#0"], ["s1_3", "lme-q0:s1@1#2"]]
     ids = [m["id"] for m in data.memories]
-    assert ids[-1] == "lme-q0:s1@1#0" and len(set(ids)) == len(ids) and all(validate_id(i) for i in ids)
+    assert len(set(ids)) == len(ids) == 4 and all(validate_id(i) for i in ids)
+    assert data.report["same_text_items"] == 1
+    run = pl.DataFrame({"qid": ["q0", "q0"], "memory_id": ["lme-q0:s1@1#2", "lme-q0:s1#0"], "rank": [1, 2]})
+    assert full_rankings(run, data.report["longmemeval"])["q0"] == [5, 0, 4, 1, 2, 3]
 
 
 def test_the_official_population_leaves_out_abstention_and_assistant_only_evidence(tmp_path):

@@ -165,6 +165,7 @@ class _Reading:
     shapes: dict[str, str] = field(default_factory=dict)  # shape -> the first question of it
     empty_turns: int = 0
     skipped_items: int = 0
+    aliased_items: int = 0
 
     def add(self, q: dict[str, Any]) -> None:
         qid, ns = str(q["question_id"]), f"lme-{q['question_id']}"
@@ -183,6 +184,7 @@ class _Reading:
             parse_date(date, f"{self.path.name} {qid} session {sid}")
             self.empty_turns += _indexable_turns(turns, f"{self.path.name} {qid} session {sid}")[1]
         answers, corpus, gold, of_answers = {str(s) for s in q["answer_session_ids"]}, [], [], []
+        by_text: dict[str, str] = {}  # a text stored in this namespace -> its memory
         for item in corpus_items(q, self.granularity, self.corpus):
             where = f"{self.path.name} {qid} session {item.session}" + (f" turn {item.turn}" if item.turn is not None else "")
             # a session may come twice in one haystack (the S file has such): the official corpus
@@ -196,15 +198,27 @@ class _Reading:
                 self.skipped_items += 1
                 corpus.append([item.corpus_id, None])
                 continue
-            created = parse_date(item.timestamp, where)
-            meta = {"session_id": item.session, "corpus_id": item.corpus_id}
-            if item.turn is not None:
-                meta.update(role=item.role, turn=item.turn)
-            self.memories.append({"id": mid, "namespace": ns, "content": item.text, "created_at": created,
-                                  "type": "episodic", "metadata": meta})
+            if item.text in by_text:  # the store keeps one memory per text in a namespace: the
+                # twin stands for this item too, ranked beside it as the official ranking ties them
+                mid = by_text[item.text]
+                self.aliased_items += 1
+            else:
+                by_text[item.text] = mid
+                self._store(item, mid, ns, where)
             corpus.append([item.corpus_id, mid])
             gold += [mid] if "answer" in item.corpus_id else []
             of_answers += [mid] if item.session in answers else []
+        self._question(q, qid, ns, corpus, list(dict.fromkeys(gold or of_answers)))
+
+    def _store(self, item: Any, mid: str, ns: str, where: str) -> None:
+        created = parse_date(item.timestamp, where)
+        meta = {"session_id": item.session, "corpus_id": item.corpus_id}  # (a twin's: the first item's)
+        if item.turn is not None:
+            meta.update(role=item.role, turn=item.turn)
+        self.memories.append({"id": mid, "namespace": ns, "content": item.text, "created_at": created,
+                              "type": "episodic", "metadata": meta})
+
+    def _question(self, q: dict[str, Any], qid: str, ns: str, corpus: list[list[str | None]], gold: list[str]) -> None:
         row = (qid, ns, str(q["question"]), str(q["question_type"]))
         self.types[qid] = row[3]
         if qid.endswith(ABSTENTION_SUFFIX):  # nothing relevant is stored: no recall to measure
@@ -217,7 +231,7 @@ class _Reading:
         problems = gold_problems(q)
         if problems:
             self.gold_warnings[qid] = problems
-        self.qrels.extend((qid, m, 1) for m in (gold or of_answers))
+        self.qrels.extend((qid, m, 1) for m in gold)
 
 
 def dataset_name(path: Path, granularity: str = "turn", corpus: str = "user") -> str:
@@ -261,6 +275,7 @@ def load_longmemeval(path: str | Path, *, verify: bool = True, granularity: str 
               else f"unknown checksum {checksum} (not one lab knows: evaluated all the same)" if known is None
               else f"differs from the official {known}",
               "empty_turns": r.empty_turns, "empty_items_skipped": r.skipped_items,
+              "same_text_items": r.aliased_items,  # stored once, standing for its twins in the ranking
               "abstention_questions": abstention,  # their haystacks are stored; asked only by --abstention
               "ranking_depth": max(len(c) for c in r.corpus_of.values()),  # every run ranks the whole corpus
               "longmemeval": {"granularity": granularity, "corpus_roles": corpus, "types": r.types,

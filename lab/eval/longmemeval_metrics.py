@@ -75,12 +75,16 @@ def question_metrics(ranked: Sequence[str], corpus: Sequence[str], granularity: 
 
 def full_rankings(run: pl.DataFrame, info: dict[str, Any]) -> dict[str, list[int]]:
     """Each question's whole corpus as positions into its corpus list: the items ``run`` ranked, in
-    its order, then the rest in corpus order (what a run returns is rarely the whole corpus)."""
+    its order (a memory standing for several items of one text: all of them there, in corpus
+    order), then the rest in corpus order (what a run returns is rarely the whole corpus)."""
     ranked = {q: rows["memory_id"].to_list() for (q,), rows in run.sort("qid", "rank").group_by("qid", maintain_order=True)}
     out = {}
     for qid, items in info["corpus"].items():
-        where = {mid: i for i, (_, mid) in enumerate(items) if mid is not None}
-        first = list(dict.fromkeys(where[m] for m in ranked.get(qid, ()) if m in where))
+        where: dict[str, list[int]] = {}
+        for i, (_, mid) in enumerate(items):
+            if mid is not None:
+                where.setdefault(mid, []).append(i)
+        first = list(dict.fromkeys(i for m in ranked.get(qid, ()) for i in where.get(m, ())))
         seen = set(first)
         out[qid] = first + [i for i in range(len(items)) if i not in seen]
     return out
