@@ -2,11 +2,13 @@
 
 An edge (the CLI, the server, a notebook's setup cell, a DVC stage, a benchmark) resolves a
 ``Workspace`` once from its flags, the environment and the defaults, and installs it for the
-process (``install``). The flow (`lab.flow`) takes the workspace as an argument and passes the
-paths it needs down; the layers below it that are not handed a path ask ``current()`` for the
-installed one. No layer below the edges reads ``os.environ`` or installs a workspace (tests hold
-both). Without an installed workspace, library code runs on the built-in defaults, whatever the
-environment says; a Ray task installs the workspace its driver shipped with it (lab.engine.on_ray).
+process (``install``). The shells read it (``current()``, only in `lab.cli`) and hand it, or the
+values it holds, down: the flow (`lab.flow`) takes the workspace as an argument, the layers below
+take paths and small values (``StoreSettings``, ``Tracking``, an evaluation root, a project
+folder); where none is handed they use the built-in defaults (``Workspace()``), whatever the
+environment says or which workspace is installed. No layer below the edges reads ``os.environ``,
+installs a workspace or asks for the installed one (tests hold all three). A Ray task installs the
+workspace its driver shipped with it (lab.engine.on_ray), for the third-party libraries it runs.
 
 The installed workspace is process-wide on purpose: these are settings of the process (its
 folders, its tracking store, its lock timeout), the same for every thread a server runs.

@@ -20,9 +20,11 @@ def _():
 @app.cell
 def _(TuneSession, mo):
     # `python notebooks/context.py --dataset locomo --question QID`
+    from lab.workspace import current as _current
+
     _args = mo.cli_args()
-    with mo.status.spinner("opening the dataset and its cached candidates"):
-        session = TuneSession.from_args(_args)
+    with mo.status.spinner("opening the dataset and its cached candidates"):  # in the workspace the setup cell installed
+        session = TuneSession.from_args(_args, _current())
     first = session.question_id(_args.get("question"))
     return first, session
 

@@ -21,9 +21,11 @@ def _():
 @app.cell
 def _(TuneSession, mo):
     # `python notebooks/errors.py --dataset locomo --preset lab` (or `--config runs/sweeps/NAME/best.yaml`)
+    from lab.workspace import current as _current
+
     _args = mo.cli_args()
-    with mo.status.spinner("opening the dataset and its cached candidates"):
-        session = TuneSession.from_args(_args)
+    with mo.status.spinner("opening the dataset and its cached candidates"):  # in the workspace the setup cell installed
+        session = TuneSession.from_args(_args, _current())
     started = f"the configuration file {_args.get('config')}" if _args.get("config") else \
         f"the preset {_args.get('preset') or 'lab'}"
     return session, started

@@ -37,8 +37,10 @@ def _(PRESETS, TuneSession, mo):
 
 @app.cell
 def _(TuneSession, dataset_pick, mo, preset_pick):
+    from lab.workspace import current as _current
+
     with mo.status.spinner(f"opening {dataset_pick.value} with {preset_pick.value} (store and candidates are cached after the first time)"):
-        session = TuneSession.open(dataset_pick.value, preset_pick.value, progress=False)
+        session = TuneSession.open(dataset_pick.value, preset_pick.value, progress=False, workspace=_current())
     start = session.knobs()
     return session, start
 

@@ -63,9 +63,32 @@ def _below_the_edges():
 
 def test_no_layer_below_the_edges_reads_the_environment_or_locates_the_project():
     env = [rel for rel, text in _below_the_edges() if "os.environ" in text or "getenv(" in text]
-    assert env == [], f"read the environment below the edges (take it from lab.workspace.current()): {env}"
+    assert env == [], f"read the environment below the edges (take it from the workspace an edge hands down): {env}"
     located = [rel for rel, text in _below_the_edges() if "__file__" in text and rel not in OWN_CODE]
     assert located == [], f"paths from __file__ below the edges (use the workspace's project): {located}"
+
+
+# the installed workspace is asked for only by the shells; everything below is handed what it needs
+WORKSPACE_READERS = ("lab/cli/", "lab/workspace.py")
+_ASKS_FOR_THE_WORKSPACE = re.compile(r"(?<![\w.])current\(\)|workspace\.current\(")
+
+
+def _workspace_readers(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / "lab").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith(WORKSPACE_READERS) and _ASKS_FOR_THE_WORKSPACE.search(path.read_text(encoding="utf-8")):
+            found.append(rel)
+    return found
+
+
+def test_only_the_shells_ask_for_the_installed_workspace(tmp_path):
+    assert _workspace_readers(ROOT) == [], "hand the workspace (or its values) down from lab/cli instead"
+    # and the check would catch a library module asking for it
+    shutil.copytree(ROOT / "lab", tmp_path / "lab", ignore=shutil.ignore_patterns("__pycache__"))
+    stores = tmp_path / "lab" / "eval" / "stores.py"
+    stores.write_text(stores.read_text() + "\nfrom lab.workspace import current\nROOT = current().eval_root\n")
+    assert _workspace_readers(tmp_path) == ["lab/eval/stores.py"]
 
 
 def test_the_environment_check_would_catch_a_new_read(tmp_path):

@@ -68,42 +68,37 @@ class _StandIn(BaseHTTPRequestHandler):
 
 
 def stand_in_cases() -> list[Outcome]:
-    from lab import track, workspace
+    from lab import track
 
     out = []
-    before = workspace.current()
-    workspace.use(tracking_timeout=STAND_IN_TIMEOUT_S)
-    try:
-        for mode, reason in (("silent", f"no answer within {STAND_IN_TIMEOUT_S} s"), ("error", "it kept answering HTTP 500")):
-            handler = type(f"StandIn{mode}", (_StandIn,), {"mode": mode})
-            stand_in = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            stand_in.daemon_threads = True
-            threading.Thread(target=stand_in.serve_forever, daemon=True).start()
-            shown = f"http://127.0.0.1:{stand_in.server_address[1]}"
-            uri = shown.replace("http://", "http://alice:s3cret@")
-            started = time.monotonic()
-            try:
-                track.recent_runs(5, track.Tracking(uri, STAND_IN_TIMEOUT_S))  # as an edge hands its workspace's
-                observed, ok = "answered", False
-            except track.TrackingError as exc:
-                took = time.monotonic() - started
-                line = str(exc)
-                observed = f"{took:.1f} s: {line[:200]}"
-                ok = (took < track.call_bound_s(STAND_IN_TIMEOUT_S) + 5 and f"store {shown} failed" in line and reason in line
-                      and "s3cret" not in line and "\n" not in line and exc.exit_code == 5)
-            except Exception as exc:  # noqa: BLE001 - a crash, not lab's error
-                observed, ok = f"CRASH {type(exc).__name__}: {str(exc)[:150]}", False
-            finally:
-                stand_in.shutdown()
-                stand_in.server_close()
-            what = "silent" if mode == "silent" else "answering HTTP 500"
-            out.append(Outcome(GROUP, f"a tracking server {what} after its health check (lab runs)",
-                               f"one TrackingError line within the deadline naming {shown} (no credentials), "
-                               f"{reason!r}", observed, ok))
-        gone = f"http://127.0.0.1:{free_port()}"
-        out.append(_refused_before_work(track, gone))
-    finally:
-        workspace.install(before)
+    for mode, reason in (("silent", f"no answer within {STAND_IN_TIMEOUT_S} s"), ("error", "it kept answering HTTP 500")):
+        handler = type(f"StandIn{mode}", (_StandIn,), {"mode": mode})
+        stand_in = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        stand_in.daemon_threads = True
+        threading.Thread(target=stand_in.serve_forever, daemon=True).start()
+        shown = f"http://127.0.0.1:{stand_in.server_address[1]}"
+        uri = shown.replace("http://", "http://alice:s3cret@")
+        started = time.monotonic()
+        try:
+            track.recent_runs(5, track.Tracking(uri, STAND_IN_TIMEOUT_S))  # as an edge hands its workspace's
+            observed, ok = "answered", False
+        except track.TrackingError as exc:
+            took = time.monotonic() - started
+            line = str(exc)
+            observed = f"{took:.1f} s: {line[:200]}"
+            ok = (took < track.call_bound_s(STAND_IN_TIMEOUT_S) + 5 and f"store {shown} failed" in line and reason in line
+                  and "s3cret" not in line and "\n" not in line and exc.exit_code == 5)
+        except Exception as exc:  # noqa: BLE001 - a crash, not lab's error
+            observed, ok = f"CRASH {type(exc).__name__}: {str(exc)[:150]}", False
+        finally:
+            stand_in.shutdown()
+            stand_in.server_close()
+        what = "silent" if mode == "silent" else "answering HTTP 500"
+        out.append(Outcome(GROUP, f"a tracking server {what} after its health check (lab runs)",
+                           f"one TrackingError line within the deadline naming {shown} (no credentials), "
+                           f"{reason!r}", observed, ok))
+    gone = f"http://127.0.0.1:{free_port()}"
+    out.append(_refused_before_work(track, gone))
     return out
 
 

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import argparse
 
-from lab.cli.common import print_json
+from lab.cli.common import command_workspace, print_json
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
     from lab.eval.catalog import survey
 
-    entries = survey(args.datasets, verify=not args.no_verify)
+    ws = command_workspace(args.datasets)
+    entries = survey(ws.datasets_root, verify=not args.no_verify, project=ws.project)
     if args.json:
         print_json(entries)
         return 0
@@ -41,7 +42,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 def cmd_goldens_check(args: argparse.Namespace) -> int:
     from lab.eval.goldens import describe_golden
 
-    d = describe_golden(args.file)
+    d = describe_golden(args.file, command_workspace().project)
     if args.json:
         print_json(d)
         return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import json
 from datetime import datetime, timezone
 
-from lab.cli.common import check_tracking, command_engine, command_tracking, engine_args, print_json
+from lab.cli.common import check_tracking, command_engine, command_tracking, command_workspace, engine_args, print_json
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -18,9 +18,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     check_tracking(args)
     say = (lambda msg: None) if args.quiet or args.json else (lambda msg: print(f"  {msg}", flush=True))
-    with command_engine(args) as engine, _sweep_kept(Path(args.out) / spec.name):
-        result = run_sweep(spec, datasets=args.datasets, out_root=args.out, progress=not args.quiet and not args.json,
-                           track=not args.no_track, tracking_uri=command_tracking(args), on_stage=say, engine=engine)
+    ws = command_workspace(args.datasets, args.tracking_uri)
+    with command_engine(args, workspace=ws) as engine, _sweep_kept(Path(args.out) / spec.name):
+        result = run_sweep(spec, datasets=ws.datasets_root, project=ws.project, out_root=args.out,
+                           progress=not args.quiet and not args.json,
+                           root=ws.eval_root, embeddings=ws.embed_cache, track=not args.no_track,
+                           tracking_uri=command_tracking(args), on_stage=say, engine=engine)
     summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
     if args.json:
         print_json({"folder": str(result.folder), **summary})
@@ -153,13 +156,16 @@ def cmd_learn(args: argparse.Namespace) -> int:
     from lab.tune.learn import learn_fusion
 
     candidate = candidate_from(args.preset if not args.config else None, args.config)
-    dataset = load_dataset(args.dataset, args.datasets, split=args.split, observations=args.observations)
+    ws = command_workspace(args.datasets)
+    dataset = load_dataset(args.dataset, ws.datasets_root, project=ws.project, split=args.split,
+                           observations=args.observations)
     save = candidate.save or save_config()
-    retriever = eval_retriever(dataset, save, progress=not args.quiet and not args.json)
+    retriever = eval_retriever(dataset, save, root=ws.eval_root, embeddings=ws.embed_cache,
+                               progress=not args.quiet and not args.json)
     say = None if args.quiet or args.json else (lambda msg: print(f"  {msg}", flush=True))
     options = EvalOptions(ks=(10,), credit_derived=args.credit_derived)
     config, judged = learn_fusion(retriever, dataset, candidate.search, options, l2=args.l2, cv=not args.no_cv,
-                                  folds=args.folds, progress=say)
+                                  folds=args.folds, progress=say, root=ws.eval_root)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     verdict = ""
@@ -220,7 +226,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from lab.gate.run import JudgeOptions, report_table, run_gate
 
     gate = load_gate(args.config)
-    judging = JudgeOptions(datasets=args.datasets, progress=not args.quiet, rebaseline=args.rebaseline)
+    ws = command_workspace(args.datasets, args.tracking_uri)
+    judging = JudgeOptions(datasets=ws.datasets_root, project=ws.project, root=ws.eval_root, embeddings=ws.embed_cache,
+                           progress=not args.quiet, rebaseline=args.rebaseline)
     report = run_gate(gate, args.candidate, judging=judging, out_root=args.out, track=not args.no_track,
                       uri=command_tracking(args), export=args.export, store=args.store)
     if args.json:

@@ -143,8 +143,9 @@ class _EmbedBatch:
 
 def _in_workspace(workspace: Workspace | None, fn: Callable[[Any], Any], item: Any) -> Any:
     """A unit of work on a worker, in the driver's workspace: a worker process is an edge of its
-    own that resolved nothing, so without it every setting below the units' arguments (a store's
-    lock timeout and storage options, the tracking deadline) would be the built-in default."""
+    own that resolved nothing. lab's units are handed every value they use (a portable
+    ``DatasetRef``, evaluation root, embedding cache, store settings); the installed workspace is
+    for code that asks an edge's question there (a user's own system class)."""
     if workspace is not None:
         install(workspace)
     return fn(item)

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import ValidationError
-from lab.eval.goldens import default_datasets
+from lab.eval.goldens import default_datasets, project_folder
 from lab.eval.longmemeval_reader import content_sha256
-from lab.workspace import current
 
 
 @dataclass(frozen=True)
@@ -97,10 +96,12 @@ def _sha256(path: Path) -> str:
         return f"unreadable: {exc}"
 
 
-def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[dict[str, Any]]:
+def survey(datasets: str | Path | None = None, *, verify: bool = True,
+           project: str | Path | None = None) -> list[dict[str, Any]]:
     """One entry per dataset: name, where, status (found | missing | differs), files with their
     checksums, source, licence and steps; then the bundled demo and any other BEIR folder found."""
-    root = Path(datasets) if datasets else default_datasets()
+    root = Path(datasets) if datasets else default_datasets(project)
+    demo = project_folder(project) / "datasets" / "demo"
     out: list[dict[str, Any]] = []
     for k in KNOWN:
         folder = root / k.folder
@@ -116,8 +117,7 @@ def survey(datasets: str | Path | None = None, *, verify: bool = True) -> list[d
                     "source": k.source, "licence": k.licence,
                     "steps": [s.replace("$DATASETS", str(root)) for s in k.steps]})
     out.append({"name": "demo", "title": "the bundled demo: 347 memories, 250 edges, 120 golden questions",
-                "where": str(current().project / "datasets" / "demo"),
-                "status": "found" if (current().project / "datasets" / "demo").is_dir() else "missing",
+                "where": str(demo), "status": "found" if demo.is_dir() else "missing",
                 "files": [], "source": "written for this project (datasets/demo, goldens/demo.yaml)",
                 "licence": "the project's own (MIT)", "steps": []})
     known_folders = {k.folder for k in KNOWN}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
-from lab.eval.goldens import BUILT_IN, default_datasets, load_dataset
+from lab.eval.goldens import BUILT_IN, default_datasets, load_dataset, project_folder
 from lab.eval.longmemeval import NAMED, is_gzip, is_longmemeval, load_longmemeval
 
 
@@ -26,21 +26,24 @@ class DatasetOptions:
 class DatasetRef:
     """``name``: locomo, scifact, demo, a golden .yaml, a LoCoMo or LongMemEval .json, a BEIR or
     tables folder; ``root``: the datasets root the built-in names are read from (None: the
-    caller's workspace's, `at`); ``split``: BEIR's qrels split."""
+    caller's workspace's, `at`); ``split``: BEIR's qrels split; ``project``: the folder whose
+    ``goldens/`` and ``datasets/`` the demo and golden files' named datasets come from."""
 
     name: str
     root: str | Path | None = None
     split: str = "train"
     options: DatasetOptions = DatasetOptions()
+    project: str | Path | None = None
 
-    def at(self, root: str | Path) -> "DatasetRef":
-        """This reference with ``root`` as its datasets root when it names none itself."""
-        return self if self.root else replace(self, root=root)
+    def at(self, root: str | Path, project: str | Path | None = None) -> "DatasetRef":
+        """This reference with ``root`` as its datasets root and ``project`` as its project, where
+        it names none itself (a workspace's: `at(ws.datasets_root, ws.project)`)."""
+        return replace(self, root=self.root or root, project=self.project or project)
 
     def load(self) -> EvalDataset:
         opts, path = self.options, Path(self.name)
         if self.name in NAMED:  # the shared development half, or its oracle, by name
-            path = Path(self.root or default_datasets()) / NAMED[self.name]
+            path = Path(self.root or default_datasets(self.project)) / NAMED[self.name]
             if not path.is_file():
                 raise ValidationError(f"{self.name}: {path} not found (`lab datasets` says where it goes)")
         if path.is_file() and (is_gzip(path) or (path.suffix == ".json" and is_longmemeval(path))):
@@ -48,10 +51,11 @@ class DatasetRef:
         if opts.granularity or opts.corpus:
             raise ValidationError(f"--granularity and --corpus apply to a LongMemEval file, not {self.name!r}")
         return load_dataset(self.name, self.root, split=self.split, observations=self.options.observations,
-                            summaries=self.options.summaries)
+                            summaries=self.options.summaries, project=self.project)
 
     def portable(self) -> "DatasetRef":
         """This reference as another process (a Ray worker, maybe elsewhere) must read it: a path
-        made absolute (a worker's working folder is not the caller's) and the root resolved here."""
+        made absolute (a worker's working folder is not the caller's), the root and project resolved here."""
         named = self.name if self.name in BUILT_IN or not Path(self.name).exists() else str(Path(self.name).resolve())
-        return replace(self, name=named, root=Path(self.root).resolve() if self.root else default_datasets().resolve())
+        project = project_folder(self.project).resolve()
+        return replace(self, name=named, root=Path(self.root or default_datasets(project)).resolve(), project=project)

@@ -13,12 +13,24 @@ from lab.eval.locomo import load_locomo
 from lab.eval.longmemeval import NAMED as LONGMEMEVAL_NAMED, is_gzip, is_longmemeval, load_longmemeval
 from lab.eval.tables import is_tables, read_tables
 from lab.store.ingest import find_dataset_files, read_records
-from lab.workspace import current
+from lab.workspace import Workspace
 
 GOLDEN_KEYS = {"id", "namespace", "question", "expected", "category", "notes", "stale", "save", "expected_phrases"}
 
 
-def golden_data_dir(path: Path, dataset: object) -> Path:
+def project_folder(project: str | Path | None = None) -> Path:
+    """The project holding ``datasets/demo`` and ``goldens/``: the caller's workspace's, else the
+    built-in one (no installed workspace is read)."""
+    return Path(project) if project else Workspace().project
+
+
+def default_datasets(project: str | Path | None = None) -> Path:
+    """The datasets root when the caller names none: ``../shared/datasets`` beside the project
+    (the edges pass their workspace's, which ``$LAB_DATASETS`` may have set)."""
+    return Workspace(project=project_folder(project)).datasets_root
+
+
+def golden_data_dir(path: Path, dataset: object, project: str | Path | None = None) -> Path:
     """The memories a golden file is about: its ``dataset`` key as a folder relative to the file
     (or absolute), else a bare name of the project's ``datasets/`` (``dataset: demo``)."""
     if not isinstance(dataset, str) or not dataset.strip():
@@ -27,16 +39,16 @@ def golden_data_dir(path: Path, dataset: object) -> Path:
     beside = (path.parent / dataset).resolve()
     if beside.is_dir():
         return beside
-    named = current().project / "datasets" / dataset
+    named = project_folder(project) / "datasets" / dataset
     if named.is_dir():
         return named
     raise ValidationError(f"{path}: dataset {dataset!r} is neither a folder beside the file ({beside}) nor one of the "
                           f"project's datasets ({named})")
 
 
-def describe_golden(path: str | Path) -> dict[str, object]:
+def describe_golden(path: str | Path, project: str | Path | None = None) -> dict[str, object]:
     """What a golden file holds, after every check `load_golden` makes (`lab goldens check`)."""
-    dataset = load_golden(path)
+    dataset = load_golden(path, project=project)
     questions = dataset.questions
     per_question = dataset.qrels.group_by("qid").len()
     return {
@@ -52,13 +64,14 @@ def describe_golden(path: str | Path) -> dict[str, object]:
     }
 
 
-def load_golden(path: str | Path, data: str | Path | None = None) -> EvalDataset:
-    """A golden YAML and the memories it is about (``data``, else its ``dataset`` key: demo)."""
+def load_golden(path: str | Path, data: str | Path | None = None, *, project: str | Path | None = None) -> EvalDataset:
+    """A golden YAML and the memories it is about (``data``, else its ``dataset`` key: demo, a
+    name under ``project``'s datasets/)."""
     path = Path(path)
     doc = read_yaml(path, "golden file")
     if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
         raise ValidationError(f"{path}: expected a mapping with a 'questions' list")
-    data_dir = Path(data) if data else golden_data_dir(path, doc.get("dataset", "demo"))
+    data_dir = Path(data) if data else golden_data_dir(path, doc.get("dataset", "demo"), project)
     memories_file, edges_file = find_dataset_files(data_dir)
     memories = [dict(record) for _, record in read_records(memories_file)]
     edges = [dict(record) for _, record in read_records(edges_file)] if edges_file else []
@@ -110,16 +123,17 @@ BUILT_IN = ("locomo", "scifact", "demo")
 
 
 def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = "train",
-                 observations: bool = False, summaries: bool = False) -> EvalDataset:
+                 observations: bool = False, summaries: bool = False, project: str | Path | None = None) -> EvalDataset:
     """``locomo``, ``scifact``, ``demo`` (goldens/demo.yaml), a golden .yaml, a BEIR folder, or a
-    folder of prepared tables (`lab.eval.tables`)."""
-    root = Path(datasets) if datasets else default_datasets()
+    folder of prepared tables (`lab.eval.tables`); built-in names are read from ``datasets`` (None:
+    beside ``project``), the demo and golden files' named datasets from ``project``."""
+    root = Path(datasets) if datasets else default_datasets(project)
     if name == "locomo":
         return load_locomo(root / "locomo" / "locomo10-dev.json", observations=observations, summaries=summaries)
     if name == "scifact":
         return load_beir(root / "scifact", split)
     if name == "demo":
-        return load_golden(current().project / "goldens" / "demo.yaml")
+        return load_golden(project_folder(project) / "goldens" / "demo.yaml", project=project)
     p = Path(name)
     if name in LONGMEMEVAL_NAMED:  # the shared LongMemEval development half, or its oracle
         p = root / LONGMEMEVAL_NAMED[name]
@@ -132,7 +146,7 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
     if p.is_dir() and is_tables(p):  # a dataset prepared into Parquet tables (the DVC prepare stage)
         return read_tables(p)
     if p.suffix in (".yaml", ".yml"):
-        return load_golden(p)
+        return load_golden(p, project=project)
     if p.is_dir():
         if not (p / "corpus.jsonl").is_file():
             raise ValidationError(f"{p} is a folder without corpus.jsonl: a BEIR folder holds corpus.jsonl, "
@@ -146,10 +160,3 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
         f"unknown dataset {name!r}: use locomo, scifact, demo, a golden .yaml, a LoCoMo or LongMemEval .json "
         "or a BEIR folder"
     )
-
-
-def default_datasets() -> Path:
-    """The workspace's datasets root (``$LAB_DATASETS``, else ``../shared/datasets`` beside the project)."""
-    return current().datasets_root
-
-

@@ -72,7 +72,8 @@ def check(measured: dict[str, float], expected: dict[str, float], tolerance: flo
 
 
 def run_regressions(path: str | Path, *, base: EvalOptions = EvalOptions(), datasets: str | Path | None = None,
-                    out_root: str | Path = "runs", progress: bool = False, embedder=None) -> Iterator[Outcome]:
+                    out_root: str | Path = "runs", progress: bool = False, embedder=None, root: Path | None = None,
+                    embeddings: Path | None = None, project: str | Path | None = None) -> Iterator[Outcome]:
     """Evaluate every condition of a regressions file, one after the other.
 
     ``base`` holds the options a condition does not set itself; each condition starts from it
@@ -82,13 +83,13 @@ def run_regressions(path: str | Path, *, base: EvalOptions = EvalOptions(), data
     for c in load_regressions(path):
         loaded = DatasetOptions(bool(c.get("observations", False)), bool(c.get("summaries", False)))
         dataset = load_dataset(c["dataset"], datasets, split=c.get("split", "train"),
-                               observations=loaded.observations, summaries=loaded.summaries)
+                               observations=loaded.observations, summaries=loaded.summaries, project=project)
         options = replace(base, ks=tuple(c.get("ks", base.ks)),
                           credit_derived=bool(c.get("credit_derived", base.credit_derived)))
         retriever = eval_retriever(dataset, save_config(c.get("context_turns"), bool(c.get("time_in_text", False))),
-                                   progress=progress, embedder=embedder)
+                                   progress=progress, embedder=embedder, root=root, embeddings=embeddings)
         result, out = evaluate_to_folder(retriever, dataset, config_from(c["preset"], c.get("config")), options,
-                                         out_root, loaded)
+                                         out_root, loaded, root=root)
         status, notes = check(result.metrics["metrics"], c["expected"], float(c.get("tolerance", 0.005)),
                               float(c.get("okish", 0.02)))
         yield Outcome(str(c["name"]), status, notes, out, dict(result.metrics["metrics"]), result, dataset,

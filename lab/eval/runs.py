@@ -42,9 +42,11 @@ def models_suffix(store_model: str, query_model: str, encoders: tuple[str, ...] 
 
 
 def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, options: EvalOptions,
-                       out_root: str | Path, loaded: DatasetOptions = DatasetOptions()) -> tuple[EvalResult, Path]:
-    """Evaluate ``config`` and write its run folder under ``out_root``; returns (result, folder)."""
-    result = evaluate(retriever, dataset, config, options)
+                       out_root: str | Path, loaded: DatasetOptions = DatasetOptions(), *,
+                       root: Path | None = None) -> tuple[EvalResult, Path]:
+    """Evaluate ``config`` (its candidate lists cached under the evaluation ``root``) and write its
+    run folder under ``out_root``; returns (result, folder)."""
+    result = evaluate(retriever, dataset, config, options, root=root)
     return result, write_run_folder(result, retriever, dataset, out_root, loaded)
 
 

@@ -21,14 +21,15 @@ from lab.eval.dataset import EvalDataset
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
 from lab.store.settings import StoreSettings
-from lab.workspace import current
+from lab.workspace import Workspace
 
 READY = "lab-eval-ready.json"
 
 
-def eval_root() -> Path:
-    """Where evaluation stores, candidate tables and the shared embedding cache live."""
-    return current().eval_root
+def eval_root(root: Path | None = None) -> Path:
+    """Where evaluation stores, candidate tables and the shared embedding cache live: ``root`` as
+    the caller's workspace names it, else the built-in one (no installed workspace is read)."""
+    return root or Workspace().eval_root
 
 
 def digest(*parts: Any) -> str:
@@ -55,16 +56,16 @@ def index_suffix(chunk: ChunkConfig) -> str:
 
 
 def embeddings_dir(root: Path, embeddings: Path | None = None) -> Path:
-    """The embedding cache: ``embeddings`` when the caller names one (a DVC stage shares one across
-    its evaluation roots), else the workspace's, else one for every store under ``root``."""
-    return embeddings or current().embed_cache or root / "embeddings"
+    """The embedding cache: ``embeddings`` when the caller names one (its workspace's, or a DVC
+    stage's shared across its evaluation roots), else one for every store under ``root``."""
+    return embeddings or root / "embeddings"
 
 
 def eval_store_path(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
                     embedder=None) -> Path:
     """Where `eval_store` keeps the dataset's store for ``config`` (built or not): a digest of the
     data, the chunking and the embedding model, so the same inputs always name the same folder."""
-    root = root or eval_root()
+    root = eval_root(root)
     config = config or SaveConfig()
     model = embedder.model_id if embedder is not None else canonical(config.embed.model)
     parts: list[Any] = [dataset.fingerprint(), to_dict(config.chunk), model]
@@ -82,12 +83,12 @@ def is_built(path: Path) -> bool:
 
 def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
                embedder=None, progress: bool = False, embeddings: Path | None = None,
-               engine: Engine | None = None) -> Path:
+               engine: Engine | None = None, settings: StoreSettings | None = None) -> Path:
     """The dataset's store under ``root/stores``, built on first use and reused while the data and
     the save configuration are unchanged. Save-then-search memories are saved after the indexes
     are built, through the normal save path, so they are found the way a fresh save is. Its texts
     are embedded on ``engine`` (None: in this process)."""
-    root = root or eval_root()
+    root = eval_root(root)
     config = config or SaveConfig()
     path = eval_store_path(dataset, config, root=root, embedder=embedder)
     if is_built(path):
@@ -96,7 +97,7 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
         shutil.rmtree(path)  # a build that did not finish: start over
     with Pipeline.open(path, config, embedder=embedder, create=True,
                        cache_dir=embeddings_dir(root, embeddings), engine=engine,
-                       settings=StoreSettings.of(current())) as pipe:
+                       settings=settings) as pipe:
         pipe.save_many(dataset.memories, progress=progress)
         if dataset.edges:
             pipe.add_edges(dataset.edges)
@@ -109,13 +110,14 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
 
 def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
                    embedder=None, progress: bool = False, query_model: str | None = None,
-                   embeddings: Path | None = None, engine: Engine | None = None) -> Retriever:
+                   embeddings: Path | None = None, engine: Engine | None = None,
+                   settings: StoreSettings | None = None) -> Retriever:
     """A read-only retriever over the dataset's evaluation store (built first when needed);
     ``query_model`` encodes the questions instead of the store's model (same vector space);
     ``embeddings``: the embedding cache (None: `embeddings_dir`'s choice)."""
-    root = root or eval_root()
+    root = eval_root(root)
     path = eval_store(dataset, config, root=root, embedder=embedder, progress=progress, embeddings=embeddings,
-                      engine=engine)
+                      engine=engine, settings=settings)
     embed_config = SaveConfig().embed if config is None else config.embed
     embedder = embedder or make_embedder(embed_config)
     query = make_embedder(replace(embed_config, model=query_model)) if query_model else embedder
@@ -123,6 +125,6 @@ def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, ro
     cache = EmbeddingCache(cache_dir, query.model_id, query.dim)
     # the given index config, not only the recorded one: query-time settings (HNSW ef) take effect
     retriever = Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index,
-                               query_model=query, encoder_cache=cache_dir)
+                               query_model=query, encoder_cache=cache_dir, settings=settings)
     retriever.encoder_progress = progress
     return retriever

@@ -108,7 +108,8 @@ def run_demo(workspace: Workspace, store: str | Path, data: str | Path, out: str
     yield DemoStep(2, "evaluate", "", True, evaluated)
 
     yield DemoStep(3, "sweep", str(files.sweep.relative_to(workspace.project)))
-    sweep = run_sweep(load_spec(files.sweep), datasets=workspace.datasets_root, out_root=out / "sweeps", progress=True,
+    sweep = run_sweep(load_spec(files.sweep), datasets=workspace.datasets_root, project=workspace.project,
+                      out_root=out / "sweeps", progress=True,
                       embedder=embedder, root=workspace.eval_root, tracking_uri=uri, embeddings=embeddings)
     swept = Swept.of(sweep)
     yield DemoStep(3, "sweep", "", True, swept)

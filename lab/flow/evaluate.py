@@ -20,6 +20,7 @@ from lab.eval.runner import EvalOptions, EvalResult
 from lab.eval.runner import evaluate as run_evaluation
 from lab.eval.candidate_cache import candidate_table
 from lab.eval.dataset import EvalDataset
+from lab.eval.regressions import run_regressions
 from lab.eval.runs import write_run_folder
 from lab.eval.stores import eval_retriever, save_config
 from lab.flow.eval_units import EvalUnit, group_configs, run_eval_units
@@ -105,7 +106,7 @@ def evaluate(candidate: EvalCandidate, overrides: Overrides, data: DatasetRef, o
     cache; ``embedder``: an embedder already loaded (the demo's), else the store's own; ``engine``:
     where a store built for it embeds its texts (None: in this process)."""
     chosen = plan(candidate, overrides, options)
-    data = data.at(workspace.datasets_root)  # named no root: the workspace's
+    data = data.at(workspace.datasets_root, workspace.project)  # named no root: the workspace's
     dataset = data.load()
     retriever = eval_retriever(dataset, chosen.save, root=workspace.eval_root, embedder=embedder, progress=progress,
                                query_model=overrides.query_model, embeddings=workspace.eval_embeddings,
@@ -152,9 +153,8 @@ def check_regressions(path: str | Path, base: EvalOptions, workspace: Workspace,
     """`lab eval --check`: each condition of a regressions file evaluated in ``workspace`` (its run
     folder written), and with ``tracked`` logged to MLflow tagged with its name and status; yields
     (the condition's ``Outcome``, its MLflow run id or None) as each is judged."""
-    from lab.eval.regressions import run_regressions
-
-    for outcome in run_regressions(path, base=base, datasets=workspace.datasets_root, out_root=out, progress=progress):
+    for outcome in run_regressions(path, base=base, datasets=workspace.datasets_root, out_root=out, progress=progress,
+                                   root=workspace.eval_root, embeddings=workspace.embed_cache, project=workspace.project):
         run_id = None
         if tracked:
             run_id = track.log_eval(outcome.result, outcome.run, dataset=outcome.dataset,

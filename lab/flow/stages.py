@@ -63,7 +63,7 @@ def index_store(params: StageParams, layout: Layout) -> Path:
 
 
 def stage_prepare(params: StageParams, layout: Layout, opts: StageOptions) -> Prepared:
-    dataset = load_dataset(params.dataset, opts.workspace.datasets_root)
+    dataset = load_dataset(params.dataset, opts.workspace.datasets_root, project=opts.workspace.project)
     # the load report names its files relative to the project (or $LAB_DATASETS): the prepared
     # folder, and so dvc.lock's record of it, is the same in every checkout
     dataset = replace(dataset, report={k: _portable(v, opts.workspace) for k, v in dataset.report.items()})
@@ -126,7 +126,9 @@ def stage_sweep(params: StageParams, layout: Layout, opts: StageOptions) -> Swep
                        "space": {**index_dims, **{k: v for k, v in source["space"].items() if not k.startswith("index.")}}},
                       where=params.sweep)
     out = fresh(layout.sweep)
-    result = run_sweep(spec, out_root=out, progress=opts.progress, root=layout.eval_root, track=opts.track,
+    result = run_sweep(spec, datasets=opts.workspace.datasets_root, project=opts.workspace.project, out_root=out,
+                       progress=opts.progress,
+                       root=layout.eval_root, track=opts.track,
                        tracking_uri=Tracking.of(opts.workspace), embeddings=layout.embedding_cache(opts.workspace))
     shutil.copy(result.folder / "best.yaml", layout.best)
     summary = json.loads((result.folder / "summary.json").read_text(encoding="utf-8"))
@@ -158,7 +160,8 @@ def judging_in(workspace: Workspace, *, root: Path | None = None, embeddings: Pa
                progress: bool = False, embedder: Any = None) -> JudgeOptions:
     """How the gate evaluates in ``workspace``: on its datasets root, its stores under ``root`` and
     its vectors in ``embeddings`` (each defaulting to the workspace's evaluation root and cache)."""
-    return JudgeOptions(datasets=workspace.datasets_root, root=root or workspace.eval_root, embedder=embedder,
+    return JudgeOptions(datasets=workspace.datasets_root, project=workspace.project, root=root or workspace.eval_root,
+                        embedder=embedder,
                         progress=progress, embeddings=embeddings or workspace.eval_embeddings)
 
 

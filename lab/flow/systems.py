@@ -141,7 +141,7 @@ def evaluate_systems(systems: Systems, data: DatasetRef, workspace: Workspace, *
     unit of work on ``engine`` (each in a scratch folder of the workspace's evaluation root), its
     run folder written under ``out`` (and logged to the workspace's tracking store, when
     ``tracked``) as it comes back; a system's refusal comes back as its outcome's error."""
-    data = data.at(workspace.datasets_root)
+    data = data.at(workspace.datasets_root, workspace.project)
     dataset, engine = data.load(), engine or LocalEngine()
     units = [SystemUnit(target, data.portable(), workspace.eval_root / "systems" / f"{dataset.name}-{_name(target)}",
                         systems.preset, systems.save, systems.query_model, systems.settings, systems.ks,

@@ -21,12 +21,13 @@ HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr")
 @dataclass(frozen=True)
 class JudgeOptions:
     """Where the suites' data and stores are, and how the evaluation runs."""
-    datasets: str | Path | None = None  # the datasets root (None: the workspace's)
-    root: Path | None = None  # the suites' evaluation stores (None: the workspace's evaluation root)
+    datasets: str | Path | None = None  # the datasets root (None: the built-in one; the edges pass their workspace's)
+    root: Path | None = None  # the suites' evaluation stores (None: the built-in evaluation root)
     embedder: Any = None
     progress: bool = False
     rebaseline: bool = False  # compare against the champion re-evaluated on changed data instead of refusing
-    embeddings: Path | None = None  # the embedding cache (None: the workspace's, else one under root)
+    embeddings: Path | None = None  # the embedding cache (None: one under root)
+    project: str | Path | None = None  # where the demo and golden files' named datasets are (None: the built-in one)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
     from lab.eval.runner import EvalOptions, evaluate  # heavy: numba
     from lab.eval.stores import eval_retriever  # heavy: numba
 
-    dataset = load_dataset(suite.dataset, opts.datasets, observations=suite.observations)
+    dataset = load_dataset(suite.dataset, opts.datasets, observations=suite.observations, project=opts.project)
     retriever = eval_retriever(dataset, chosen.save, root=opts.root, embedder=opts.embedder, progress=opts.progress,
                                embeddings=opts.embeddings)
     from lab.eval.abstention import AbstentionOptions  # heavy: numba
@@ -78,7 +79,8 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
         champ_retriever = retriever if same else eval_retriever(dataset, champion.save, root=opts.root,
                                                                 embedder=opts.embedder, progress=opts.progress,
                                                                 embeddings=opts.embeddings)
-        champion_result = _PerQuery(evaluate(champ_retriever, dataset, champion.search, EvalOptions()).per_query)
+        champion_result = _PerQuery(evaluate(champ_retriever, dataset, champion.search, EvalOptions(),
+                                             root=opts.root).per_query)
     checks = suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
     if drift:
         checks = [replace(c, note=(c.note + "; " if c.note else "") + f"rebaselined: {drift}")

@@ -13,6 +13,7 @@ on most folds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -218,8 +219,8 @@ def cross_validate(per_query: Callable[[SearchConfig], pl.DataFrame], prep: Prep
 
 
 def learn_fusion(retriever, dataset, config: SearchConfig, options, *, l2: float = DEFAULT_L2,
-                 cv: bool = True, folds: int = 5, progress: Callable[[str], None] | None = None
-                 ) -> tuple[SearchConfig, CrossValidation | None]:
+                 cv: bool = True, folds: int = 5, progress: Callable[[str], None] | None = None,
+                 root: Path | None = None) -> tuple[SearchConfig, CrossValidation | None]:
     """``config`` with a model trained on all of ``dataset``'s questions, and (``cv``) the
     leave-one-namespace-out judgement of training it that way. ``options`` are the evaluation's
     (EvalOptions: cutoffs, derived credit)."""
@@ -227,7 +228,7 @@ def learn_fusion(retriever, dataset, config: SearchConfig, options, *, l2: float
     from lab.eval.runner import scored_run  # heavy: numba
 
     check_number("l2", l2, above=0)
-    cands, _ = candidate_table(retriever, dataset, without_model(config), depth=max(options.ks))
+    cands, _ = candidate_table(retriever, dataset, without_model(config), depth=max(options.ks), root=root)
     prep = prepared_for(cands)
     labels = gold_labels(prep, dataset.qrels, dataset.credit if options.credit_derived else None)
     questions = dataset.questions

@@ -39,6 +39,7 @@ from lab.track import log_eval
 from lab.tune.assembly import ContextPool, PooledAssembler
 from lab.tune.batch import BatchScorer
 from lab.tune.params import assemble_config, search_config
+from lab.workspace import Workspace
 from lab.eval.metrics import compare_runs
 
 if TYPE_CHECKING:
@@ -97,8 +98,9 @@ class TuneNumbers:
 class TuneSession:
     """A dataset, a starting preset (or candidate file) and everything needed to re-score it fast."""
     def __init__(self, dataset: EvalDataset, candidate: Candidate, retriever, cands: pl.DataFrame,
-                 *, budget: int | None = None, seed: int = 0, resamples: int = 1000) -> None:
+                 *, budget: int | None = None, seed: int = 0, resamples: int = 1000, root: Path | None = None) -> None:
 
+        self.root = root  # the evaluation root its store and candidate tables are under (None: the built-in one)
         self.dataset = dataset
         self.candidate = candidate
         self.retriever = retriever
@@ -122,21 +124,27 @@ class TuneSession:
     @classmethod
     def open(cls, dataset: str = "demo", preset: str = "lab", *, config_file: str | Path | None = None,
              datasets: str | Path | None = None, observations: bool = False, budget: int | None = None,
-             root: Path | None = None, embedder=None, progress: bool = False) -> "TuneSession":
+             root: Path | None = None, embedder=None, progress: bool = False,
+             workspace: Workspace | None = None) -> "TuneSession":
         """Load ``dataset`` (demo, locomo, scifact, a golden .yaml or BEIR folder) and the store and
-        candidate table of ``preset`` (or of a candidate file such as a sweep's best.yaml)."""
-        data = load_dataset(dataset, datasets, observations=observations)
+        candidate table of ``preset`` (or of a candidate file such as a sweep's best.yaml); the
+        datasets root, evaluation root and embedding cache are ``workspace``'s unless given (None:
+        the built-in one: a notebook hands the workspace it installed)."""
+        ws = workspace or Workspace()
+        root = root or ws.eval_root
+        data = load_dataset(dataset, datasets or ws.datasets_root, observations=observations, project=ws.project)
         candidate = candidate_from(None if config_file else preset, config_file)
-        retriever = eval_retriever(data, candidate.save or SaveConfig(), root=root, embedder=embedder, progress=progress)
+        retriever = eval_retriever(data, candidate.save or SaveConfig(), root=root, embedder=embedder, progress=progress,
+                                   embeddings=ws.embed_cache)
         cands, _ = candidate_table(retriever, data, candidate.search, depth=DEPTH, root=root)
-        return cls(data, candidate, retriever, cands, budget=budget)
+        return cls(data, candidate, retriever, cands, budget=budget, root=root)
 
     @classmethod
-    def from_args(cls, args: Any) -> "TuneSession":
+    def from_args(cls, args: Any, workspace: Workspace | None = None) -> "TuneSession":
         """A session from a notebook's command-line arguments (``mo.cli_args()``): ``--dataset``
         (default demo), ``--preset`` (default lab) or ``--config FILE`` (a candidate file)."""
         return cls.open(str(args.get("dataset") or "demo"), str(args.get("preset") or "lab"),
-                        config_file=args.get("config"))
+                        config_file=args.get("config"), workspace=workspace)
 
     # ------------------------------------------------------------------ knobs
     @property
@@ -229,7 +237,7 @@ class TuneSession:
         """Evaluate the configuration through `lab eval`'s own path (run folder and all) and log it
         to MLflow; returns (MLflow run id, run folder)."""
         options = EvalOptions(budget=assemble.budget or None, assemble=assemble)
-        result, folder = evaluate_to_folder(self.retriever, self.dataset, search, options, out)
+        result, folder = evaluate_to_folder(self.retriever, self.dataset, search, options, out, root=self.root)
         run_id = log_eval(result, folder, dataset=self.dataset, store_version=str(self.retriever.version), uri=uri,
                           extra_tags={"source": "notebook"})
         return run_id, folder

@@ -64,13 +64,16 @@ class _Group:
 def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: str | Path = "sweeps",
               progress: bool = True, embedder=None, root: Path | None = None, track: bool = True,
               tracking_uri: Where = None, on_stage: Callable[[str], None] | None = None,
-              embeddings: Path | None = None, engine: Engine | None = None) -> SweepResult:
+              embeddings: Path | None = None, engine: Engine | None = None,
+              project: str | Path | None = None) -> SweepResult:
     """Run ``spec``; write its folder under ``out_root``; log it to MLflow when ``track``. Its
-    evaluation stores and candidate tables go under ``root`` (None: the workspace's), its vectors
-    to the ``embeddings`` cache (None: the workspace's, else one under ``root``); each index-time
+    evaluation stores and candidate tables go under ``root``, its vectors to the ``embeddings``
+    cache, its built-in datasets come from ``datasets`` and its demo from ``project`` (each None:
+    the built-in one; the edges hand their workspace's); each index-time
     point's store embeds its texts on ``engine`` (None: in this process)."""
     started = time.perf_counter()
-    sweep = _Sweeper(spec, datasets, root, embedder, progress, on_stage or (lambda _msg: None), embeddings, engine)
+    sweep = _Sweeper(spec, DatasetRef(spec.dataset, datasets, options=DatasetOptions(spec.observations), project=project),
+                     root, embedder, progress, on_stage or (lambda _msg: None), embeddings, engine)
     rows, interrupted, fusion_seconds = sweep.fusion_stage()
     if not rows:
         raise ValidationError("the sweep scored no configuration" + (" (interrupted)" if interrupted else ""))
@@ -108,14 +111,14 @@ class _Sweeper:
     """One sweep's data (the dataset, its tune/validation split, the base configuration) and its
     index-time groups, each a retriever with a batch scorer over its candidate table."""
 
-    def __init__(self, spec: SweepSpec, datasets: str | Path | None, root: Path | None, embedder: Any,
+    def __init__(self, spec: SweepSpec, data: DatasetRef, root: Path | None, embedder: Any,
                  progress: bool, say: Callable[[str], None], embeddings: Path | None = None,
                  engine: Engine | None = None) -> None:
         from lab.eval.report import config_from  # heavy: numba
 
         self.spec, self.root, self.embedder, self.progress, self.say = spec, root, embedder, progress, say
         self.embeddings, self.engine = embeddings, engine
-        self.data = DatasetRef(spec.dataset, datasets, options=DatasetOptions(spec.observations))
+        self.data = data
         self.dataset = self.data.load()
         base_path = Path(spec.base)
         self.base = (config_from(None, base_path) if base_path.suffix in (".yaml", ".yml", ".json")
@@ -157,7 +160,7 @@ class _Sweeper:
             return
         from lab.eval.stores import embeddings_dir, eval_root  # heavy: numba
 
-        root = (self.root or eval_root()).resolve()
+        root = eval_root(self.root).resolve()
         units = index_point_units(points, self.base, save_config, search_config, data=self.data.portable(), root=root,
                                   embeddings=embeddings_dir(root, self.embeddings).resolve(),
                                   model=getattr(self.embedder, "model_id", None), skip=set(self.groups))
