@@ -156,21 +156,10 @@ def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
 Face = tuple[str, Any, Callable[[], AbstractAsyncContextManager[None]]]
 
 
-def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
-               keys: KeyRing | None = None, faces: Sequence[Callable[[AppState], Face]] = (),
-               stores: StoreSettings | None = None) -> FastAPI:
-    """The REST app over ``served`` (a GO configuration) and the store ``settings`` names, with
-    each of ``faces`` (built over the same state: same service, keys and rate limits) as a route; the store
-    is opened with ``stores`` (lab.store.settings: `lab serve` hands its workspace's; None: the built-in defaults)."""
-    metrics = Metrics()
-    service = service or MemoryService(settings, served, observer=metrics, stores=stores)
-    service.observer = metrics
-    keys = keys if keys is not None else KeyRing.load(settings.keys_file)
-    state = AppState(settings, service, keys, RateLimiter(settings.rate, settings.burst), metrics, settings.auth_on)
-    metrics.count_memories(lambda: service.read(
-        lambda: dict(service.store.memories().group_by("namespace").len().iter_rows())))
-
-    mounted = [make(state) for make in faces]
+def _lifespan(state: AppState, mounted: list[Face]):
+    """The app's lifespan: the service warms in a thread (ready when it is), the chat proxy's HTTP
+    client and each mounted face's own lifespan are open while the app runs; the service closes last."""
+    service, settings, metrics = state.service, state.settings, state.metrics
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -189,6 +178,25 @@ def create_app(settings: Settings, served: Served, *, service: MemoryService | N
                 await stack.enter_async_context(face_lifespan())
             yield
         service.close()
+    return lifespan
+
+
+def create_app(settings: Settings, served: Served, *, service: MemoryService | None = None,
+               keys: KeyRing | None = None, faces: Sequence[Callable[[AppState], Face]] = (),
+               stores: StoreSettings | None = None) -> FastAPI:
+    """The REST app over ``served`` (a GO configuration) and the store ``settings`` names, with
+    each of ``faces`` (built over the same state: same service, keys and rate limits) as a route; the store
+    is opened with ``stores`` (lab.store.settings: `lab serve` hands its workspace's; None: the built-in defaults)."""
+    metrics = Metrics()
+    service = service or MemoryService(settings, served, observer=metrics, stores=stores)
+    service.observer = metrics
+    keys = keys if keys is not None else KeyRing.load(settings.keys_file)
+    state = AppState(settings, service, keys, RateLimiter(settings.rate, settings.burst), metrics, settings.auth_on)
+    metrics.count_memories(lambda: service.read(
+        lambda: dict(service.store.memories().group_by("namespace").len().iter_rows())))
+
+    mounted = [make(state) for make in faces]
+    lifespan = _lifespan(state, mounted)
 
     # with auth on, the API's own description is behind a key too (everything but /health and a
     # yes/no /ready is): its documents are served by routes that authenticate like any other

@@ -52,7 +52,7 @@ class EdgesTable:
             self.delta.append(pa.Table.from_pylist(rows, schema=EDGES))
         return len(rows)
 
-    def current(
+    def live(
         self,
         namespace: str | None = None,
         *,
@@ -80,7 +80,7 @@ class EdgesTable:
         """Delete the edge(s) src -> dst (of ``relation``, or of any); returns how many."""
         validate_id(src, "src")
         validate_id(dst, "dst")
-        match = self.current(memory_id=src, relation=relation).filter(
+        match = self.live(memory_id=src, relation=relation).filter(
             (pl.col("src") == src) & (pl.col("dst") == dst)
         )
         if match.height == 0:

@@ -35,7 +35,7 @@ class MemoriesTable:
         """Memories as stored (the access log not folded in)."""
         return self.delta.frame()
 
-    def current(self, namespace: str | None = None) -> pl.DataFrame:
+    def live(self, namespace: str | None = None) -> pl.DataFrame:
         """Current memories, with accesses from the access log folded into access_count/accessed_at."""
         frame = self.stored()
         if namespace is not None:
@@ -44,13 +44,13 @@ class MemoriesTable:
 
     def get(self, memory_id: str) -> dict[str, Any]:
         validate_id(memory_id)
-        rows = self.current().filter(pl.col("id") == memory_id)
+        rows = self.live().filter(pl.col("id") == memory_id)
         if rows.height == 0:
             raise NotFoundError(f"no memory with id {memory_id!r}")
         return rows.row(0, named=True)
 
     def get_many(self, ids: Sequence[str]) -> pl.DataFrame:
-        return self.current().filter(pl.col("id").is_in(list(ids)))
+        return self.live().filter(pl.col("id").is_in(list(ids)))
 
     def rows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """Memories as stored (the access log not folded in): rows to write back unchanged."""
@@ -104,7 +104,7 @@ class MemoriesTable:
         while memories are added)."""
         if offset < 0 or limit < 0:
             raise ValidationError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
-        frame = self.current(namespace)
+        frame = self.live(namespace)
         if types:
             bad = sorted(set(types) - set(MEMORY_TYPES))
             if bad:

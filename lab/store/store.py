@@ -134,7 +134,7 @@ class Store:
 
     def memories(self, namespace: str | None = None) -> pl.DataFrame:
         """Current memories, with accesses from the access log folded into access_count/accessed_at."""
-        return self.memories_table.current(namespace)
+        return self.memories_table.live(namespace)
 
     def get(self, memory_id: str) -> dict[str, Any]:
         return self.memories_table.get(memory_id)
@@ -154,7 +154,7 @@ class Store:
 
     def edges(self, namespace: str | None = None, **filters: Any) -> pl.DataFrame:
         """Edges whose two ends still exist (``EdgesTable.current``)."""
-        return self.edges_table.current(namespace, **filters)
+        return self.edges_table.live(namespace, **filters)
 
     # ----------------------------------------------------------------- writes
     def insert(self, rows: list[dict[str, Any]], chunks: pa.Table) -> StoreVersion:
