@@ -33,6 +33,7 @@ from lab.retriever import Retriever
 from lab.search.abstain import best_scores
 from lab.eval.split import MIN_GROUPS, split_questions
 
+MIN_PER_SIDE = 30  # questions each side (answerable, unanswerable) for a figure to be held (`too_few`)
 NEGATIVE_MARK = "@"  # a cross-haystack negative's qid: "<qid>@<namespace it is asked in>"
 
 
@@ -67,6 +68,31 @@ def auroc(answerable: np.ndarray, unanswerable: np.ndarray) -> float | None:
     for s, e in zip(starts.tolist(), ends.tolist()):
         ranks[order[s:e]] = (s + e + 1) / 2.0
     return float((ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def auroc_interval(answerable: np.ndarray, unanswerable: np.ndarray, n_resamples: int = 1000,
+                   confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float] | None:
+    """(AUROC, low, high): the percentile-bootstrap interval, each side resampled on its own
+    (stratified, so every resample has both kinds; seeded); None when either side is empty."""
+    pos, neg = np.asarray(answerable, dtype=np.float64), np.asarray(unanswerable, dtype=np.float64)
+    area = auroc(pos, neg)
+    if area is None:
+        return None
+    rng = np.random.default_rng(seed)
+    areas = [auroc(pos[rng.integers(0, len(pos), len(pos))], neg[rng.integers(0, len(neg), len(neg))])
+             for _ in range(n_resamples)]
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(np.asarray(areas, dtype=np.float64), [alpha, 1.0 - alpha])
+    return area, float(low), float(high)
+
+
+def too_few(unanswerable: int, answerable: int) -> str | None:
+    """Why a split's abstention figures cannot be held, or None when they can: below
+    ``MIN_PER_SIDE`` questions on a side, a proportion's 95% interval is wider than +/-0.18."""
+    if min(unanswerable, answerable) >= MIN_PER_SIDE:
+        return None
+    return (f"only {unanswerable} unanswerable and {answerable} answerable questions: fewer than {MIN_PER_SIDE} "
+            "on a side cannot hold a precision, recall or AUROC to better than +/-0.18; read the intervals")
 
 
 def fit_threshold(scores: np.ndarray, recall: np.ndarray, max_cost: float) -> float:
@@ -175,16 +201,19 @@ def figures(rows: pl.DataFrame, threshold: float, metric: str) -> dict[str, Any]
     recall = rows[metric].fill_null(0.0).to_numpy()
     full = float(recall[answerable].mean()) if n_pos else None
     kept = float(np.where(abstain[answerable], 0.0, recall[answerable]).mean()) if n_pos else None
-    area = auroc(score[answerable & np.isfinite(score)], score[neg & np.isfinite(score)])
+    interval = auroc_interval(score[answerable & np.isfinite(score)], score[neg & np.isfinite(score)])
+    small = too_few(n_neg, n_pos)
     return {
         "answerable": n_pos, "unanswerable": n_neg, "abstained": n_abs,
         "precision": round(float((abstain & neg).sum() / n_abs), 4) if n_abs else None,
         "recall": round(float((abstain & neg).sum() / n_neg), 4) if n_neg else None,
-        "auroc": None if area is None else round(area, 4),
+        "auroc": None if interval is None else round(interval[0], 4),
+        "auroc_ci95": None if interval is None else [round(interval[1], 4), round(interval[2], 4)],
         f"{metric}": None if full is None else round(full, 4),
         f"{metric}_with_abstention": None if kept is None else round(kept, 4),
         "cost": None if full is None else round(full - kept, 4),
         "answerable_abstained": int((abstain & answerable).sum()),
+        **({"small_n": small} if small else {}),
     }
 
 
