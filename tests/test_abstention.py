@@ -40,6 +40,39 @@ def test_auroc_and_the_fitted_threshold_on_hand_computed_cases():
         fit_threshold(np.array([]), np.array([]), 0.01)
 
 
+def test_the_auroc_interval_is_seeded_stratified_and_says_when_too_few_hold_it():
+    from lab.eval.abstention import MIN_PER_SIDE, auroc_interval, figures, too_few
+
+    pos, neg = np.linspace(0.3, 0.9, 40), np.linspace(0.1, 0.5, 15)
+    area, low, high = auroc_interval(pos, neg)
+    assert area == auroc(pos, neg) and low < area < high <= 1.0
+    assert auroc_interval(pos, neg) == (area, low, high)  # seeded: the same interval every time
+    separated = auroc_interval(np.array([0.9, 0.8]), np.array([0.1, 0.2]))
+    assert separated == (1.0, 1.0, 1.0)  # every resample keeps both sides (stratified): never undefined
+    assert auroc_interval(pos, np.array([])) is None
+    # fewer than MIN_PER_SIDE on a side: named, with both counts
+    assert too_few(MIN_PER_SIDE, MIN_PER_SIDE) is None
+    assert "only 15 unanswerable and 40 answerable" in too_few(15, 40)
+    rows = pl.DataFrame({"score": [*pos, *neg], "answerable": [True] * 40 + [False] * 15,
+                         "recall@10": [1.0] * 40 + [None] * 15})
+    got = figures(rows, 0.4, "recall@10")
+    assert got["auroc_ci95"] == [round(low, 4), round(high, 4)] and "only 15 unanswerable" in got["small_n"]
+
+
+def test_the_gate_warns_when_too_few_questions_hold_the_abstention_figures(tmp_path):
+    from lab.errors import LabWarning
+    from lab.gate.checks import abstention_checks, load_gate
+
+    gate = tmp_path / "gate.yaml"
+    gate.write_text("suites:\n  s:\n    dataset: demo\n    abstention: {auroc: 0.5}\n")
+    suite = load_gate(gate).suites[0]
+    part = {"answerable": 200, "unanswerable": 6, "precision": 1.0, "recall": 0.5, "auroc": 0.8, "cost": 0.0,
+            "small_n": "only 6 unanswerable and 200 answerable questions: fewer than 30 on a side"}
+    with pytest.warns(LabWarning, match="gate suite s: abstention figures on only 6 unanswerable"):
+        checks = abstention_checks(suite, {"threshold": 0.4, "metric": "recall@10", "validation": part})
+    assert checks[0].passed and "too few to hold: only 6 unanswerable" in checks[0].note
+
+
 def test_the_decision_names_its_evidence():
     assert decide(0.3, AbstainConfig()).abstain is False  # no threshold: never abstains, still says the score
     assert decide(0.3, AbstainConfig()).to_dict() == {"abstain": False, "score": 0.3, "threshold": None}

@@ -17,6 +17,8 @@ threshold and verdict; the candidate is GO only when every check passes.
 """
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import polars as pl
 
 from lab.config import Candidate
 from lab.config import read_yaml
-from lab.errors import ValidationError
+from lab.errors import LabWarning, ValidationError
 from lab.eval.metrics import compare_runs
 
 _SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_search", "observations", "abstention"}
@@ -167,6 +169,9 @@ def abstention_checks(suite: Suite, measured: dict[str, Any] | None) -> list[Che
     part = measured["validation"] if measured and measured["validation"]["answerable"] else None
     note = "" if part is None else (f"threshold {measured['threshold']:.4f} fitted on tune; {part['answerable']} answerable "
                                     f"and {part['unanswerable']} unanswerable held-out questions")
+    if part is not None and part.get("small_n"):  # judged all the same: the gate's file chose the suite
+        note += f"; too few to hold: {part['small_n']}"
+        warnings.warn(LabWarning(f"gate suite {suite.name}: abstention figures on {part['small_n']}"), stacklevel=2)
     out = []
     for name, bound in sorted(wanted.items()):
         got = None if part is None else part[name]
