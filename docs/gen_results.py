@@ -69,6 +69,8 @@ def benchmark(path: Path) -> list[str]:
         return lines + models_tables(data)
     if path.stem == "systems" and isinstance(data, dict):
         return lines + systems_tables(data)
+    if path.stem == "longmemeval_s" and isinstance(data, dict):
+        return lines + longmemeval_s_tables(data)
     if path.stem.startswith("default_cv") and isinstance(data, dict) and "levers" in data:
         return lines + default_cv_tables(data)
     rows = [(k, v) for k, v in _leaves(data) if k not in ("benchmark", "machine")]
@@ -195,6 +197,74 @@ def default_cv_tables(data: dict[str, Any]) -> list[str]:
         gains = [f"{e['gain'][n]['recall@10']['delta']:+}; {e['gain'][n]['ndcg@10']['delta']:+}" for n in names]
         lines.append(f"| {lever} | {e['chosen_in_folds']} | {e['setting']} | " + " | ".join(gains)
                      + f" | {'yes' if e['enters'] else 'no'} |")
+    return lines + [""]
+
+
+def _ci(cell: list[float]) -> str:
+    return f"{cell[0]:.4f} [{cell[1]:.3f}, {cell[2]:.3f}]"
+
+
+def longmemeval_s_tables(data: dict[str, Any]) -> list[str]:
+    """LongMemEval-S dev: the published anchors beside lab's figures, the costs per granularity,
+    the official headline per preset and granularity, per question type, and abstention."""
+    levels = [g for g in ("session", "turn") if g in data]
+    lines = [f"Dataset `{data['dataset']}`, store model `{data['model']}`, user-turn corpus (the official protocol); "
+             f"{data['conditions']}. Figures are means with a 95% bootstrap interval over the scored questions.", ""]
+    if "session" in data:
+        presets = data["session"]["presets"]
+        bm25, vector = presets["bm25"], presets["vector"]
+        pref = bm25["by_type"].get("single-session-preference", {}).get("session", {})
+        anchors = data["anchors"]
+        lines += ["| published anchor (LongMemEval-S) | published | lab, session granularity, dev half |", "|---|---|---|",
+                  f"| BM25 session recall@5 | {_fmt(anchors['bm25 session recall@5'])} | recall_any@5 "
+                  f"{_ci(bm25['all']['session']['recall_any@5'])}; recall_all@5 {_ci(bm25['all']['session']['recall_all@5'])} |",
+                  f"| BM25 on preference questions | {anchors['bm25 session recall@5 on preference questions']} | "
+                  + (f"recall_all@5 {_ci(pref['recall_all@5'])}" if pref else "-") + " |",
+                  f"| all-MiniLM-L6-v2 recall_any@5 | {anchors['all-MiniLM-L6-v2 raw sessions recall_any@5']} | "
+                  f"{_ci(vector['all']['session']['recall_any@5'])} (`vector`) |",
+                  f"| all-MiniLM-L6-v2 recall_all@5 | {anchors['all-MiniLM-L6-v2 raw sessions recall_all@5']} | "
+                  f"{_ci(vector['all']['session']['recall_all@5'])} (`vector`) |", ""]
+    for level in levels:
+        part = data[level]
+        lines += [f"### {level} granularity", "", "| run | wall | peak RSS | texts embedded | embedding texts/s |",
+                  "|---|---|---|---|---|"]
+        for run in ("cold", "warm", "all"):
+            if run in part:
+                r = part[run]
+                lines.append(f"| {run} | {r['wall_s'] / 60:.1f} min | {r['peak_rss_gb']:.2f} GB | "
+                             f"{r.get('texts_embedded', '')} | {part.get('embedding_texts_per_s', '') if run == 'cold' else ''} |")
+        if "cold_equals_warm" in part:
+            lines += ["", f"Cold and warm runs give the same run files: {'yes' if part['cold_equals_warm'] else 'NO'}."]
+        names = [(lv, n) for lv in ("session", "turn") for n in next(iter(part["presets"].values()))["all"].get(lv, {})]
+        lines += ["", "| preset | n | " + " | ".join(f"{lv} {n}" for lv, n in names) + " | lab recall@10 |",
+                  "|---|---|" + "---|" * (len(names) + 1)]
+        for preset, p in part["presets"].items():
+            lines.append(f"| {preset} | {p['questions_scored']} | " + " | ".join(_ci(p["all"][lv][n]) for lv, n in names)
+                         + f" | {_ci(p['lab_recall@10'])} |")
+        types = list(next(iter(part["presets"].values()))["by_type"])
+        lines += ["", f"Session recall_all@5 by question type ({level} granularity):", "",
+                  "| preset | " + " | ".join(f"{t} (n {part['presets']['lab']['by_type'][t]['n']})" for t in types) + " |",
+                  "|---|" + "---|" * len(types)]
+        for preset, p in part["presets"].items():
+            lines.append(f"| {preset} | " + " | ".join(_ci(p["by_type"][t]["session"]["recall_all@5"]) for t in types) + " |")
+        levers = part.get("levers")
+        if levers:
+            ltypes = list(levers["lab"]["by_type"])
+            lines += ["", f"`lab` with one lever off ({level} granularity): session recall_all@5, overall and by type"
+                      + (", and turn ndcg_any@10" if level == "turn" else "") + ":", "",
+                      "| variant | all | " + " | ".join(ltypes) + (" | turn ndcg_any@10 |" if level == "turn" else " |"),
+                      "|---|---|" + "---|" * (len(ltypes) + (level == "turn"))]
+            for name, row in levers.items():
+                lines.append(f"| {name} | {row['session recall_all@5']:.4f} | "
+                             + " | ".join(f"{row['by_type'][t]:.4f}" for t in ltypes)
+                             + (f" | {row['turn ndcg_any@10']:.4f} |" if level == "turn" else " |"))
+        a = part.get("abstention")
+        if a:
+            lo = a["locomo_dev_threshold"]
+            lines += ["", f"Abstention under `{a['preset']}`: {a['unanswerable']} `_abs` questions against {a['answerable']} "
+                          f"answerable; AUROC of the best cosine {_ci(a['auroc'])}. LoCoMo dev's threshold "
+                          f"{lo['threshold']} here: precision {lo['precision']}, recall {lo['recall']}, "
+                          f"recall@10 cost {lo['cost']}. {a['note']}.", ""]
     return lines + [""]
 
 

@@ -40,15 +40,15 @@ def test_a_damaged_index_is_rebuilt_with_a_warning_and_search_still_answers(tmp_
     if damage == "hnsw":
         (index / "vectors.hnsw").write_bytes(b"\0" * 100)
     elif damage == "bm25":
-        target = sorted((index / "bm25").rglob("*"))[-1]
+        target = sorted((index / "lexical").rglob("*"))[-1]
         target.write_bytes(target.read_bytes()[:-7] + b"garbage")
     elif damage == "labels":
         (index / "labels.parquet").write_bytes(b"PAR1 not really")
     elif damage == "manifest":
         (index / "manifest.json").write_text("{ truncated", encoding="utf-8")
     elif damage == "swapped_bm25":  # b's lexical index in a's folder: once silently wrong results
-        shutil.rmtree(index / "bm25")
-        shutil.copytree(root / "indexes" / "b" / "bm25", index / "bm25")
+        shutil.rmtree(index / "lexical")
+        shutil.copytree(root / "indexes" / "b" / "lexical", index / "lexical")
     else:
         (index / "lexical_labels.npy").unlink()
     with caplog.at_level(logging.WARNING, logger="lab.index.manager"):

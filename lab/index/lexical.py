@@ -1,12 +1,14 @@
-"""BM25 over chunk text with bm25s: English stopwords, Snowball stemming, exact scores."""
+"""BM25 over chunk text: bm25s's analysis and variants (English stopwords, Snowball stemming), postings
+of raw counts scored with the whole corpus's statistics, so segments written apart score as one."""
 from __future__ import annotations
 
 import json
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
-import bm25s
 from bm25s.tokenization import _infer_stopwords
 import numpy as np
 
@@ -80,49 +82,142 @@ class LexicalAnalyzer:
             return stems
 
 
+# BM25 variants as bm25s defines them (Kamphuis et al., ECIR 2020): the inverse document frequency
+# of a term in ``df`` of ``n`` documents, and the term-frequency component (``tf`` times in a document
+# of ``dl`` terms, ``avgdl`` on average). A test holds lab's scores equal to bm25s's for each.
+def _idf(method: str, df: float, n: float) -> float:
+    if method == "robertson":
+        return math.log(max((n - df + 0.5) / (df + 0.5), 1.0))
+    if method == "lucene":
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+    if method == "atire":
+        return math.log(n / df)
+    if method == "bm25l":
+        return math.log((n + 1) / (df + 0.5))
+    return math.log((n + 1) / df)  # bm25+
+
+
+def _tfc(method: str, tf: np.ndarray, dl: np.ndarray, avgdl: float, k1: float, b: float,
+         delta: float) -> np.ndarray:
+    norm = 1 - b + b * dl / avgdl
+    if method in ("robertson", "lucene"):
+        return tf / (k1 * norm + tf)
+    if method == "atire":
+        return tf * (k1 + 1) / (tf + k1 * norm)
+    if method == "bm25l":
+        c = tf / norm
+        return (k1 + 1) * (c + delta) / (k1 + c + delta)
+    return (k1 + 1) * tf / (k1 * norm + tf) + delta  # bm25+
+
+
+BM25_DELTA = {"bm25l": 0.5, "bm25+": 0.5}  # bm25s's default delta, for the two variants that use one
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """What a BM25 score needs of the whole corpus: its document count, total length, and a
+    term's document frequency (``df``: a function, so the statistics may span several segments)."""
+
+    n_docs: int
+    total_len: int
+    df: Callable[[str], int]
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_len / self.n_docs if self.n_docs else 1.0
+
+
 class LexicalIndex:
-    """A bm25s index over a list of documents; scores every document for a query."""
+    """One segment of analysed documents as postings of raw term counts (term -> documents, counts)
+    with each document's length; scored with statistics handed in (`CorpusStats`), so a segment
+    written after another scores its documents exactly as one index over both would.
+
+    bm25s precomputes each posting's score with its own corpus's statistics, which a second segment
+    cannot share: its definitions of the variants are kept (`_idf`, `_tfc`), the counts are lab's.
+    """
 
     def __init__(self, config: LexicalIndexConfig, analyzer: LexicalAnalyzer | None = None) -> None:
         self.config = config
         self.analyzer = analyzer or LexicalAnalyzer(config)
-        self._model: bm25s.BM25 | None = None
-        self.n_docs = 0
+        self.vocab: dict[str, int] = {}
+        self.indptr = np.zeros(1, dtype=np.int64)
+        self.docs = np.zeros(0, dtype=np.int32)
+        self.tfs = np.zeros(0, dtype=np.float32)
+        self.doc_len = np.zeros(0, dtype=np.int32)
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.doc_len)
 
     def build(self, texts: Sequence[str]) -> "LexicalIndex":
-        self.n_docs = len(texts)
-        if not texts:
-            self._model = None
-            return self
         tokens = self.analyzer.tokens(texts)
-        if not any(tokens):  # only stopwords or symbols (bm25s cannot index an empty vocabulary)
-            self._model = None
-            return self
-        model = bm25s.BM25(k1=self.config.k1, b=self.config.b, method=self.config.method)
-        model.index(tokens, show_progress=False)
-        self._model = model
+        n = len(tokens)
+        self.doc_len = np.fromiter(map(len, tokens), dtype=np.int64, count=n).astype(np.int32)
+        vocab = self.vocab = {}
+        ids = np.fromiter((vocab.setdefault(t, len(vocab)) for doc in tokens for t in doc), dtype=np.int64,
+                          count=int(self.doc_len.sum()))
+        doc = np.repeat(np.arange(n, dtype=np.int64), self.doc_len)
+        # one key per (term, document): sorted, they are the postings in term order, documents ascending
+        keys, counts = np.unique(ids * max(n, 1) + doc, return_counts=True)
+        terms = keys // max(n, 1)
+        self.docs = (keys % max(n, 1)).astype(np.int32)
+        self.tfs = counts.astype(np.float32)
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=len(vocab)))]).astype(np.int64)
         return self
 
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document (0 where no query term matches)."""
-        if self._model is None:
-            return np.zeros(self.n_docs, dtype=np.float32)
-        vocab = self._model.vocab_dict
-        terms = [t for t in self.analyzer.tokens([query])[0] if t in vocab]
-        if not terms:
-            return np.zeros(self.n_docs, dtype=np.float32)
-        return np.asarray(self._model.get_scores(terms), dtype=np.float32)
+    def doc_freqs(self) -> np.ndarray:
+        """Each term's document count in this segment (by term id)."""
+        return np.diff(self.indptr)
+
+    def postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """(documents, counts) of ``term`` in this segment (empty when it has none)."""
+        t = self.vocab.get(term)
+        if t is None:
+            return self.docs[:0], self.tfs[:0]
+        return self.docs[self.indptr[t]:self.indptr[t + 1]], self.tfs[self.indptr[t]:self.indptr[t + 1]]
+
+    def scores(self, terms: Sequence[str], stats: CorpusStats) -> np.ndarray:
+        """BM25 score of every document of this segment for the analysed query ``terms`` (a term
+        repeated counts again, as in bm25s), with the whole corpus's ``stats``; 0 where no term
+        matches. Float64 throughout, in query-term order: the same document and statistics give
+        the same score bit for bit, whichever segment holds it."""
+        c = self.config
+        out = np.zeros(self.n_docs, dtype=np.float64)
+        delta = BM25_DELTA.get(c.method, 0.0)
+        absent = 0.0  # BM25L/BM25+: what every query term gives a document without it (bm25s's non-occurrence)
+        hit = np.zeros(self.n_docs, dtype=bool)
+        for term in terms:
+            docs, tfs = self.postings(term)
+            df = stats.df(term)
+            if not len(docs) or df <= 0:
+                continue
+            idf = _idf(c.method, df, stats.n_docs)
+            gain = idf * _tfc(c.method, tfs.astype(np.float64), self.doc_len[docs].astype(np.float64), stats.avgdl,
+                              c.k1, c.b, delta)
+            if c.method in BM25_DELTA:
+                missing = idf * float(_tfc(c.method, np.zeros(1), np.full(1, stats.avgdl), stats.avgdl, c.k1, c.b,
+                                           delta)[0])
+                gain, absent = gain - missing, absent + missing
+            out[docs] += gain  # a term lists a document once: no two gains land on one place
+            hit[docs] = True
+        if absent:  # bm25s adds it to every document; only a document with a query term is a hit here
+            out[hit] += absent
+        return out
 
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        (path / "lab-lexical.json").write_text(json.dumps({"n_docs": self.n_docs}), encoding="utf-8")
-        if self._model is not None:
-            self._model.save(str(path), show_progress=False)
+        terms = sorted(self.vocab, key=self.vocab.__getitem__)
+        (path / "vocab.json").write_text(json.dumps(terms, ensure_ascii=False), encoding="utf-8")
+        np.savez(path / "postings.npz", indptr=self.indptr, docs=self.docs, tfs=self.tfs, doc_len=self.doc_len)
 
     @classmethod
     def load(cls, path: Path, config: LexicalIndexConfig, analyzer: LexicalAnalyzer | None = None) -> "LexicalIndex":
         obj = cls(config, analyzer)
-        obj.n_docs = json.loads((path / "lab-lexical.json").read_text(encoding="utf-8"))["n_docs"]
-        if obj.n_docs:
-            obj._model = bm25s.BM25.load(str(path), show_progress=False, verbosity=0)
+        terms = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        obj.vocab = {t: i for i, t in enumerate(terms)}
+        with np.load(path / "postings.npz") as arrays:
+            obj.indptr, obj.docs, obj.tfs, obj.doc_len = (arrays[k] for k in ("indptr", "docs", "tfs", "doc_len"))
+        if len(obj.indptr) != len(terms) + 1 or len(obj.docs) != len(obj.tfs) or (
+                len(obj.docs) and int(obj.docs.max()) >= len(obj.doc_len)):
+            raise ValueError(f"lexical postings in {path} disagree with their vocabulary or documents")
         return obj

@@ -25,6 +25,9 @@ from lab.store.table import StoredRows
 from lab.version import __version__
 
 MANIFEST = "manifest.json"
+# the lexical segment's format: postings of raw counts (an index saved with bm25s's precomputed
+# scores, before it, is rebuilt, not read)
+LEXICAL_FORMAT = "postings-v1"
 
 
 class IndexDamaged(Exception):
@@ -91,6 +94,7 @@ def manifest(idx: ViewIndex, views: list[str]) -> dict[str, Any]:
         "n_live": idx.n_live,
         "n_lexical_main": int(len(idx.lexical_labels)),
         "n_delta": idx.delta_size,
+        "lexical": LEXICAL_FORMAT,
         "views": views,
     }
 
@@ -110,7 +114,7 @@ def _save(idx: ViewIndex, directory: Path, views: dict[str, ViewIndex]) -> None:
         tmp.mkdir(parents=True)
         idx.vector.save(tmp / "vectors.hnsw")
         idx.vectors.save(tmp / VECTORS_FILE, len(idx.chunk_ids))
-        idx.lexical.save(tmp / "bm25")
+        idx.lexical.save(tmp / "lexical")
         pq.write_table(
             pa.table({
                 "chunk_id": idx.chunk_ids,
@@ -153,7 +157,7 @@ def load_index(directory: Path, chunks: pl.DataFrame, config: IndexConfig,
         raise IndexDamaged(f"{MANIFEST} is missing")
     namespace = namespace or directory.name
     manifest = verify(directory, namespace)
-    if manifest.get("config") != indexed_config(config):
+    if manifest.get("config") != indexed_config(config) or manifest.get("lexical") != LEXICAL_FORMAT:
         return None
     parts = split_views(chunks)
     views = manifest.get("views") or []
@@ -210,12 +214,15 @@ def _load_into(idx: ViewIndex, directory: Path, chunks: pl.DataFrame, config: In
         write_vectors(chunks, positions, vectors.base, stored)
     idx.restore_vectors(vectors)
     idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.n_live)
-    idx.lexical = LexicalIndex.load(directory / "bm25", config.lexical, idx.analyzer)
-    idx.lexical_labels = np.load(directory / "lexical_labels.npy")
-    idx.delta_labels = np.load(directory / "delta_labels.npy").tolist()
-    if (len(idx.lexical_labels), len(idx.delta_labels), idx.n_live) != (
+    main_labels = np.load(directory / "lexical_labels.npy")
+    delta_labels = np.load(directory / "delta_labels.npy").tolist()
+    if (len(main_labels), len(delta_labels), idx.n_live) != (
             manifest.get("n_lexical_main"), manifest.get("n_delta"), manifest.get("n_live")):
         raise IndexDamaged("label counts differ from the manifest")
+    main = LexicalIndex.load(directory / "lexical", config.lexical, idx.analyzer)
+    if main.n_docs != len(main_labels):
+        raise IndexDamaged(f"the lexical segment holds {main.n_docs} documents for {len(main_labels)} labels")
+    idx.restore_lexical(main, main_labels, delta_labels)
     idx.store_version = manifest["store_version"]
     idx.built_at = manifest["built_at"]
     return idx

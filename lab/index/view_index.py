@@ -13,6 +13,7 @@ from lab.config import IndexConfig
 from lab.index.chunk_vectors import ChunkVectors
 from lab.index.embeddings import write_vectors
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
+from lab.index.lexical_corpus import LexicalCorpus, score_segments
 from lab.index.vector import GraphShortfall, VectorIndex
 from lab.store.table import StoredRows
 
@@ -51,10 +52,11 @@ EXACT_BLOCK = 65_536  # labels an exact scan gathers at once (96 MB of 384-dimen
 class ViewIndex:
     """Chunk labels 0..n-1 shared by both indexes; deletions are masks until the next rebuild.
 
-    Vectors are added to hnswlib incrementally. BM25 (bm25s) cannot grow, so chunks saved after
-    the last lexical build go to a small delta index that is rebuilt on demand; past
-    ``delta_merge_threshold`` chunks the delta is folded into the main index in a background
-    thread. A saved memory is therefore found by the very next search.
+    Vectors are added to hnswlib incrementally. Chunks saved after the last lexical build go to a
+    small lexical delta that is rebuilt on demand; past ``delta_merge_threshold`` chunks the delta
+    is folded into the main segment in a background thread. Both are scored with the statistics of
+    every live chunk (`lab.index.lexical_corpus`), so a saved memory is found by the very next
+    search, ranked as it will be after a rebuild.
 
     One view's chunks only: a namespace's main index and its extra views are a ``NamespaceIndex``.
     """
@@ -76,11 +78,7 @@ class ViewIndex:
         # get_items (~18 us per vector); a loaded snapshot's are mapped from its file
         self._vectors = ChunkVectors(dim)
         self.analyzer = LexicalAnalyzer(config.lexical)
-        self.lexical = LexicalIndex(config.lexical, self.analyzer)
-        self.lexical_labels = np.zeros(0, dtype=np.int64)
-        self.delta_labels: list[int] = []
-        self._delta: LexicalIndex | None = None
-        self._delta_for = 0  # how many delta labels the cached delta index covers
+        self.lexical_corpus = LexicalCorpus(config.lexical, self.analyzer, self.texts)
         self.store_version = ""
         self.built_at = ""
         self._lock = threading.RLock()
@@ -95,9 +93,7 @@ class ViewIndex:
         # label order by chunk id, independent of file order: reproducible (the frame is not sorted
         # itself: a sorted copy of a million chunks is 1.8 GB more held while the index is built)
         self._append(chunks, chunks["chunk_id"].arg_sort().to_numpy(), stored)
-        self.lexical = LexicalIndex(self.config.lexical, self.analyzer).build(self.texts)
-        self.lexical_labels = np.arange(len(self.texts), dtype=np.int64)
-        self.delta_labels = []
+        self.lexical_corpus.build(np.arange(len(self.texts), dtype=np.int64), self.live)
         self.store_version = store_version
         self.built_at = datetime.now(timezone.utc).isoformat()
 
@@ -133,6 +129,11 @@ class ViewIndex:
         """The stored chunk vectors by label (what a snapshot saves beside the graph)."""
         return self._vectors
 
+    def restore_lexical(self, main: LexicalIndex, main_labels: np.ndarray, delta_labels: list[int]) -> None:
+        """A loaded snapshot's lexical segments, over this index's texts and live mask."""
+        self.lexical_corpus.texts = self.texts
+        self.lexical_corpus.restore(main, main_labels, delta_labels, self.live)
+
     def restore_vectors(self, vectors: ChunkVectors) -> None:
         """The stored vectors by label, as a loaded snapshot has them (the exact cosine's source)."""
         self._vectors = vectors
@@ -153,11 +154,12 @@ class ViewIndex:
                         del self.label_of[cid]
                 added = added.filter(~pl.col("chunk_id").is_in(live))
             if added is not None and added.height:
-                self.delta_labels.extend(self._append(added.sort("chunk_id"), None, stored))
+                self.lexical_corpus.add(self._append(added.sort("chunk_id"), None, stored))
             dead = [self.label_of[c] for c in removed if c in self.label_of and self.live[self.label_of[c]]]
             if dead:
                 self.live[dead] = False
                 self.vector.remove(dead)
+                self.lexical_corpus.remove(dead)
             self.store_version = store_version
 
     def sync(self, chunks: pl.DataFrame, store_version: str, stored: StoredRows | None = None) -> tuple[int, int]:
@@ -234,7 +236,20 @@ class ViewIndex:
 
     @property
     def delta_size(self) -> int:
-        return len(self.delta_labels)
+        return self.lexical_corpus.delta_size
+
+    @property
+    def lexical(self) -> LexicalIndex:
+        """The lexical main segment (what a snapshot saves)."""
+        return self.lexical_corpus.main
+
+    @property
+    def lexical_labels(self) -> np.ndarray:
+        return self.lexical_corpus.main_labels
+
+    @property
+    def delta_labels(self) -> list[int]:
+        return self.lexical_corpus.delta_labels
 
     def needs_merge(self) -> bool:
         return self.delta_size > self.config.delta_merge_threshold
@@ -248,12 +263,8 @@ class ViewIndex:
             covered = set(self.delta_labels)
         fresh = LexicalIndex(self.config.lexical, self.analyzer).build(texts)
         with self._lock:
-            self.lexical = fresh
-            self.lexical_labels = labels
-            # delta entries added while we were building stay in the delta
-            self.delta_labels = [label for label in self.delta_labels if label not in covered]
-            self._delta = None
-            self._delta_for = 0
+            # chunks saved while it was built stay in the delta; those deleted meanwhile stop counting
+            self.lexical_corpus.install(labels, fresh, covered, self.live)
             self.merges += 1
 
     def merge_in_background(self) -> threading.Thread | None:
@@ -272,18 +283,6 @@ class ViewIndex:
             thread.join()
 
     # ------------------------------------------------------------------ search
-    def _lexical_delta(self) -> tuple[LexicalIndex | None, np.ndarray]:
-        with self._lock:
-            labels = np.asarray(self.delta_labels, dtype=np.int64)
-            if len(labels) == 0:
-                return None, labels
-            if self._delta is None or self._delta_for != len(labels):
-                self._delta = LexicalIndex(self.config.lexical, self.analyzer).build(
-                    [self.texts[i] for i in labels]
-                )
-                self._delta_for = len(labels)
-            return self._delta, labels
-
     def search_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
         """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters).
 
@@ -320,28 +319,15 @@ class ViewIndex:
             return collapse(labels, sims, self.memory_of, k)
 
     def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top ``k`` memories by the BM25 score of their best chunk (main and delta merged by score).
-
-        The delta's BM25 statistics are its own until the next merge, so its scores are
-        approximate relative to the main index's; merging makes them exact again.
-        """
+        """Top ``k`` memories by the BM25 score of their best chunk, main segment and delta scored
+        with the statistics of every live chunk (exact: as after a rebuild)."""
         if k <= 0:
             return []
         with self._lock:
-            main, main_labels = self.lexical, self.lexical_labels
-        delta, delta_labels = self._lexical_delta()
-        label_parts, score_parts = [], []
-        for index, labels in ((main, main_labels), (delta, delta_labels)):
-            if index is None or len(labels) == 0:
-                continue
-            scores = index.scores(query)
-            nonzero = np.flatnonzero(scores > 0)
-            label_parts.append(labels[nonzero])
-            score_parts.append(scores[nonzero])
-        if not label_parts:
+            stats, parts = self.lexical_corpus.segments()
+        labels, scores = score_segments(query, stats, parts, self.analyzer)
+        if not len(labels):
             return []
-        labels = np.concatenate(label_parts)
-        scores = np.concatenate(score_parts)
         keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
         return collapse(labels[keep], scores[keep], self.memory_of, k)
 
