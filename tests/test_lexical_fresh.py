@@ -106,3 +106,59 @@ def test_search_after_saves_and_deletes_equals_search_after_a_rebuild(tmp_path_f
             assert got == _ranked(fresh, query, preset), (preset, query)
     pipe.close()
     fresh.close()
+
+
+@pytest.mark.parametrize("kind", ["folder", "uri"])
+def test_every_face_finds_a_saved_memory_first_under_bm25_at_once(tmp_path, kind):
+    """The CLI (a later `lab ingest` of one memory), REST and MCP (each serving bm25), on a folder
+    and on a store at a URI: the saved memory is first for its own words right after the save is
+    acknowledged, in a namespace whose index was built before it (the demo)."""
+    import asyncio
+    import os
+    import subprocess
+    import sys
+
+    from serving import ROOT, Server, write_bundle
+
+    store = str(tmp_path / "store") if kind == "folder" else (tmp_path / "bucket" / "s").as_uri()
+    env = {**os.environ, "LAB_STORE_CACHE": str(tmp_path / "cache")}
+
+    def lab(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    lab("init", "--store", store, "--model", "fake-hash-256")
+    lab("ingest", str(ROOT / "datasets" / "demo"), "--store", store)  # the index is built and saved
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"namespace": "atlas", "content": NEW}) + "\n")
+    lab("ingest", str(one), "--store", store)
+    found = json.loads(lab("search", "Quokka rotation zebrafish canary deploy", "--store", store, "--namespace",
+                           "atlas", "--preset", "bm25", "--k", "3", "--json").stdout)
+    assert found[0]["content"] == NEW
+
+    bundle = write_bundle(tmp_path / "bundle", preset="bm25")
+    with Server(bundle, store, env={"LAB_STORE_CACHE": str(tmp_path / "server-cache")}, log=tmp_path / "serve.log") as srv:
+        with srv.client() as c:
+            saved = c.post("/v1/memories", json={"namespace": "atlas", "content": "Wombat ledger 7731 reconciles "
+                                                                                   "the billing cluster"}).json()["id"]
+            hits = c.post("/v1/search", json={"query": "Wombat ledger 7731", "namespace": "atlas", "k": 3}).json()
+            assert hits["config"] == "bm25" and hits["results"][0]["memory_id"] == saved
+
+    pytest.importorskip("mcp")
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=env, args=[
+        "-m", "lab", "mcp", "--bundle", str(bundle), "--store", store, "--namespace", "atlas"])
+
+    async def session() -> tuple[str, list[str]]:
+        async with Client(params) as c:
+            saved = (await c.call_tool("memory_save", {"content": "Okapi escalation rota for the payments "
+                                                                  "gateway"})).structured_content
+            found = (await c.call_tool("memory_search", {"query": "Okapi escalation rota", "k": 3})).structured_content
+            return saved["id"], [r["memory_id"] for r in found["results"]]
+
+    saved_id, ranked = asyncio.run(session())
+    assert ranked[0] == saved_id
