@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -75,32 +76,44 @@ def test_a_memory_saved_after_the_build_is_first_for_its_own_words(tmp_path):
 
 WORDS = "quokka deploy billing cluster canary rotation zebrafish invoice garden violin marathon".split()
 OPS = st.lists(st.one_of(st.tuples(st.just("save"), st.lists(st.sampled_from(WORDS), min_size=1, max_size=6)),
-                         st.tuples(st.just("delete"), st.integers(0, 1000))), min_size=1, max_size=12)
+                         st.tuples(st.just("delete"), st.integers(0, 1000)),
+                         st.tuples(st.just("revert"), st.integers(0, 1000)),  # edited and edited back
+                         st.tuples(st.just("reload"), st.just(0))),  # the saved index read back
+               min_size=1, max_size=12)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS, merge_at=st.integers(1, 8))
-def test_search_after_saves_and_deletes_equals_search_after_a_rebuild(tmp_path_factory, ops, merge_at):
-    """Random saves and deletes after the build (some past the merge threshold, merged in the
-    background), then bm25 and lab rank exactly as a store rebuilt from the same memories."""
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, merge_at=st.integers(1, 8), method=st.sampled_from(BM25_METHODS))
+def test_search_after_saves_and_deletes_equals_search_after_a_rebuild(tmp_path_factory, ops, merge_at, method):
+    """Random saves, deletes, edits undone and reloads of the saved index after the build (some past
+    the merge threshold, merged in the background), under every BM25 variant: bm25 and lab then
+    rank exactly as a store rebuilt from the same memories."""
     root = tmp_path_factory.mktemp("s")
-    config = SaveConfig(index=IndexConfig(delta_merge_threshold=merge_at))
+    config = SaveConfig(index=IndexConfig(delta_merge_threshold=merge_at, lexical=LexicalIndexConfig(method=method)))
     pipe = Pipeline.open(root / "live", config, embedder=FakeEmbedder(), create=True)
     _fill(pipe, [f"note {i} about {WORDS[i % len(WORDS)]} and {WORDS[(3 * i) % len(WORDS)]}" for i in range(12)])
     pipe.search("deploy", "n", preset="bm25")
     for op, arg in ops:
+        ids = sorted(pipe.list("n")["id"].to_list())
         if op == "save":
             pipe.save(" ".join(arg), namespace="n")
-        else:
-            ids = sorted(pipe.list("n")["id"].to_list())
-            if len(ids) > 1:
-                pipe.delete(ids[arg % len(ids)], hard=True)
+        elif op == "delete" and len(ids) > 1:
+            pipe.delete(ids[arg % len(ids)], hard=True)
+        elif op == "revert" and ids:
+            mid = ids[arg % len(ids)]
+            content = pipe.list("n").filter(pl.col("id") == mid)["content"][0]
+            pipe.update(mid, content=content + " edited")
+            pipe.update(mid, content=content)
+        elif op == "reload":
+            pipe.index("n").wait_for_merge()
+            pipe.close()
+            pipe = Pipeline.open(root / "live", config, embedder=FakeEmbedder())
     pipe.index("n").wait_for_merge()
     fresh = Pipeline.open(root / "fresh", config, embedder=FakeEmbedder(), create=True)
     kept = pipe.list("n").sort("id")
     fresh.save_many([{"namespace": "n", "id": i, "content": c} for i, c in zip(kept["id"], kept["content"])],
                     progress=False)
-    for query in ("quokka deploy", "billing cluster canary", "zebrafish violin note"):
+    for query in ("quokka deploy", "billing cluster canary", "zebrafish violin note edited"):
         for preset in ("bm25", "lab"):
             got = _ranked(pipe, query, preset)
             assert got == _ranked(fresh, query, preset), (preset, query)

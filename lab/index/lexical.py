@@ -187,18 +187,21 @@ class LexicalIndex:
         absent = 0.0  # BM25L/BM25+: what every query term gives a document without it (bm25s's non-occurrence)
         hit = np.zeros(self.n_docs, dtype=bool)
         for term in terms:
-            docs, tfs = self.postings(term)
             df = stats.df(term)
-            if not len(docs) or df <= 0:
+            if df <= 0:  # in no live chunk of the corpus: no part of any score
                 continue
             idf = _idf(c.method, df, stats.n_docs)
-            gain = idf * _tfc(c.method, tfs.astype(np.float64), self.doc_len[docs].astype(np.float64), stats.avgdl,
-                              c.k1, c.b, delta)
-            if c.method in BM25_DELTA:
+            missing = 0.0
+            if c.method in BM25_DELTA:  # every query term of the corpus, in this segment or not
                 missing = idf * float(_tfc(c.method, np.zeros(1), np.full(1, stats.avgdl), stats.avgdl, c.k1, c.b,
                                            delta)[0])
-                gain, absent = gain - missing, absent + missing
-            out[docs] += gain  # a term lists a document once: no two gains land on one place
+                absent += missing
+            docs, tfs = self.postings(term)
+            if not len(docs):
+                continue
+            gain = idf * _tfc(c.method, tfs.astype(np.float64), self.doc_len[docs].astype(np.float64), stats.avgdl,
+                              c.k1, c.b, delta)
+            out[docs] += gain - missing  # a term lists a document once: no two gains land on one place
             hit[docs] = True
         if absent:  # bm25s adds it to every document; only a document with a query term is a hit here
             out[hit] += absent

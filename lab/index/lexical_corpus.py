@@ -74,12 +74,14 @@ class LexicalCorpus:
         self.delta_labels = [x for x in self.delta_labels if x not in covered]
         self._delta, self._delta_for = None, 0
         self._lengths = {}
-        self._counts = _Counts(len(self.main_labels), int(main.doc_len.sum()), main.doc_freqs().astype(np.int64), {})
-        live_delta = [x for x in self.delta_labels if live[x]]
-        self.add(live_delta, extend=False)
-        dead = self.main_labels[~live[self.main_labels]] if len(self.main_labels) else self.main_labels
-        if len(dead):
-            self.remove(dead.tolist())
+        main_df, total = main.doc_freqs().astype(np.int64), int(main.doc_len.sum())
+        dead = ~live[self.main_labels] if len(self.main_labels) else np.zeros(0, dtype=bool)
+        if dead.any():  # counted off the postings: a dead label's text may be gone (a reloaded index has "")
+            term_of = np.repeat(np.arange(len(main_df)), np.diff(main.indptr))
+            main_df -= np.bincount(term_of[dead[main.docs]], minlength=len(main_df))
+            total -= int(main.doc_len[dead].sum())
+        self._counts = _Counts(int((~dead).sum()), total, main_df, {})
+        self.add([x for x in self.delta_labels if live[x]], extend=False)
 
     def add(self, labels: Sequence[int], extend: bool = True) -> None:
         """New live labels, into the delta (``extend`` False: already listed there)."""

@@ -82,6 +82,7 @@ class ViewIndex:
         self.store_version = ""
         self.built_at = ""
         self._lock = threading.RLock()
+        self._merge_lock = threading.Lock()  # one merge at a time: a second would drop what the first kept
         self._merge_thread: threading.Thread | None = None
         self.merges = 0
 
@@ -155,7 +156,9 @@ class ViewIndex:
                 added = added.filter(~pl.col("chunk_id").is_in(live))
             if added is not None and added.height:
                 self.lexical_corpus.add(self._append(added.sort("chunk_id"), None, stored))
-            dead = [self.label_of[c] for c in removed if c in self.label_of and self.live[self.label_of[c]]]
+            # once each: a chunk id masked and saved again holds two labels, so a delete may name it twice
+            dead = list(dict.fromkeys(self.label_of[c] for c in removed
+                                      if c in self.label_of and self.live[self.label_of[c]]))
             if dead:
                 self.live[dead] = False
                 self.vector.remove(dead)
@@ -257,6 +260,10 @@ class ViewIndex:
     # ------------------------------------------------------------------ merging
     def merge(self) -> None:
         """Rebuild the lexical main index over every live chunk; the delta becomes empty."""
+        with self._merge_lock:
+            self._merge()
+
+    def _merge(self) -> None:
         with self._lock:
             labels = np.flatnonzero(self.live).astype(np.int64)
             texts = [self.texts[i] for i in labels]
