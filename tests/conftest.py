@@ -65,12 +65,22 @@ def pipe(tmp_path: Path) -> Pipeline:
     p.close()
 
 
+# modules that start Ray clusters and look for Ray's processes machine-wide (test_engine's pgrep):
+# under pytest-xdist (`-n 2 --dist loadgroup`, the project's addopts) they run on one worker, one
+# after another, never beside each other
+ONE_WORKER = {"test_engine.py": "ray", "test_ray_faults.py": "ray", "test_workspace_travels.py": "ray",
+              "test_fault_suite.py": "ray"}
+
+
 def pytest_collection_modifyitems(config, items):
     # every test that loads the real model is slow (model load, real embeddings): marked here once,
     # so a new such test cannot forget it; real-data tests carry the mark themselves
     for item in items:
         if "real_embedder" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        group = ONE_WORKER.get(item.path.name)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

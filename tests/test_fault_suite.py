@@ -1,5 +1,6 @@
-"""The fault suite's short form (benchmarks/faults/run.py --short): every group, every case passing,
-within its time budget. The full form is a README command (docs/faults.md)."""
+"""The fault suite's short form (benchmarks/faults/run.py --short): every group, every case passing.
+Its time is reported in its summary, not asserted here: a speed figure is a benchmark's, and the
+tests run on two workers at once. The full form is a README command (docs/faults.md)."""
 from __future__ import annotations
 
 import json
@@ -34,5 +35,3 @@ def test_the_fault_suite_short_form_passes(tmp_path):
     assert len(kills) >= 5 and all("running at the kill" in o["observed"] for o in kills)
     real = {o["group"] for o in summary["outcomes"] if o["case"] == "server runs the real query encoder" and o["ok"]}
     assert real == SERVER_GROUPS
-    # the budget is 180 s on an idle two-core machine; the bound leaves room for a busy one
-    assert summary["seconds"] <= 240, f"the short form took {summary['seconds']} s (budget 180 s)"
