@@ -280,7 +280,9 @@ class _Sweeper:
                            f"tune/{metric}": by_trial[trials[i]][f"tune/{metric}"],
                            f"validation/{metric}": by_trial[trials[i]].get(f"validation/{metric}"),
                            "p_corrected": round(float(p[i]), 4)} for i in tied),
-                         key=lambda r: (-r[f"tune/{metric}"], r["trial"]))
+                         # the winner first (a configuration equal to it on tune may have a lower
+                         # number), then by the objective on tune
+                         key=lambda r: (r["trial"] != best_trial, -r[f"tune/{metric}"], r["trial"]))
         out["tied_with_best"] = {"count": len(members), "of": len(trials), "members": members}
         return out
 

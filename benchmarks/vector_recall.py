@@ -1,0 +1,127 @@
+"""Vector recall of lab's hnswlib index against exact search, on real embeddings (issue 58 item 4).
+
+    .venv/bin/python benchmarks/vector_recall.py [--sizes 52000 260000] [--ef 50 100 200 400]
+
+The vectors are real: every text the LongMemEval-S benchmark embedded (`benchmarks/longmemeval_s.py`,
+turn granularity: the dev half's user turns, MiniLM as int8 ONNX), read from its embedding cache;
+run that benchmark first. 1,000 of them, drawn with a fixed seed, are held out as the queries (a
+query is then another user's turn, never a stored vector itself); the rest are the corpus.
+
+A size above the real count is reached by copies with small noise: copy j of vector x is
+normalise(x + s * g / sqrt(dim)), g standard normal (seeded), so each copy lies at a distance of
+about s (``--noise``, default 0.3) from its original: near its neighbourhood, never on it, which keeps
+the nearest-neighbour problem as hard as real data makes it rather than trivially duplicated.
+
+Per size: the index is built as lab builds one (`lab.index.vector.VectorIndex`, the declared
+`VectorIndexConfig`: M, ef_construction, one thread), timed; then for each search ef, recall@10
+of the graph's top 10 against the exact top 10 (a dot product over every vector) and the query
+latency (p50, p99). Results: stdout and benchmarks/results/vector_recall.json. Exit 1 when the
+declared ef_search falls below recall@10 0.95 at any size (the issue's bar). Take the latencies
+with nothing else running.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, percentiles, report  # noqa: E402
+
+CACHE = ROOT / ".lab" / "bench" / "longmemeval-s" / "turn" / "embeddings"
+QUERIES = 1000
+K = 10
+BAR = 0.95
+
+
+def real_vectors(cache: Path) -> np.ndarray:
+    import pyarrow.parquet as pq
+
+    parts = sorted(cache.rglob("part-*.parquet"))
+    if not parts:
+        sys.exit(f"no embedding cache under {cache}: run benchmarks/longmemeval_s.py --granularity turn first")
+    blocks = []
+    for part in parts:
+        table = pq.read_table(part, columns=["vector"])
+        flat = table["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        blocks.append(np.asarray(flat, dtype=np.float32).reshape(table.num_rows, -1))
+    vectors = np.vstack(blocks)
+    return np.unique(vectors, axis=0)  # a text embedded twice (two cache parts) counts once
+
+
+def grown(base: np.ndarray, size: int, noise: float, seed: int = 0) -> np.ndarray:
+    """``base`` and noisy copies of it, ``size`` vectors in all (see the module's docstring)."""
+    from lab.embed.base import normalize_rows
+
+    rng = np.random.default_rng(seed)
+    out, dim = [base], base.shape[1]
+    while sum(len(b) for b in out) < size:
+        need = min(len(base), size - sum(len(b) for b in out))
+        copy = base[:need] + noise * rng.standard_normal((need, dim)).astype(np.float32) / np.sqrt(dim)
+        out.append(normalize_rows(copy))
+    return np.vstack(out)[:size]
+
+
+def exact_top(corpus: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    sims = queries @ corpus.T
+    top = np.argpartition(-sims, k, axis=1)[:, :k]
+    return top
+
+
+def measure(corpus: np.ndarray, queries: np.ndarray, efs: list[int]) -> dict:
+    from lab.config import VectorIndexConfig
+    from lab.index.vector import VectorIndex
+
+    config = VectorIndexConfig()
+    start = time.perf_counter()
+    index = VectorIndex(corpus.shape[1], config, capacity=len(corpus))
+    index.add(corpus, np.arange(len(corpus), dtype=np.int64))
+    build_s = time.perf_counter() - start
+    truth = [set(row.tolist()) for row in exact_top(corpus, queries, K)]
+    out = {"vectors": len(corpus), "build_s": round(build_s, 1), "m": config.m,
+           "ef_construction": config.ef_construction, "declared_ef_search": config.ef_search, "by_ef": {}}
+    for ef in efs:
+        index.config = replace(config, ef_search=ef)
+        found, took = [], []
+        for q in queries:
+            t0 = time.perf_counter()
+            labels, _ = index.search(q, K)
+            took.append(time.perf_counter() - t0)
+            found.append(labels)
+        recall = float(np.mean([len(truth[i] & set(f.tolist())) / K for i, f in enumerate(found)]))
+        out["by_ef"][str(ef)] = {"recall@10": round(recall, 4), **percentiles(took)}
+        print(f"{len(corpus):>9,} vectors  ef {ef:>4}  recall@10 {recall:.4f}  "
+              f"p50 {out['by_ef'][str(ef)]['p50_ms']:.3f} ms", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", type=Path, default=CACHE, help="an embedding cache folder of real vectors")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, help="corpus sizes (default: the real count)")
+    ap.add_argument("--ef", type=int, nargs="+", default=[50, 100, 200, 400], help="search ef values")
+    ap.add_argument("--noise", type=float, default=0.3, help="distance of a noisy copy from its original")
+    args = ap.parse_args()
+    vectors = real_vectors(args.cache)
+    order = np.random.default_rng(0).permutation(len(vectors))
+    queries, base = vectors[order[:QUERIES]], vectors[order[QUERIES:]]
+    print(f"{len(vectors):,} real vectors ({vectors.shape[1]} dimensions): {QUERIES} held out as queries", flush=True)
+    results = {"source": f"{args.cache.relative_to(ROOT) if args.cache.is_relative_to(ROOT) else args.cache}",
+               "real_vectors": int(len(vectors)), "queries": QUERIES, "k": K, "noise": args.noise,
+               "conditions": "single-threaded build and search, as lab runs them; nothing else running", "sizes": []}
+    for size in args.sizes or [len(base)]:
+        results["sizes"].append(measure(grown(base, size, args.noise), queries, args.ef))
+        report("vector_recall", results)
+    below = [s["vectors"] for s in results["sizes"]
+             if s["by_ef"].get(str(s["declared_ef_search"]), {}).get("recall@10", 1.0) < BAR]
+    if below:
+        print(f"the declared ef_search gives recall@10 below {BAR} at {below} vectors", file=sys.stderr)
+    sys.exit(1 if below else 0)
+
+
+if __name__ == "__main__":
+    main()
