@@ -69,6 +69,8 @@ def benchmark(path: Path) -> list[str]:
         return lines + models_tables(data)
     if path.stem == "systems" and isinstance(data, dict):
         return lines + systems_tables(data)
+    if path.stem == "vector_recall" and isinstance(data, dict):
+        return lines + vector_recall_table(data)
     if path.stem == "longmemeval_s" and isinstance(data, dict):
         return lines + longmemeval_s_tables(data)
     if path.stem.startswith("default_cv") and isinstance(data, dict) and "levers" in data:
@@ -265,6 +267,19 @@ def longmemeval_s_tables(data: dict[str, Any]) -> list[str]:
                           f"answerable; AUROC of the best cosine {_ci(a['auroc'])}. LoCoMo dev's threshold "
                           f"{lo['threshold']} here: precision {lo['precision']}, recall {lo['recall']}, "
                           f"recall@10 cost {lo['cost']}. {a['note']}.", ""]
+    return lines + [""]
+
+
+def vector_recall_table(data: dict[str, Any]) -> list[str]:
+    """The hnswlib index against exact search: recall@10 and latency per size and search ef."""
+    lines = [f"Real vectors from `{data['source']}` ({data['real_vectors']:,}; {data['queries']} held out as queries; "
+             f"larger sizes by copies at distance {data['noise']}); {data['conditions']}.", "",
+             "| vectors | build | M / ef_construction | search ef | recall@10 | p50 | p99 |", "|---|---|---|---|---|---|---|"]
+    for size in data["sizes"]:
+        for ef, row in size["by_ef"].items():
+            declared = " (declared)" if int(ef) == size["declared_ef_search"] else ""
+            lines.append(f"| {size['vectors']:,} | {size['build_s']} s | {size['m']} / {size['ef_construction']} | "
+                         f"{ef}{declared} | {row['recall@10']:.4f} | {row['p50_ms']:.3f} ms | {row['p99_ms']:.3f} ms |")
     return lines + [""]
 
 
