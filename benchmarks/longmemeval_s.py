@@ -127,25 +127,32 @@ def with_cis(folder: Path) -> dict:
             "lab_recall@10": [round(meta["metrics"]["recall@10"], 4), *lab_ci], "questions_lab": meta["questions"]}
 
 
-def abstention(granularity: str, model: str) -> dict:
+def warm_store(granularity: str, model: str) -> tuple:
+    """(dataset, retriever, evaluation root) of the store the runs above left, opened once for the
+    in-process parts (abstention, levers)."""
+    from dataclasses import replace
+
+    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
+    from lab.eval.stores import eval_retriever, save_config
+
+    dataset = DatasetRef(DATASET, DATASETS, options=DatasetOptions(granularity=granularity)).load()
+    save = save_config()
+    save = replace(save, embed=replace(save.embed, model=model))
+    root = BENCH / granularity / "eval"
+    return dataset, eval_retriever(dataset, save, root=root, embeddings=BENCH / granularity / "embeddings"), root
+
+
+def abstention(store: tuple) -> dict:
     """The ``_abs`` questions against the answerable ones under ``lab``: AUROC with a stratified
     bootstrap interval, the threshold fitted here (in sample: 15 negatives hold no held-out split)
     and what LoCoMo dev's fitted threshold does here."""
     import polars as pl
 
-    from dataclasses import replace
-
     from lab.eval.abstention import AbstentionOptions, auroc_interval, figures, measure
-    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
     from lab.eval.runner import EvalOptions, evaluate
-    from lab.eval.stores import eval_retriever, save_config
     from lab.search.presets import preset
 
-    dataset = DatasetRef(DATASET, DATASETS, options=DatasetOptions(granularity=granularity)).load()
-    save = save_config()
-    save = replace(save, embed=replace(save.embed, model=model))
-    root, embeddings = BENCH / granularity / "eval", BENCH / granularity / "embeddings"
-    retriever = eval_retriever(dataset, save, root=root, embeddings=embeddings)
+    dataset, retriever, root = store
     config = preset("lab")
     result = evaluate(retriever, dataset, config, EvalOptions(), root=root)
     everything = pl.concat([dataset.questions.select("qid"), dataset.unanswerable.select("qid")])
@@ -181,20 +188,12 @@ def lever_variants() -> dict:
                 k: v for k, v in {**w, "vector": 1.0, "lexical": 1.0}.items() if "@" not in k}))}
 
 
-def ablation(granularity: str, model: str) -> dict:
+def ablation(store: tuple, granularity: str) -> dict:
     """Which of ``lab``'s levers costs it where: the official session recall_all@5 (and turn
     ndcg_any@10 at turn granularity) overall and per question type, each lever off in turn."""
-    from dataclasses import replace
-
-    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
     from lab.eval.runner import EvalOptions, evaluate
-    from lab.eval.stores import eval_retriever, save_config
 
-    dataset = DatasetRef(DATASET, DATASETS, options=DatasetOptions(granularity=granularity)).load()
-    save = save_config()
-    save = replace(save, embed=replace(save.embed, model=model))
-    root, embeddings = BENCH / granularity / "eval", BENCH / granularity / "embeddings"
-    retriever = eval_retriever(dataset, save, root=root, embeddings=embeddings)
+    dataset, retriever, root = store
     out = {}
     for name, config in lever_variants().items():
         lme = evaluate(retriever, dataset, config, EvalOptions(budget=None), root=root).metrics["longmemeval"]
@@ -227,10 +226,11 @@ def granularity_part(granularity: str, model: str, skip_cold: bool) -> dict:
     print(f"[{granularity}] every preset on the warm store", flush=True)
     out["all"] = lab_eval(granularity, model, EVERY, where / "runs-all", where / "all.log")
     out["presets"] = {name: with_cis(folder) for name, folder in run_folders(where / "runs-all").items()}
+    store = warm_store(granularity, model)
     print(f"[{granularity}] abstention", flush=True)
-    out["abstention"] = abstention(granularity, model)
+    out["abstention"] = abstention(store)
     print(f"[{granularity}] lab's levers, one off at a time", flush=True)
-    out["levers"] = ablation(granularity, model)
+    out["levers"] = ablation(store, granularity)
     return out
 
 
@@ -251,7 +251,7 @@ def main() -> None:
     differ = False
     for granularity in args.granularity:
         if args.levers_only:
-            results[granularity]["levers"] = ablation(granularity, args.model)
+            results[granularity]["levers"] = ablation(warm_store(granularity, args.model), granularity)
             report("longmemeval_s", results)
             continue
         before = results.get(granularity) or {}

@@ -173,8 +173,8 @@ def verify(srv: Server, ledger: Ledger, ns: str) -> dict[str, int]:
         ids = [h.memory_id for h in hits]
         if mid not in ids:
             return False
-        above = [h.content for h in hits[:ids.index(mid)]]
-        return all(sorted(w) == sorted(words([text])[0]) for w in words(above))
+        own = sorted(words([text])[0])
+        return all(sorted(w) == own for w in words([h.content for h in hits[:ids.index(mid)]]))
 
     with Retriever.open(srv.store) as reader:
         out["not_first_under_bm25"] = sum(not first_under_bm25(reader, mid, text) for mid, text in live)
