@@ -86,6 +86,10 @@ class VectorIndexConfig:
     ef_construction: int = setting(200, low=1, doc="hnswlib's candidate list while building")
     ef_search: int = setting(100, low=1, doc="hnswlib's candidate list while searching")
     seed: int = setting(100, doc="hnswlib's random seed")
+    shards: int = setting(2, low=1, high=64, doc="hnswlib graphs a large namespace's vectors are split over at a "
+                          "build, each built on its own thread (deterministic, unlike hnswlib's own threads)")
+    shard_from: int = setting(100_000, low=1, doc="chunks a namespace needs at a build for its vectors "
+                              "to be split over index.vector.shards graphs")
 
     def __post_init__(self) -> None:
         check_declared(self, "index.vector.")

@@ -78,6 +78,10 @@ def indexed_config(config: IndexConfig) -> dict[str, Any]:
     in it (they are read from the embedding cache), so adding one does not rebuild it."""
     out = to_dict(config)
     out.pop("models", None)
+    # how a build splits the vectors over graphs is the build's, recorded in the manifest
+    # (vector_shards): a snapshot of either split loads under any setting, nothing is rebuilt
+    for name in ("shards", "shard_from"):
+        out.get("vector", {}).pop(name, None)
     return out
 
 
@@ -95,6 +99,7 @@ def manifest(idx: ViewIndex, views: list[str]) -> dict[str, Any]:
         "n_lexical_main": int(len(idx.lexical_labels)),
         "n_delta": idx.delta_size,
         "lexical": LEXICAL_FORMAT,
+        "vector_shards": idx.vector.shards,
         "views": views,
     }
 
@@ -213,7 +218,10 @@ def _load_into(idx: ViewIndex, directory: Path, chunks: pl.DataFrame, config: In
         vectors = ChunkVectors(idx.dim, np.zeros((len(idx.chunk_ids), idx.dim), dtype=np.float32))
         write_vectors(chunks, positions, vectors.base, stored)
     idx.restore_vectors(vectors)
-    idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.n_live)
+    shards = manifest.get("vector_shards", 1)  # saved before graphs were split: one
+    if not isinstance(shards, int) or shards < 1:
+        raise IndexDamaged(f"the manifest's vector_shards is {shards!r}, not a count of graphs")
+    idx.vector = VectorIndex.load(directory / "vectors.hnsw", idx.dim, config.vector, idx.live, shards)
     main_labels = np.load(directory / "lexical_labels.npy")
     delta_labels = np.load(directory / "delta_labels.npy").tolist()
     if (len(main_labels), len(delta_labels), idx.n_live) != (

@@ -14,7 +14,7 @@ from lab.index.chunk_vectors import ChunkVectors
 from lab.index.embeddings import write_vectors
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
 from lab.index.lexical_corpus import LexicalCorpus, score_segments
-from lab.index.vector import GraphShortfall, VectorIndex
+from lab.index.vector import GraphShortfall, VectorIndex, shards_for
 from lab.store.table import StoredRows
 
 
@@ -90,7 +90,8 @@ class ViewIndex:
     def _fill(self, chunks: pl.DataFrame, store_version: str, stored: StoredRows | None = None) -> None:
         """Index ``chunks`` into this empty index (a fresh build), stamped with ``store_version``
         (``stored``: where their vectors are, for a frame without them: ``write_vectors``)."""
-        self.vector = VectorIndex(self.dim, self.config.vector, capacity=max(chunks.height, 16))
+        self.vector = VectorIndex(self.dim, self.config.vector, capacity=max(chunks.height, 16),
+                                  shards=shards_for(self.config.vector, chunks.height))
         # label order by chunk id, independent of file order: reproducible (the frame is not sorted
         # itself: a sorted copy of a million chunks is 1.8 GB more held while the index is built)
         self._append(chunks, chunks["chunk_id"].arg_sort().to_numpy(), stored)
