@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -58,3 +59,38 @@ def random_unit_vectors(texts, dim: int) -> np.ndarray:
     from lab.embed.base import normalize_rows
 
     return normalize_rows(out)
+
+
+# real MiniLM vectors: the LongMemEval-S dev half's user turns, as benchmarks/longmemeval_s.py embedded them
+REAL_VECTORS = ROOT / ".lab" / "bench" / "longmemeval-s" / "turn" / "embeddings"
+
+
+def real_vectors(cache: Path) -> np.ndarray:
+    import pyarrow.parquet as pq
+
+    parts = sorted(cache.rglob("part-*.parquet"))
+    if not parts:
+        sys.exit(f"no embedding cache under {cache}: run benchmarks/longmemeval_s.py --granularity turn first")
+    blocks = []
+    for part in parts:
+        table = pq.read_table(part, columns=["vector"])
+        flat = table["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        blocks.append(np.asarray(flat, dtype=np.float32).reshape(table.num_rows, -1))
+    vectors = np.vstack(blocks)
+    return np.unique(vectors, axis=0)  # a text embedded twice (two cache parts) counts once
+
+
+def grown(base: np.ndarray, size: int, noise: float, seed: int = 0) -> np.ndarray:
+    """``base`` and noisy copies of it, ``size`` vectors in all: copy j of vector x is
+    normalise(x + noise * g / sqrt(dim)), g standard normal (seeded), so each copy lies at a distance
+    of about ``noise`` from its original: near its neighbourhood, never on it, which keeps the
+    nearest-neighbour problem as hard as real data makes it rather than trivially duplicated."""
+    from lab.embed.base import normalize_rows
+
+    rng = np.random.default_rng(seed)
+    out, dim = [base], base.shape[1]
+    while sum(len(b) for b in out) < size:
+        need = min(len(base), size - sum(len(b) for b in out))
+        copy = base[:need] + noise * rng.standard_normal((need, dim)).astype(np.float32) / np.sqrt(dim)
+        out.append(normalize_rows(copy))
+    return np.vstack(out)[:size]

@@ -18,10 +18,12 @@ Per size, each phase in a process of its own so its peak RSS (ru_maxrss) is that
 Growth ratios (figure at one size / figure at the size before) are reported so anything superlinear
 stands out (10x the memories should cost at most about 10x).
 
-The memories are LoCoMo turn texts numbered to be unique; their vectors are deterministic random
-unit vectors under the real model's id (`random_unit_vectors`, as `serve_load.py`'s StandIn):
-index and search costs do not depend on what the vectors mean, and embedding a million texts
-would take a day. Stores are kept under .lab/bench/scale-SIZE and reused when built with the same
+The memories are LoCoMo turn texts numbered to be unique. Their vectors (``--vectors``) are real
+MiniLM vectors, the LongMemEval-S user turns' from that benchmark's embedding cache, and past their
+55,115 noisy copies of them (`_common.grown`): a graph index builds and searches real vectors'
+neighbourhoods faster than random ones', so these are the costs users meet. ``--vectors random``
+gives deterministic random unit vectors (`random_unit_vectors`), the worst case for a graph index.
+Embedding a million texts would take a day; the vectors are given under the real model's id. Stores are kept under .lab/bench/scale-SIZE and reused when built with the same
 settings (their build figures are then the ones recorded when they were built). Exits 1 when a
 correctness check fails: the store's memory count, a stored vector's vector-only top-1 being its
 own memory, `lab store check` finding an error, a served search failing.
@@ -41,12 +43,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATASETS, ROOT, percentiles, random_unit_vectors, report  # noqa: E402
+from _common import DATASETS, REAL_VECTORS, ROOT, grown, percentiles, random_unit_vectors, real_vectors, report  # noqa: E402
 
 BENCH = ROOT / ".lab" / "bench"
 NAMESPACE = "bench"
-FORMAT = 1  # of the stores this script builds: a change to how they are made bumps it
+FORMAT = 2  # of the stores this script builds: a change to how they are made bumps it
+NOISE = 0.3  # a real vector's noisy copies lie about this far from it (_common.grown)
+KIND = {"kind": "real"}  # the vectors' kind (--vectors), set once per process
 
 
 def peak_gb() -> float:
@@ -84,8 +90,25 @@ def questions() -> list[str]:
 def settings(size: int, batch: int) -> dict:
     from lab.config import DEFAULT_MODEL, EmbedConfig, SaveConfig, to_dict
 
-    return {"format": FORMAT, "size": size, "batch": batch,
+    return {"format": FORMAT, "size": size, "batch": batch, "vectors": KIND["kind"],
             "save_config": to_dict(SaveConfig(embed=EmbedConfig(model=DEFAULT_MODEL, cache=False)))}
+
+
+def vectors_for(texts: list[str]) -> np.ndarray:
+    """Each text's vector, the same in every phase: memory number i (its text ends "(#i)") gets
+    real vector i (the LongMemEval-S user turns' MiniLM vectors, then noisy copies of them:
+    `_common.grown`) or, with ``--vectors random``, a random unit vector of its text; any other
+    text (a query, a fresh save) a random unit vector of its text."""
+    import re
+
+    out = random_unit_vectors(texts, 384)
+    if KIND["kind"] == "real":
+        numbers = [re.search(r"\(#(\d+)\)$", t) for t in texts]
+        rows = [(j, int(m.group(1))) for j, m in enumerate(numbers) if m]
+        if rows:
+            real = grown(real_vectors(REAL_VECTORS), max(i for _, i in rows) + 1, NOISE)
+            out[[j for j, _ in rows]] = real[[i for _, i in rows]]
+    return out
 
 
 def precomputed(texts: list[str]):
@@ -102,7 +125,7 @@ def precomputed(texts: list[str]):
             real = SentenceTransformerEmbedder()
             self.model_id, self.tokenizer = real.model_id, real.tokenizer
             self.row = {t: i for i, t in enumerate(texts)}
-            self.vectors = random_unit_vectors(texts, self.dim)
+            self.vectors = vectors_for(texts)
 
         def embed(self, batch):
             return self.vectors[[self.row[t] for t in batch]]
@@ -172,10 +195,11 @@ def phase_library(size: int, n_queries: int) -> dict:
     out["rss_after_searches"] = rss_now()
     # a stored vector must be found as its own memory: exactly (where the index keeps it) and by the
     # vector-only search (hnswlib: approximate, so its share is reported; random vectors in 384
-    # dimensions have no neighbourhoods, the hardest case for a graph index)
+    # dimensions have no neighbourhoods, the hardest case for a graph index; the recall of real
+    # vectors is benchmarks/vector_recall.py's)
     probe = [r["content"] for r in records(size, range(0, size, max(1, size // 25)))]
     found = 0
-    for text, vector in zip(probe, random_unit_vectors(probe, 384)):
+    for text, vector in zip(probe, vectors_for(probe)):
         exact = snap.index.exact_vector(vector, 1)
         if not exact or retriever.get(exact[0][0])["content"] != text:
             out["failures"].append(f"the exact top-1 of the stored vector of {text!r} is not its memory")
@@ -228,7 +252,7 @@ def phase_saves(size: int, n_saves: int) -> dict:
 
 def run_phase(name: str, size: int, args: argparse.Namespace) -> dict:
     """One phase in a child process (its own peak RSS); its result is its last stdout line."""
-    cmd = [sys.executable, __file__, "--phase", name, "--sizes", str(size), "--queries", str(args.queries),
+    cmd = [sys.executable, __file__, "--phase", name, "--vectors", args.vectors, "--sizes", str(size), "--queries", str(args.queries),
            "--batch", str(args.batch), "--saves", str(args.saves)]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     if done.returncode:
@@ -276,7 +300,9 @@ def served(size: int, seconds: float, rate: float) -> dict:
             "server_peak_rss_gb": round(hwm_kb / 1024 ** 2, 3)}
 
 
-def one_size(size: int, args: argparse.Namespace) -> dict:
+def built(size: int, args: argparse.Namespace) -> dict:
+    """The store of ``size`` memories: reused when built before with the same settings (its build
+    figures are the ones recorded then), else built now."""
     marker = BENCH / f"scale-{size}.json"
     wanted = settings(size, args.batch)
     recorded = json.loads(marker.read_text()) if marker.is_file() else {}
@@ -289,7 +315,11 @@ def one_size(size: int, args: argparse.Namespace) -> dict:
         marker.write_text(json.dumps({"settings": wanted, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                       "build": build}, indent=2))
     print(size, "build", build, file=sys.stderr)
-    out: dict = {"build": build}
+    return build
+
+
+def one_size(size: int, args: argparse.Namespace) -> dict:
+    out: dict = {"build": built(size, args)}
     out["check"] = run_command(["store", "check", "--store", str(BENCH / f"scale-{size}")], BENCH / f"scale-{size}-check.log")
     print(size, "check", out["check"], file=sys.stderr)
     out["library"] = run_phase("library", size, args)
@@ -359,8 +389,13 @@ def main() -> None:
     parser.add_argument("--no-compact", action="store_true", help="skip the saves and compact phases")
     parser.add_argument("--compact-max", type=int, default=10 ** 9,
                         help="compact only stores of at most this size (compact rebuilds the index: 40 min at 1M)")
+    parser.add_argument("--vectors", choices=["real", "random"], default="real",
+                        help="real: MiniLM vectors of the LongMemEval-S user turns and noisy copies of them "
+                             "(run benchmarks/longmemeval_s.py --granularity turn first); random: random unit vectors")
+    parser.add_argument("--build-only", action="store_true", help="build (or find) the stores, measure nothing else")
     parser.add_argument("--phase", choices=["build", "library", "saves", "resave"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    KIND["kind"] = args.vectors
     BENCH.mkdir(parents=True, exist_ok=True)
     if args.phase:  # a child: one phase at one size, its figures as the last line
         size = args.sizes[0]
@@ -368,8 +403,16 @@ def main() -> None:
                "saves": lambda: phase_saves(size, args.saves), "resave": lambda: phase_resave(size)}[args.phase]
         print(json.dumps(run()))
         return
+    if args.build_only:
+        for size in args.sizes:
+            built(size, args)
+        return
     results: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-                     "vectors": "deterministic random unit vectors (random_unit_vectors) under all-MiniLM-L6-v2's id",
+                     "vectors": ({"real": f"memory i: real MiniLM vector i of the LongMemEval-S user turns "
+                                          f"({REAL_VECTORS.relative_to(ROOT)}), past their count noisy copies at "
+                                          f"distance {NOISE} (_common.grown); queries and fresh saves: random unit vectors",
+                                  "random": "deterministic random unit vectors (random_unit_vectors)"}[args.vectors]
+                                 + ", under all-MiniLM-L6-v2's id"),
                      "batch": args.batch, "served_rate_per_s": args.rate}
     failures: list[str] = []
     for done, size in enumerate(args.sizes, start=1):

@@ -31,40 +31,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, percentiles, report  # noqa: E402
+from _common import REAL_VECTORS, ROOT, grown, percentiles, real_vectors, report  # noqa: E402
 
-CACHE = ROOT / ".lab" / "bench" / "longmemeval-s" / "turn" / "embeddings"
 QUERIES = 1000
 K = 10
 BAR = 0.95
-
-
-def real_vectors(cache: Path) -> np.ndarray:
-    import pyarrow.parquet as pq
-
-    parts = sorted(cache.rglob("part-*.parquet"))
-    if not parts:
-        sys.exit(f"no embedding cache under {cache}: run benchmarks/longmemeval_s.py --granularity turn first")
-    blocks = []
-    for part in parts:
-        table = pq.read_table(part, columns=["vector"])
-        flat = table["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        blocks.append(np.asarray(flat, dtype=np.float32).reshape(table.num_rows, -1))
-    vectors = np.vstack(blocks)
-    return np.unique(vectors, axis=0)  # a text embedded twice (two cache parts) counts once
-
-
-def grown(base: np.ndarray, size: int, noise: float, seed: int = 0) -> np.ndarray:
-    """``base`` and noisy copies of it, ``size`` vectors in all (see the module's docstring)."""
-    from lab.embed.base import normalize_rows
-
-    rng = np.random.default_rng(seed)
-    out, dim = [base], base.shape[1]
-    while sum(len(b) for b in out) < size:
-        need = min(len(base), size - sum(len(b) for b in out))
-        copy = base[:need] + noise * rng.standard_normal((need, dim)).astype(np.float32) / np.sqrt(dim)
-        out.append(normalize_rows(copy))
-    return np.vstack(out)[:size]
 
 
 def exact_top(corpus: np.ndarray, queries: np.ndarray, k: int, block: int = 100_000) -> np.ndarray:
@@ -112,7 +83,7 @@ def measure(corpus: np.ndarray, queries: np.ndarray, efs: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache", type=Path, default=CACHE, help="an embedding cache folder of real vectors")
+    ap.add_argument("--cache", type=Path, default=REAL_VECTORS, help="an embedding cache folder of real vectors")
     ap.add_argument("--sizes", type=int, nargs="+", default=None, help="corpus sizes (default: the real count)")
     ap.add_argument("--ef", type=int, nargs="+", default=[50, 100, 200, 400], help="search ef values")
     ap.add_argument("--noise", type=float, default=0.3, help="distance of a noisy copy from its original")

@@ -26,6 +26,7 @@ from lab.errors import ConflictError, ValidationError
 from lab.index.encoders import Encoder, EncoderIndex, make_encoder
 from lab.index.manager import IndexManager
 from lab.index.namespace import NamespaceIndex
+from lab.index.open_namespaces import LeastRecentlyUsed
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, encoder_alias, reference_time
 from lab.search.searcher import Result, SearchRequest, SearchResponse, search, search_many
 from lab.search.presets import resolve
@@ -84,13 +85,15 @@ class Retriever:
         self.search_config = search or resolve(None)
         self.assemble_config = assemble or AssembleConfig()
         self.cache = cache  # query embeddings are looked up here (added in memory; only its owner flushes it)
-        self._views: dict[str, NamespaceView] = {}
+        open_cap = store.settings.open_namespaces
+        self._views: LeastRecentlyUsed[str, NamespaceView] = LeastRecentlyUsed(open_cap)
         # the extra encoders the index config names (index.models), made on first use; their
         # passage vectors are cached under ``encoder_cache`` (None: in memory, nothing written)
         self.encoder_cache = encoder_cache
         self.encoder_progress = False  # a progress bar while an encoder embeds a namespace's chunks
         self._encoders: dict[str, Encoder] | None = None
-        self._encoder_indexes: dict[tuple[str, str], EncoderIndex] = {}
+        self._encoder_indexes: LeastRecentlyUsed[tuple[str, str], EncoderIndex] = LeastRecentlyUsed(
+            open_cap * max(1, len(indexes.config.models)))
 
     @classmethod
     def open(
@@ -194,7 +197,9 @@ class Retriever:
             return {}
         out = {}
         for name, encoder in self.encoders.items():
-            held = self._encoder_indexes.setdefault((namespace, name), EncoderIndex(encoder))
+            held = self._encoder_indexes.get((namespace, name))
+            if held is None:
+                held = self._encoder_indexes[(namespace, name)] = EncoderIndex(encoder)
             out[name] = held.caught_up(index, progress=self.encoder_progress)
         return out
 

@@ -32,7 +32,8 @@ ENV = {"store": "LAB_STORE", "eval_root": "LAB_EVAL_ROOT", "embed_cache": "LAB_E
        "datasets": "LAB_DATASETS", "project": "LAB_PROJECT", "tracking_uri": "MLFLOW_TRACKING_URI",
        "tracking_timeout": "LAB_TRACKING_TIMEOUT",
        "write_lock_timeout": "LAB_WRITE_LOCK_TIMEOUT", "engine": "LAB_ENGINE", "ray_address": "RAY_ADDRESS",
-       "store_cache": "LAB_STORE_CACHE", "storage_options": "LAB_STORAGE_OPTIONS"}
+       "store_cache": "LAB_STORE_CACHE", "storage_options": "LAB_STORAGE_OPTIONS",
+       "open_namespaces": "LAB_OPEN_NAMESPACES"}
 
 
 def _default_project() -> Path:
@@ -62,6 +63,9 @@ class Workspace:
     store_cache: Path = setting(Path(".lab/stores"), doc="working folders of stores at a URI (lock, index copies)")
     storage_options: str | None = setting(None, doc="JSON of deltalake storage options for stores at a URI "
                                                     "(none: the provider's own environment variables)")
+    open_namespaces: int = setting(1024, low=1, high=10_000_000, doc="namespaces whose views and indexes a process "
+                                   "keeps open, the least recently used closed first (a server's memory is bounded "
+                                   "by it, not by the namespace count)")
 
     def __post_init__(self) -> None:
         check_declared(self)

@@ -16,6 +16,7 @@ import polars as pl
 from lab.config import IndexConfig
 from lab.errors import ConflictError
 from lab.index.namespace import NamespaceIndex
+from lab.index.open_namespaces import LeastRecentlyUsed
 from lab.index.snapshot import IndexDamaged, load_index, save_index
 from lab.store.layout import StoreVersion
 from lab.store.records import namespace_folder
@@ -42,7 +43,9 @@ class IndexManager:
         self.config = config
         self.dim = dim
         self.embed_model = embed_model
-        self._indexes: dict[str, NamespaceIndex] = {}
+        # the open ones, at most the settings' open_namespaces (least recently used closed first): a
+        # closed one is loaded again from its snapshot (a writer's unsaved changes: from the store)
+        self._indexes: LeastRecentlyUsed[str, NamespaceIndex] = LeastRecentlyUsed(store.settings.open_namespaces)
         self._saved: dict[str, str] = {}  # namespace -> store version of its snapshot on disk
         self._changed: set[str] = set()  # changed by a write or a build since last saved
         # a store at a URI: namespaces whose snapshot is not at the URI (an upload cut off, say):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from lab.errors import ValidationError
 from lab.workspace import Workspace
 
 
@@ -18,10 +19,18 @@ class StoreSettings:
     storage_options: Mapping[str, str] = field(default_factory=dict)
     lock_timeout: float = 600.0
     embed_cache: Path | None = None
+    open_namespaces: int = 1024  # the workspace's: views and indexes kept open (lab.index.open_namespaces)
+
+    def __post_init__(self) -> None:
+        cap = self.open_namespaces
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+            raise ValidationError(f"open_namespaces must be a whole number >= 1 (namespaces kept open), got {cap!r}",
+                                  field="open_namespaces")
 
     @classmethod
     def of(cls, workspace: Workspace) -> "StoreSettings":
-        return cls(workspace.store_cache, workspace.storage, workspace.write_lock_timeout, workspace.embed_cache)
+        return cls(workspace.store_cache, workspace.storage, workspace.write_lock_timeout, workspace.embed_cache,
+                   workspace.open_namespaces)
 
     @classmethod
     def default(cls) -> "StoreSettings":
