@@ -30,7 +30,8 @@ from lab.index.open_namespaces import LeastRecentlyUsed
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, encoder_alias, reference_time
 from lab.search.searcher import Result, SearchRequest, SearchResponse, search, search_many
 from lab.search.presets import resolve
-from lab.search.view import NamespaceView, build_view
+from lab.search.view import NamespaceView
+from lab.search.view_insert import current_view
 from lab.store.layout import StoreVersion
 from lab.store.records import item_text, validate_namespace
 from lab.store.settings import StoreSettings
@@ -154,12 +155,11 @@ class Retriever:
         """The namespace's array view, rebuilt only when its memories, edges or accesses changed."""
         # the chunks version is not part of it: chunks become visible only through a memories commit
         key = (self.store.memories_version, self.store.edges_version, self.store.access_version)
-        cached = self._views.get(namespace)
-        if cached is None or cached.key != key:
-            self.store.require_namespace(namespace)
-            cached = build_view(self.store.memories(namespace), self.store.edges(namespace), namespace, key)
-            self._views[namespace] = cached
-        return cached
+        held = self._views.get(namespace)
+        view = current_view(self.store, namespace, key, held)  # moved on by appended rows where it can be
+        if view is not held:
+            self._views[namespace] = view
+        return view
 
     def index(self, namespace: str) -> NamespaceIndex:
         """The namespace's index at this version (loaded, or caught up in memory)."""

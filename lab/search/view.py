@@ -1,8 +1,10 @@
 """Array views of one namespace's memories and edges at one store version, for fast signals and results."""
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import datetime, timezone
 
 import numpy as np
@@ -15,14 +17,42 @@ from lab.search import timex
 from lab.store.records import episode_expr, parse_time
 
 
+EXTEND_AT_MOST = 4096  # new labels a memoised label map or grouping takes in alone; more: made again
 CONTAINS_MEMO_BYTES = 128 * 1024 ** 2  # NamespaceView.contains's memo: 128 needles at a million memories
+
+
+class Positions:
+    """Memory id -> position, by binary search over the view's sorted ids: a view moved on by a
+    save (``lab.search.view_insert``) shares nothing to rebuild, where a dictionary of a million
+    ids cost 0.4 s a view."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+
+    def get(self, memory_id: str, default: int | None = None) -> int | None:
+        at = bisect_left(self.ids, memory_id)
+        return at if at < len(self.ids) and self.ids[at] == memory_id else default
+
+    def __getitem__(self, memory_id: str) -> int:
+        at = self.get(memory_id)
+        if at is None:
+            raise KeyError(memory_id)
+        return at
+
+    def __contains__(self, memory_id: object) -> bool:
+        return isinstance(memory_id, str) and self.get(memory_id) is not None
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 @dataclass
 class NamespaceView:
     namespace: str
-    ids: list[str]
-    pos: dict[str, int]
+    ids: list[str]  # sorted: positions are in id order, the order ties break in
+    pos: Positions
     created_s: np.ndarray  # epoch seconds
     access: np.ndarray
     valid: np.ndarray
@@ -45,7 +75,9 @@ class NamespaceView:
     # per index: the last memoised mask asked for, the index's label list and count then, and the
     # per-label mask
     _passing: dict[int, tuple[np.ndarray, list[str], int, np.ndarray]] = field(default_factory=dict)
-    _terms: dict[int, frozenset[str]] = field(default_factory=dict)  # analysed terms per position
+    # analysed terms per memory id (an id's text is the same in every view this memo is shared by:
+    # a view moved on by new memories keeps it)
+    _terms: dict[str, frozenset[str]] = field(default_factory=dict)
     _episodes: list[str | None] | None = None
     _members: dict[str, list[int]] | None = None
     _derived_mask: np.ndarray | None = None
@@ -54,6 +86,9 @@ class NamespaceView:
     _adjacent: tuple[np.ndarray, np.ndarray] | None = None
     _dated: np.ndarray | None = None
     _event_s: np.ndarray | None = None
+    # where the store's tables stood when this view's rows were read (lab.store.memories.RowsMark):
+    # a view can be moved on by what was appended since (lab.search.view_insert)
+    source: Any = None
 
     def dated(self) -> np.ndarray:
         """Per position: whether the memory's text holds a time expression (`lab.search.timex`)."""
@@ -94,12 +129,13 @@ class NamespaceView:
     def terms(self, positions: list[int], term_sets) -> list[frozenset[str]]:
         """The analysed terms of title + content at ``positions``, memoised per view (``term_sets``
         maps texts to their term sets: the lexical index's analyzer, which memoises by text)."""
-        missing = [p for p in positions if p not in self._terms]
+        ids = self.ids
+        missing = [p for p in positions if ids[p] not in self._terms]
         if missing:
             # one gather, not an item access per position (a polars item access costs microseconds)
             for p, terms in zip(missing, term_sets(self.text_lower.gather(missing).to_list())):
-                self._terms[p] = terms
-        return [self._terms[p] for p in positions]
+                self._terms[ids[p]] = terms
+        return [self._terms[ids[p]] for p in positions]
 
     @property
     def episodes(self) -> list[str | None]:
@@ -115,7 +151,8 @@ class NamespaceView:
         million memories the loop cost a second of the next search."""
         if self._order is None:
             n = len(self.ids)
-            codes = (self.rows.select(episode_expr().rank("dense")).to_series().fill_null(0).to_numpy()
+            # from the episode list (kept by a view moved on by saves), not the rows' JSON again
+            codes = (pl.Series(self.episodes, dtype=pl.String).rank("dense").fill_null(0).to_numpy()
                      .astype(np.int64) - 1) if n else np.zeros(0, dtype=np.int64)
             members = np.flatnonzero((codes >= 0) & self.valid)
             members = members[np.lexsort((members, self.created_s[members], codes[members]))]
@@ -187,6 +224,11 @@ class NamespaceView:
     def label_positions(self, index_id: int, memory_of: list[str]) -> np.ndarray:
         """Index label -> memory position (-1 for labels of memories no longer here)."""
         cached = self._label_maps.get(index_id)
+        if cached is not None and len(cached) < len(memory_of) and len(memory_of) - len(cached) <= EXTEND_AT_MOST:
+            # labels only ever grow (their memory never changes): the new ones looked up alone
+            grown = np.fromiter((self.pos.get(m, -1) for m in memory_of[len(cached):]), dtype=np.int64)
+            cached = np.concatenate([cached, grown])
+            self._label_maps[index_id] = cached
         if cached is None or len(cached) != len(memory_of):
             # a hash join in polars, not a dictionary lookup per label (a second at a million labels)
             cached = (pl.Series(memory_of, dtype=pl.String)
@@ -224,6 +266,8 @@ class NamespaceView:
     def _by_label_group(self, index_id: int, memory_of: list[str], live: np.ndarray) -> tuple[np.ndarray, ...]:
         key = (len(memory_of), int(live.sum()))  # labels added or masked since: recompute
         cached = self._by_position.get(index_id)
+        if cached is not None and cached[0] != key:
+            cached = self._grouped_with_new_labels(index_id, memory_of, live, cached, key)
         if cached is None or cached[0] != key:
             label_pos = self.label_positions(index_id, memory_of)
             labels = np.flatnonzero(live & (label_pos >= 0))
@@ -233,6 +277,26 @@ class NamespaceView:
             cached = (key, (labels, indptr, np.diff(indptr) > 0))
             self._by_position[index_id] = cached
         return cached[1]
+
+    def _grouped_with_new_labels(self, index_id: int, memory_of: list[str], live: np.ndarray, cached: tuple,
+                                 key: tuple[int, int]) -> tuple | None:
+        """The memoised grouping with the labels added since it was made put in their places (None
+        when any other label changed: masked since, or too many new ones)."""
+        (n_before, live_before), (labels, indptr, _) = cached
+        if not 0 < key[0] - n_before <= EXTEND_AT_MOST or int(live[:n_before].sum()) != live_before:
+            return None
+        fresh = np.arange(n_before, key[0], dtype=np.int64)
+        at = self.label_positions(index_id, memory_of)[fresh]
+        fresh, at = fresh[live[fresh] & (at >= 0)], at[live[fresh] & (at >= 0)]
+        order = np.lexsort((fresh, at))  # by position, then label: the order a full grouping has
+        fresh, at = fresh[order], at[order]
+        labels = np.insert(labels, indptr[at + 1], fresh)
+        counts = np.diff(indptr) + np.bincount(at, minlength=len(self.ids))
+        indptr = np.zeros(len(self.ids) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        grouped = (key, (labels, indptr, counts > 0))
+        self._by_position[index_id] = grouped
+        return grouped
 
     def mask(self, filters: FilterConfig, *, without_derived: bool = False) -> np.ndarray:
         """Memories passing every filter (before any ranking), derived facts left out if asked.
@@ -273,16 +337,22 @@ class NamespaceView:
         return keep
 
 
+def text_of(memories: pl.DataFrame) -> pl.Series:
+    """Title and content of each memory row, lower-cased: what exact matching looks in."""
+    return memories.select(pl.concat_str([pl.col("title"), pl.lit("\n"), pl.col("content")])
+                           .str.to_lowercase()).to_series()
+
+
 def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key: tuple) -> NamespaceView:
     memories = memories.sort("id")
     ids = memories["id"].to_list()
-    pos = {m: i for i, m in enumerate(ids)}
+    pos = Positions(ids)
     superseded = memories["superseded_by"].is_not_null().to_numpy().copy()
     neighbours: dict[int, list[tuple[int, str, float]]] = defaultdict(list)
     contradicts: dict[int, set[int]] = defaultdict(set)
     derived_from: dict[int, list[int]] = defaultdict(list)
     for src, dst, relation, weight in edges.select("src", "dst", "relation", "weight").iter_rows():
-        a, b = pos.get(src), pos.get(dst)
+        a, b = pos.get(src), pos.get(dst)  # (a binary search each: a store's edges are few)
         if a is None or b is None:
             continue
         if relation == "derived_from":
@@ -311,8 +381,7 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
         types=memories["type"].to_numpy().astype(str) if ids else np.zeros(0, dtype=str),
         tags=memories["tags"],
         superseded=superseded,
-        text_lower=memories.select(pl.concat_str([pl.col("title"), pl.lit("\n"), pl.col("content")])
-                                   .str.to_lowercase()).to_series(),
+        text_lower=text_of(memories),
         neighbours=dict(neighbours),
         contradicts=dict(contradicts),
         derived_from=dict(derived_from),

@@ -26,9 +26,10 @@ class AccessLog:
         self.delta.append(pa.Table.from_pylist(rows, schema=ACCESS_LOG))
         return len(rows)
 
-    def fold(self, memories: pl.DataFrame) -> pl.DataFrame:
-        """Memory rows with the logged accesses added to access_count and accessed_at."""
-        log = self.delta.frame()
+    def fold(self, memories: pl.DataFrame, log: pl.DataFrame | None = None) -> pl.DataFrame:
+        """Memory rows with the logged accesses (``log``: the log's rows, default all of them now)
+        added to access_count and accessed_at."""
+        log = self.delta.frame() if log is None else log
         if not log.height:
             return memories
         folded = log.group_by("memory_id").agg(

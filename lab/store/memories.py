@@ -1,6 +1,7 @@
 """The memories table: current memories (accesses folded in), lookups by id and content, and its commits."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
@@ -14,6 +15,18 @@ from lab.store.records import utcnow, validate_id
 from lab.store.table import DeltaFrame
 
 CHUNKS_VERSION_KEY = "lab.chunks_version"  # a memories commit's metadata: the chunks version it saw
+
+
+@dataclass(frozen=True)
+class RowsMark:
+    """Where a reader of the memories and access log tables stood: each table's rows generation and
+    row count (``DeltaFrame.frame_marked``). While both generations stay, everything since is
+    appended rows (``MemoriesTable.appended_since``)."""
+
+    generation: int
+    rows: int
+    log_generation: int
+    log_rows: int
 
 
 class MemoriesTable:
@@ -41,6 +54,28 @@ class MemoriesTable:
         if namespace is not None:
             frame = frame.filter(pl.col("namespace") == namespace)
         return self.access.fold(frame)
+
+    def live_marked(self, namespace: str) -> tuple[pl.DataFrame, RowsMark]:
+        """``live(namespace)`` and where the tables stood when it was read."""
+        stored, generation = self.delta.frame_marked()
+        log, log_generation = self.access.delta.frame_marked()
+        frame = self.access.fold(stored.filter(pl.col("namespace") == namespace), log)
+        return frame, RowsMark(generation, stored.height, log_generation, log.height)
+
+    def appended_since(self, mark: RowsMark, namespace: str) -> tuple[pl.DataFrame, pl.DataFrame, RowsMark] | None:
+        """What the tables gained in ``namespace`` since ``mark``: the memories appended (accesses
+        folded in, as ``live`` has them), the access log's new rows, and the mark now. None when
+        anything else changed (a row rewritten, a compaction): the caller reads ``live`` again."""
+        stored, generation = self.delta.frame_marked()
+        log, log_generation = self.access.delta.frame_marked()
+        if (generation, log_generation) != (mark.generation, mark.log_generation) \
+                or stored.height < mark.rows or log.height < mark.log_rows:
+            return None
+        added = stored.slice(mark.rows).filter(pl.col("namespace") == namespace)
+        if added.height:  # accesses logged for them, if any (the log's rows of these ids alone)
+            added = self.access.fold(added, log.filter(pl.col("memory_id").is_in(added["id"].to_list())))
+        accessed = log.slice(mark.log_rows).filter(pl.col("namespace") == namespace)
+        return added, accessed, RowsMark(generation, stored.height, log_generation, log.height)
 
     def get(self, memory_id: str) -> dict[str, Any]:
         validate_id(memory_id)

@@ -115,6 +115,16 @@ class DeltaFrame:
 
     rows_generation = property(lambda self: self._rows.generation)  # see FileCache.clear
 
+    def frame_marked(self) -> tuple[pl.DataFrame, int]:
+        """``frame`` and the rows generation it belongs to, read together: while the generation
+        stays, later frames begin with this one's rows (another thread may reload in between,
+        so both are read until they agree)."""
+        while True:
+            before = self.rows_generation
+            frame = self.frame()
+            if self.rows_generation == before:
+                return frame, before
+
     def _check_writable(self) -> None:
         if self.pinned:
             raise ConflictError(f"{self.name} is pinned at version {self._dt.version()}: read-only")

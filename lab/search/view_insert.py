@@ -1,0 +1,229 @@
+"""A namespace view moved on by the memories saved (and the accesses logged) since it was made,
+instead of rebuilt whole.
+
+A view is rebuilt from the namespace's every row: at a million memories that cost two seconds, paid
+by the first search after each save. The usual write only appends rows (a save of new memories, an
+access logged), and the memories table says so (``MemoriesTable.appended_since``). Then the new
+memories are put in their places, by id as a build orders them, into copies of the arrays, and
+what the old view had worked out is carried over, shifted to the new positions: label maps and
+groupings, text matches, time expressions, episode order. Anything else (an update, a delete, an
+edge, a compaction, a bulk load of more than ``INSERT_AT_MOST``) builds the view anew. A moved view
+equals a view built from scratch (tests/test_view_insert.py holds it on random sequences). The old
+view is never changed: a search still holding it answers from it.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import replace
+
+import numpy as np
+import polars as pl
+
+from lab.search import timex
+from lab.search.view import NamespaceView, Positions, build_view, text_of
+from lab.store.records import episode_expr
+from lab.store.store import Store
+
+INSERT_AT_MOST = 2048  # memories one move takes in; more (a bulk load): the view is built anew
+MAX_CHUNKS = 256  # polars chunks the spliced row frame may reach before it is made contiguous again
+
+
+def current_view(store: Store, namespace: str, key: tuple, held: NamespaceView | None) -> NamespaceView:
+    """The namespace's view at ``key``: ``held`` itself when current, ``held`` moved on when only
+    rows were appended since, else one built from the store."""
+    if held is not None and held.key == key:
+        return held
+    if held is not None and held.source is not None:
+        moved = moved_view(held, store, namespace, key)
+        if moved is not None:
+            return moved
+    store.require_namespace(namespace)
+    frame, mark = store.memories_table.live_marked(namespace)
+    view = build_view(frame, store.edges(namespace), namespace, key)
+    view.source = mark
+    return view
+
+
+def moved_view(view: NamespaceView, store: Store, namespace: str, key: tuple) -> NamespaceView | None:
+    """``view`` with the memories appended and accesses logged since it was made; None when
+    anything else changed."""
+    if key[1] != view.key[1]:
+        return None  # the edges changed
+    change = store.memories_table.appended_since(view.source, namespace)
+    if change is None:
+        return None
+    added, accessed, mark = change
+    if added.height > INSERT_AT_MOST or (added.height and _edges_touch(store, namespace, added["id"])):
+        return None
+    added = added.sort("id")
+    new_ids = added["id"].to_list()
+    ins = np.asarray([bisect_left(view.ids, m) for m in new_ids], dtype=np.int64)
+    if any(a < len(view.ids) and view.ids[a] == m for a, m in zip(ins.tolist(), new_ids)):
+        return None  # an appended row of a memory already here: not a plain insert
+    moved = _inserted(view, added, ins) if len(new_ids) else _copy(view)
+    if accessed.height:
+        _accessed(moved, accessed)
+    moved.key, moved.source = key, mark
+    return moved
+
+
+def _edges_touch(store: Store, namespace: str, ids: pl.Series) -> bool:
+    """Does any edge of the namespace name one of ``ids``? (An edge saved before its memory
+    comes alive with it: the view's edge structures must then be built again.)"""
+    edges = store.edges_table.delta.frame()
+    if not edges.height:
+        return False
+    edges = edges.filter(pl.col("namespace") == namespace)
+    ids = ids.to_list()
+    return bool(edges.filter(pl.col("src").is_in(ids) | pl.col("dst").is_in(ids)).height)
+
+
+def _copy(view: NamespaceView) -> NamespaceView:
+    """A view sharing ``view``'s arrays (never changed in place) and its memos, to be given new keys."""
+    return replace(view, _label_maps=dict(view._label_maps), _by_position=dict(view._by_position),
+                   _contains=dict(view._contains), _masks={}, _passing={})
+
+
+def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> NamespaceView:
+    """``view`` with the memories ``added`` (sorted by id) put before old positions ``ins``."""
+    k = len(ins)
+    shift = lambda p: p + np.searchsorted(ins, p, side="right")  # noqa: E731  old position -> new
+    new_pos = ins + np.arange(k)
+    ids = list(view.ids)
+    for at, m in zip(reversed(ins.tolist()), reversed(added["id"].to_list())):
+        ids.insert(at, m)
+    text = text_of(added)
+    created = added["created_at"].dt.epoch("us").to_numpy().astype(np.float64) / 1e6
+    access = added["access_count"].to_numpy().astype(np.int64)
+    types = added["type"].to_numpy().astype(str)
+    rows = _spliced(view.rows, ins, added)
+    if rows.n_chunks() > MAX_CHUNKS:
+        rows = rows.rechunk()
+    moved = NamespaceView(
+        namespace=view.namespace, ids=ids, pos=Positions(ids),
+        created_s=np.insert(view.created_s, ins, created),
+        access=np.insert(view.access, ins, access),
+        valid=np.insert(view.valid, ins, added["valid"].to_numpy().astype(bool)),
+        types=np.insert(view.types.astype(np.promote_types(view.types.dtype, types.dtype)), ins, types),
+        tags=(_spliced(view.tags, ins, added["tags"]) if isinstance(view.tags, pl.Series)
+              else _list_inserted(view.tags, ins, added["tags"].to_list())),
+        superseded=np.insert(view.superseded, ins, added["superseded_by"].is_not_null().to_numpy()),
+        text_lower=_spliced(view.text_lower, ins, text).rechunk() if view.text_lower.n_chunks() > MAX_CHUNKS
+        else _spliced(view.text_lower, ins, text),
+        neighbours={int(shift(a)): [(int(shift(b)), r, w) for b, r, w in lst] for a, lst in view.neighbours.items()},
+        contradicts={int(shift(a)): {int(shift(b)) for b in s} for a, s in view.contradicts.items()},
+        derived_from={int(shift(a)): [int(shift(b)) for b in lst] for a, lst in view.derived_from.items()},
+        key=view.key, rows=rows,
+        by_newest=_ordered_insert(shift(view.by_newest), -np.insert(view.created_s, ins, created), new_pos),
+        by_access=None,  # set below, from the new access counts
+    )
+    moved.by_access = _ordered_insert(shift(view.by_access), -moved.access.astype(np.float64), new_pos)
+    _carry_memos(view, moved, ins, new_pos, added, text, created)
+    return moved
+
+
+def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new_pos: np.ndarray,
+                 added: pl.DataFrame, text: pl.Series, created: np.ndarray) -> None:
+    """What ``view`` had worked out, shifted to ``moved``'s positions (new memories filled in)."""
+    shift = lambda p: p + np.searchsorted(ins, p, side="right")  # noqa: E731
+    for index_id, labels_at in view._label_maps.items():  # labels keep their memory: positions move
+        moved._label_maps[index_id] = np.where(labels_at >= 0, shift(labels_at), -1)
+    for index_id, (key, (labels, indptr, _)) in view._by_position.items():
+        counts = np.insert(np.diff(indptr), ins, 0)  # the new memories have no labels in it yet
+        grown = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=grown[1:])
+        moved._by_position[index_id] = (key, (labels, grown, counts > 0))
+    for needle, hit in view._contains.items():
+        fresh = np.insert(hit, ins, text.str.contains(needle, literal=True).fill_null(False).to_numpy().astype(bool))
+        fresh.setflags(write=False)
+        moved._contains[needle] = fresh
+    moved._terms = view._terms  # keyed by id: an old memory's terms stay right
+    if view._episodes is not None:
+        moved._episodes = _list_inserted(view._episodes, ins, added.select(episode_expr()).to_series().to_list())
+    if view._order is not None:
+        moved._order = _episode_order_inserted(view, moved, shift, new_pos)
+    if view._dated is not None:
+        dated = timex.dated(text)
+        moved._dated = np.insert(view._dated, ins, dated)
+        if view._event_s is not None:
+            moved._event_s = np.insert(view._event_s, ins, timex.event_seconds(text, created, dated))
+
+
+def _episode_order_inserted(view: NamespaceView, moved: NamespaceView, shift, new_pos: np.ndarray):
+    """``view``'s episode order (``NamespaceView._episode_order``) with the new memories that have an
+    episode and are valid put in their places: episodes by key, turns by (created_at, position)."""
+    members, starts = view._order
+    members = shift(members)
+    episodes = moved.episodes
+    for p in new_pos.tolist():
+        episode = episodes[p]
+        if episode is None or not moved.valid[p]:
+            continue
+        keys = [episodes[int(members[s])] for s in starts.tolist()]
+        g = bisect_left(keys, episode)
+        if g < len(keys) and keys[g] == episode:
+            a = int(starts[g])
+            b = int(starts[g + 1]) if g + 1 < len(starts) else len(members)
+            turns = [(float(moved.created_s[m]), int(m)) for m in members[a:b].tolist()]
+            at = a + bisect_right(turns, (float(moved.created_s[p]), p))
+            members = np.insert(members, at, p)
+            starts = np.where(np.arange(len(starts)) > g, starts + 1, starts)
+        else:  # a new episode: a group of its own, in key order
+            at = int(starts[g]) if g < len(starts) else len(members)
+            members = np.insert(members, at, p)
+            starts = np.insert(np.where(np.arange(len(starts)) >= g, starts + 1, starts), g, at)
+    return members, starts.astype(np.int64)
+
+
+def _accessed(view: NamespaceView, accessed: pl.DataFrame) -> None:
+    """Fold newly logged accesses into ``view`` (a fresh copy: new arrays, the old left as they were)."""
+    counts = accessed.group_by("memory_id").agg(pl.len().alias("n"), pl.col("accessed_at").max().alias("last"))
+    at = [(view.pos.get(m), n, last) for m, n, last in counts.iter_rows()]
+    at = sorted((p, n, last) for p, n, last in at if p is not None)
+    if not at:
+        return
+    positions = np.asarray([p for p, _, _ in at], dtype=np.int64)
+    view.access = view.access.copy()
+    view.access[positions] += np.asarray([n for _, n, _ in at], dtype=np.int64)
+    before = view.rows["accessed_at"].gather(pl.Series(positions)).to_list()
+    latest = [last if old is None or (last is not None and last > old) else old
+              for old, (_, _, last) in zip(before, at)]
+    dtype = view.rows.schema["accessed_at"]
+    view.rows = view.rows.with_columns(
+        pl.Series("access_count", view.access, dtype=view.rows.schema["access_count"]),
+        # a clone to scatter into: the old view's frame keeps its own values
+        view.rows["accessed_at"].clone().scatter(positions, pl.Series(latest, dtype=dtype)))
+    rest = view.by_access[~np.isin(view.by_access, positions)]
+    view.by_access = _ordered_insert(rest, -view.access.astype(np.float64), positions)
+    view._masks, view._passing = {}, {}
+
+
+def _ordered_insert(order: np.ndarray, key: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``order`` (positions sorted by ``key``, ties by position) with ``positions`` put in their places."""
+    order = np.asarray(order, dtype=np.int64)
+    for p in sorted(positions.tolist()):
+        keys = key[order]
+        a, b = np.searchsorted(keys, key[p], side="left"), np.searchsorted(keys, key[p], side="right")
+        at = a + int(np.searchsorted(order[a:b], p))  # among equal keys, by position
+        order = np.insert(order, at, p)
+    return order
+
+
+def _spliced(old, ins: np.ndarray, new):
+    """A frame or series with ``new``'s rows put before ``old``'s rows ``ins`` (zero-copy slices)."""
+    pieces, prev = [], 0
+    for j, at in enumerate(ins.tolist()):
+        if at > prev:
+            pieces.append(old.slice(prev, at - prev))
+        pieces.append(new.slice(j, 1))
+        prev = at
+    if prev < len(old):
+        pieces.append(old.slice(prev))
+    return pl.concat(pieces, rechunk=False) if pieces else old
+
+
+def _list_inserted(old: list, ins: np.ndarray, values: list) -> list:
+    out = list(old)
+    for at, value in zip(reversed(ins.tolist()), reversed(values)):
+        out.insert(at, value)
+    return out

@@ -1,0 +1,123 @@
+"""A namespace view moved on by saves and logged accesses (lab.search.view_insert) equals one built
+from scratch after every step of random sequences of saves, accesses, updates, deletes and edges;
+and a plain save moves the view rather than rebuilding it."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import polars as pl
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import lab.search.view_insert as view_insert
+from lab.config import SaveConfig
+from lab.embed.fake import FakeEmbedder
+from lab.pipeline import Pipeline
+from lab.retriever import Retriever
+from lab.search.view import build_view
+
+NS = "n"
+WORDS = ["quokka", "canary", "deploy", "billing", "yesterday", "river", "piano", "tuesday", "ledger", "zebrafish"]
+START = datetime(2024, 3, 1, tzinfo=timezone.utc)
+
+memory = st.fixed_dictionaries({
+    "words": st.lists(st.sampled_from(WORDS), min_size=1, max_size=5),
+    "hours": st.sampled_from([0, 0, 5, 30, 200]),  # repeats: equal created_at times break ties by id
+    "episode": st.sampled_from([None, "s1", "s2", "s0", "s9"]),
+    "type": st.sampled_from(["fact", "semantic", "decision"]),  # widths differ: a wider type inserted
+    "tags": st.lists(st.sampled_from(["a", "b"]), max_size=2),
+})
+step = st.one_of(
+    st.tuples(st.just("save"), st.lists(memory, min_size=1, max_size=3)),
+    st.tuples(st.just("access"), st.integers(0, 50)),
+    st.tuples(st.just("update"), st.integers(0, 50)),
+    st.tuples(st.just("delete"), st.integers(0, 50)),
+    st.tuples(st.just("edge"), st.integers(0, 50)),
+)
+
+
+def record(m: dict, i: int) -> dict:
+    out = {"namespace": NS, "content": " ".join(m["words"]) + f" #{i}", "type": m["type"], "tags": m["tags"],
+           "created_at": (START + timedelta(hours=m["hours"])).isoformat()}
+    if m["episode"]:
+        out["metadata"] = {"session": m["episode"]}
+    return out
+
+
+def exercise(pipe: Pipeline) -> None:
+    """Work out what a view memoises, so a move has it to carry."""
+    view = pipe.retriever.view(NS)
+    view.dated(), view.event_s(), view.has_episodes(), view.episode_turns(), view.adjacent_turns()
+    view.contains("quokka")
+    pipe.search("quokka deploy yesterday", NS, k=5)
+    pipe.search("river ledger", NS, k=5, preset="bm25")
+
+
+def assert_same(moved, built) -> None:
+    assert moved.ids == built.ids
+    for name in ("created_s", "access", "valid", "types", "superseded", "by_newest", "by_access"):
+        assert np.array_equal(getattr(moved, name), getattr(built, name)), name
+    assert moved.text_lower.to_list() == built.text_lower.to_list()
+    tags = lambda v: v.tags.to_list() if isinstance(v.tags, pl.Series) else v.tags  # noqa: E731
+    assert tags(moved) == tags(built)
+    assert (moved.neighbours, moved.contradicts, moved.derived_from) == (built.neighbours, built.contradicts,
+                                                                          built.derived_from)
+    assert moved.rows.equals(built.rows)
+    assert moved.episodes == built.episodes
+    for a, b in zip(moved._episode_order(), built._episode_order()):
+        assert np.array_equal(a, b)
+    for a, b in zip((*moved.episode_turns(), *moved.adjacent_turns()), (*built.episode_turns(), *built.adjacent_turns())):
+        assert np.array_equal(a, b)
+    assert np.array_equal(moved.dated(), built.dated()) and np.array_equal(moved.event_s(), built.event_s())
+    assert np.array_equal(moved.contains("quokka"), built.contains("quokka"))
+    assert all(moved.pos[m] == i for i, m in enumerate(built.ids))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.lists(memory, min_size=1, max_size=6), steps=st.lists(step, min_size=1, max_size=8))
+def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, steps):
+    root = tmp_path_factory.mktemp("view") / "store"
+    with Pipeline.open(root, SaveConfig(), embedder=FakeEmbedder(), create=True) as pipe:
+        n = 0
+        pipe.save_many([record(m, i) for i, m in enumerate(first)], progress=False)
+        n += len(first)
+        for kind, arg in steps:
+            exercise(pipe)
+            ids = sorted(pipe.store.memories(NS)["id"].to_list())
+            if kind == "save":
+                pipe.save_many([record(m, n + i) for i, m in enumerate(arg)], progress=False)
+                n += len(arg)
+            elif kind == "access":
+                pipe.writer.record_access([ids[arg % len(ids)], ids[(arg * 7) % len(ids)]])
+            elif kind == "update":
+                pipe.update(ids[arg % len(ids)], content=f"updated piano tuesday {arg}")
+            elif kind == "delete" and len(ids) > 1:
+                pipe.delete(ids[arg % len(ids)])
+            elif kind == "edge" and len(ids) > 1:
+                pipe.add_edge(ids[arg % len(ids)], ids[(arg + 1) % len(ids)], "contradicts")
+            moved = pipe.retriever.view(NS)
+            built = build_view(pipe.store.memories(NS), pipe.store.edges(NS), NS, moved.key)
+            assert_same(moved, built)
+            # and the searches a moved view answers are a rebuilt one's
+            fresh = Retriever.open(root, embedder=FakeEmbedder())
+            for preset in ("lab", "bm25"):
+                want = [(r.memory_id, round(r.score, 9))
+                        for r in fresh.search_response("quokka deploy yesterday", NS, 5, preset=preset).results]
+                got = [(h.memory_id, round(h.score, 9)) for h in pipe.search("quokka deploy yesterday", NS, k=5, preset=preset)]
+                assert got == want, preset
+
+
+def test_a_save_moves_the_view_and_an_update_builds_it_again(pipe, monkeypatch):
+    pipe.save_many([{"namespace": NS, "content": f"note {i} about the river"} for i in range(20)], progress=False)
+    pipe.search("river", NS)
+    built = []
+    real = view_insert.build_view
+    monkeypatch.setattr(view_insert, "build_view", lambda *a, **k: built.append(1) or real(*a, **k))
+    saved = pipe.save("quokka zebrafish canary deploy", namespace=NS).created[0]
+    assert pipe.search("quokka zebrafish canary deploy", NS, k=1, preset="bm25")[0].memory_id == saved
+    pipe.writer.record_access([saved])
+    assert pipe.retriever.view(NS).access[pipe.retriever.view(NS).pos[saved]] == 1
+    assert built == []  # moved, twice
+    pipe.update(saved, content="quokka zebrafish canary rollback")
+    pipe.search("quokka", NS)
+    assert built == [1]
