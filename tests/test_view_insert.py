@@ -29,6 +29,7 @@ memory = st.fixed_dictionaries({
 })
 step = st.one_of(
     st.tuples(st.just("save"), st.lists(memory, min_size=1, max_size=3)),
+    st.tuples(st.just("save"), st.lists(memory, min_size=9, max_size=12)),  # more than a few at once
     st.tuples(st.just("access"), st.integers(0, 50)),
     st.tuples(st.just("update"), st.integers(0, 50)),
     st.tuples(st.just("delete"), st.integers(0, 50)),

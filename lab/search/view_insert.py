@@ -87,7 +87,7 @@ def _copy(view: NamespaceView) -> NamespaceView:
 def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> NamespaceView:
     """``view`` with the memories ``added`` (sorted by id) put before old positions ``ins``."""
     k = len(ins)
-    shift = lambda p: p + np.searchsorted(ins, p, side="right")  # noqa: E731  old position -> new
+    shift = shifter(ins)
     new_pos = ins + np.arange(k)
     ids = list(view.ids)
     for at, m in zip(reversed(ins.tolist()), reversed(added["id"].to_list())):
@@ -104,7 +104,8 @@ def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> Name
         created_s=np.insert(view.created_s, ins, created),
         access=np.insert(view.access, ins, access),
         valid=np.insert(view.valid, ins, added["valid"].to_numpy().astype(bool)),
-        types=np.insert(view.types.astype(np.promote_types(view.types.dtype, types.dtype)), ins, types),
+        # a wider type name than any before widens the array (np.insert would cut it to fit)
+        types=np.insert(view.types.astype(np.promote_types(view.types.dtype, types.dtype), copy=False), ins, types),
         tags=(_spliced(view.tags, ins, added["tags"]) if isinstance(view.tags, pl.Series)
               else _list_inserted(view.tags, ins, added["tags"].to_list())),
         superseded=np.insert(view.superseded, ins, added["superseded_by"].is_not_null().to_numpy()),
@@ -125,7 +126,7 @@ def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> Name
 def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new_pos: np.ndarray,
                  added: pl.DataFrame, text: pl.Series, created: np.ndarray) -> None:
     """What ``view`` had worked out, shifted to ``moved``'s positions (new memories filled in)."""
-    shift = lambda p: p + np.searchsorted(ins, p, side="right")  # noqa: E731
+    shift = shifter(ins)
     for index_id, labels_at in view._label_maps.items():  # labels keep their memory: positions move
         moved._label_maps[index_id] = np.where(labels_at >= 0, shift(labels_at), -1)
     for index_id, (key, (labels, indptr, _)) in view._by_position.items():
@@ -198,15 +199,36 @@ def _accessed(view: NamespaceView, accessed: pl.DataFrame) -> None:
     view._masks, view._passing = {}, {}
 
 
+def shifter(ins: np.ndarray):
+    """Old position -> new, with memories put before old positions ``ins`` (sorted)."""
+    if len(ins) <= 8:  # one pass per insert beats a binary search per position at a few of them
+        def shift(p):
+            p = np.asarray(p)
+            out = p.copy()
+            for at in ins.tolist():
+                out += p >= at
+            return out
+        return shift
+    return lambda p: p + np.searchsorted(ins, p, side="right")
+
+
 def _ordered_insert(order: np.ndarray, key: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """``order`` (positions sorted by ``key``, ties by position) with ``positions`` put in their places."""
     order = np.asarray(order, dtype=np.int64)
-    for p in sorted(positions.tolist()):
-        keys = key[order]
-        a, b = np.searchsorted(keys, key[p], side="left"), np.searchsorted(keys, key[p], side="right")
-        at = a + int(np.searchsorted(order[a:b], p))  # among equal keys, by position
-        order = np.insert(order, at, p)
-    return order
+    placed = []
+    for p in np.asarray(positions).tolist():
+        want = (float(key[p]), p)
+        lo, hi = 0, len(order)  # a binary search reading only the entries it visits, not a gather of all
+        while lo < hi:
+            mid = (lo + hi) // 2
+            q = int(order[mid])
+            if (float(key[q]), q) < want:
+                lo = mid + 1
+            else:
+                hi = mid
+        placed.append((lo, want, p))
+    placed.sort()  # two at one spot: in key order, then by position
+    return np.insert(order, [at for at, _, _ in placed], [p for _, _, p in placed])
 
 
 def _spliced(old, ins: np.ndarray, new):

@@ -11,8 +11,9 @@ import pyarrow as pa
 from lab.errors import NotFoundError, ValidationError
 from lab.schema import MEMORIES, MEMORY_TYPES
 from lab.store.access import AccessLog
+from lab.store.keys import ColumnHashes
 from lab.store.records import utcnow, validate_id
-from lab.store.table import DeltaFrame
+from lab.store.table import DeltaFrame, frame_marked
 
 CHUNKS_VERSION_KEY = "lab.chunks_version"  # a memories commit's metadata: the chunks version it saw
 
@@ -20,7 +21,7 @@ CHUNKS_VERSION_KEY = "lab.chunks_version"  # a memories commit's metadata: the c
 @dataclass(frozen=True)
 class RowsMark:
     """Where a reader of the memories and access log tables stood: each table's rows generation and
-    row count (``DeltaFrame.frame_marked``). While both generations stay, everything since is
+    row count (``lab.store.table.frame_marked``). While both generations stay, everything since is
     appended rows (``MemoriesTable.appended_since``)."""
 
     generation: int
@@ -42,6 +43,11 @@ class MemoriesTable:
         self._ids: set[str] = set()
         self._hash_index: dict[tuple[str, str], str] = {}
         self._lookup_version = -1
+        # hashes of both columns, followed by appends: a save of new memories (the usual one) is
+        # answered "not stored" from them, without the id set and index above, which a million
+        # memories took two seconds to build on a process's first save and after every rewrite
+        self._id_hashes = ColumnHashes(delta, "id")
+        self._content_hashes = ColumnHashes(delta, "content_hash")
 
     # ----------------------------------------------------------------- reads
     def stored(self) -> pl.DataFrame:
@@ -57,8 +63,8 @@ class MemoriesTable:
 
     def live_marked(self, namespace: str) -> tuple[pl.DataFrame, RowsMark]:
         """``live(namespace)`` and where the tables stood when it was read."""
-        stored, generation = self.delta.frame_marked()
-        log, log_generation = self.access.delta.frame_marked()
+        stored, generation = frame_marked(self.delta)
+        log, log_generation = frame_marked(self.access.delta)
         frame = self.access.fold(stored.filter(pl.col("namespace") == namespace), log)
         return frame, RowsMark(generation, stored.height, log_generation, log.height)
 
@@ -66,8 +72,8 @@ class MemoriesTable:
         """What the tables gained in ``namespace`` since ``mark``: the memories appended (accesses
         folded in, as ``live`` has them), the access log's new rows, and the mark now. None when
         anything else changed (a row rewritten, a compaction): the caller reads ``live`` again."""
-        stored, generation = self.delta.frame_marked()
-        log, log_generation = self.access.delta.frame_marked()
+        stored, generation = frame_marked(self.delta)
+        log, log_generation = frame_marked(self.access.delta)
         if (generation, log_generation) != (mark.generation, mark.log_generation) \
                 or stored.height < mark.rows or log.height < mark.log_rows:
             return None
@@ -113,11 +119,16 @@ class MemoriesTable:
             self._lookup_version = version
 
     def has_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        if not self._id_hashes.may_hold(ids):
+            return set()
         self._lookups()
         return {i for i in ids if i in self._ids}
 
     def find_by_hash(self, namespace: str, digest: str) -> str | None:
         """The id of the memory with this content in this namespace, if any (idempotent ingest)."""
+        if not self._content_hashes.may_hold([digest]):  # the digest covers the namespace too
+            return None
         self._lookups()
         return self._hash_index.get((namespace, digest))
 

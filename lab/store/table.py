@@ -115,16 +115,6 @@ class DeltaFrame:
 
     rows_generation = property(lambda self: self._rows.generation)  # see FileCache.clear
 
-    def frame_marked(self) -> tuple[pl.DataFrame, int]:
-        """``frame`` and the rows generation it belongs to, read together: while the generation
-        stays, later frames begin with this one's rows (another thread may reload in between,
-        so both are read until they agree)."""
-        while True:
-            before = self.rows_generation
-            frame = self.frame()
-            if self.rows_generation == before:
-                return frame, before
-
     def _check_writable(self) -> None:
         if self.pinned:
             raise ConflictError(f"{self.name} is pinned at version {self._dt.version()}: read-only")
@@ -282,3 +272,14 @@ def in_list(column: str, values: list[str]) -> str:
     """A SQL ``IN`` predicate; values are validated ids/names (no quotes) before they get here."""
     quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
     return f"{column} IN ({quoted})"
+
+
+def frame_marked(delta: DeltaFrame) -> tuple[pl.DataFrame, int]:
+    """``delta.frame()`` and the rows generation it belongs to, read together: while the generation
+    stays, later frames begin with this one's rows (another thread may reload in between, so both
+    are read until they agree)."""
+    while True:
+        before = delta.rows_generation
+        frame = delta.frame()
+        if delta.rows_generation == before:
+            return frame, before
