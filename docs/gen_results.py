@@ -274,11 +274,13 @@ def vector_recall_table(data: dict[str, Any]) -> list[str]:
     """The hnswlib index against exact search: recall@10 and latency per size and search ef."""
     lines = [f"Real vectors from `{data['source']}` ({data['real_vectors']:,}; {data['queries']} held out as queries; "
              f"larger sizes by copies at distance {data['noise']}); {data['conditions']}.", "",
-             "| vectors | build | M / ef_construction | search ef | recall@10 | p50 | p99 |", "|---|---|---|---|---|---|---|"]
+             "| vectors | build | graphs | M / ef_construction | search ef | recall@10 | p50 | p99 |",
+             "|---|---|---|---|---|---|---|---|"]
     for size in data["sizes"]:
         for ef, row in size["by_ef"].items():
             declared = " (declared)" if int(ef) == size["declared_ef_search"] else ""
-            lines.append(f"| {size['vectors']:,} | {size['build_s']} s | {size['m']} / {size['ef_construction']} | "
+            lines.append(f"| {size['vectors']:,} | {size['build_s']} s | {size.get('graphs', 1)} | "
+                         f"{size['m']} / {size['ef_construction']} | "
                          f"{ef}{declared} | {row['recall@10']:.4f} | {row['p50_ms']:.3f} ms | {row['p99_ms']:.3f} ms |")
     return lines + [""]
 

@@ -36,7 +36,7 @@ def view_of(created_s: list[float], access: list[int]) -> NamespaceView:
     acc = np.array(access, dtype=np.int64)
     return NamespaceView(
         namespace="n", ids=[f"m{i:03d}" for i in range(n)], pos={f"m{i:03d}": i for i in range(n)},
-        created_s=created, access=acc, valid=np.ones(n, bool), types=np.array(["fact"] * n),
+        created_s=created, access=acc, valid=np.ones(n, bool), _types=np.array(["fact"] * n),
         tags=[[] for _ in range(n)], superseded=np.zeros(n, bool), text_lower=None, neighbours={},
         contradicts={}, key=(), by_newest=np.argsort(-created, kind="stable"), by_access=np.argsort(-acc, kind="stable"),
     )

@@ -199,6 +199,20 @@ def resend(srv: Server, ledger: Ledger) -> list[str]:
     return problems
 
 
+def searcher(srv: Server, ns: str, stop: threading.Event, answered: list[int]) -> None:
+    """Searches beside the writers until the kill: each moves the namespace's view on by the saves
+    since the last (lab.search.view_insert), so the kill lands among those moves too."""
+    with srv.client(timeout=10) as c:
+        i = 0
+        while not stop.is_set():
+            try:
+                r = c.post("/v1/search", json={"namespace": ns, "query": f"durable storage note {i}", "k": 5})
+            except Exception:  # the server was killed
+                return
+            answered[0] += r.status_code == 200
+            i += 1
+
+
 def serve_round(srv: Server, store: Path, r: int, seed: int, label: str, writers: int = 6) -> list[Outcome]:
     ns, tag = f"kill{r}", f"round {r}"
     with srv.client() as c:
@@ -206,8 +220,10 @@ def serve_round(srv: Server, store: Path, r: int, seed: int, label: str, writers
     ledger, stop = Ledger(), threading.Event()
     watch = CommitWatch(store)
     event, fired = trigger(r, seed, ledger, watch)
-    with cf.ThreadPoolExecutor(writers) as pool:
+    searched = [0]
+    with cf.ThreadPoolExecutor(writers + 1) as pool:
         futures = [pool.submit(writer, srv, ledger, ns, tag, w, seed * 1000 + r * 10 + w, stop) for w in range(writers)]
+        futures.append(pool.submit(searcher, srv, ns, stop, searched))
         kill = kill_when(srv.proc, watch, event, fired, timeout=120)
         stop.set()
         for f in futures:
@@ -221,7 +237,8 @@ def serve_round(srv: Server, store: Path, r: int, seed: int, label: str, writers
     problems = ledger.errors + resend(srv, ledger)
     got = verify(srv, ledger, ns)
     bad = {k: v for k, v in got.items() if k not in ("live",) and v}
-    observed = (f"{kill.describe()}; {acked_at_kill} requests acknowledged, {len(ledger.cut)} cut ({', '.join(cut) or '-'}) "
+    observed = (f"{kill.describe()}; {acked_at_kill} requests acknowledged, {searched[0]} searches answered beside "
+                f"them, {len(ledger.cut)} cut ({', '.join(cut) or '-'}) "
                 f"and resent; {got['live']} live memories checked: " + ", ".join(f"{k} {v}" for k, v in got.items() if k != "live")
                 + (f"; {'; '.join(problems[:2])}" if problems else ""))
     return [Outcome("kills", f"{label} ({event})", "killed while running, at the event; 0 lost, duplicated, wrong, "

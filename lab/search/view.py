@@ -56,7 +56,6 @@ class NamespaceView:
     created_s: np.ndarray  # epoch seconds
     access: np.ndarray
     valid: np.ndarray
-    types: np.ndarray
     tags: list[list[str]] | pl.Series  # a Series until a tag filter needs the lists (`_mask`)
     superseded: np.ndarray
     text_lower: pl.Series  # title + content, lower-cased, for exact matching
@@ -78,7 +77,7 @@ class NamespaceView:
     # analysed terms per memory id (an id's text is the same in every view this memo is shared by:
     # a view moved on by new memories keeps it)
     _terms: dict[str, frozenset[str]] = field(default_factory=dict)
-    _episodes: list[str | None] | None = None
+    _episodes: pl.Series | None = None  # a Series: a view moved on by a save splices it, no list copied
     _members: dict[str, list[int]] | None = None
     _derived_mask: np.ndarray | None = None
     _episode_turns: tuple[np.ndarray, np.ndarray] | None = None
@@ -86,9 +85,17 @@ class NamespaceView:
     _adjacent: tuple[np.ndarray, np.ndarray] | None = None
     _dated: np.ndarray | None = None
     _event_s: np.ndarray | None = None
+    _types: np.ndarray | None = None  # `types`, made when a type filter first asks
     # where the store's tables stood when this view's rows were read (lab.store.memories.RowsMark):
     # a view can be moved on by what was appended since (lab.search.view_insert)
     source: Any = None
+
+    @property
+    def types(self) -> np.ndarray:
+        """Each memory's type, by position (made from the rows when first asked: only type filters do)."""
+        if self._types is None:
+            self._types = self.rows["type"].to_numpy().astype(str) if self.ids else np.zeros(0, dtype=str)
+        return self._types
 
     def dated(self) -> np.ndarray:
         """Per position: whether the memory's text holds a time expression (`lab.search.timex`)."""
@@ -138,10 +145,11 @@ class NamespaceView:
         return [self._terms[ids[p]] for p in positions]
 
     @property
-    def episodes(self) -> list[str | None]:
-        """Each memory's episode key (metadata "episode", else "session"), by position."""
+    def episodes(self) -> pl.Series:
+        """Each memory's episode key (metadata "episode", else "session"; null for none), by position."""
         if self._episodes is None:
-            self._episodes = self.rows.select(episode_expr()).to_series().to_list() if self.ids else []
+            self._episodes = (self.rows.select(episode_expr()).to_series() if self.ids
+                              else pl.Series("episode", [], dtype=pl.String))
         return self._episodes
 
     def _episode_order(self) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +160,7 @@ class NamespaceView:
         if self._order is None:
             n = len(self.ids)
             # from the episode list (kept by a view moved on by saves), not the rows' JSON again
-            codes = (pl.Series(self.episodes, dtype=pl.String).rank("dense").fill_null(0).to_numpy()
+            codes = (self.episodes.rank("dense").fill_null(0).to_numpy()
                      .astype(np.int64) - 1) if n else np.zeros(0, dtype=np.int64)
             members = np.flatnonzero((codes >= 0) & self.valid)
             members = members[np.lexsort((members, self.created_s[members], codes[members]))]
@@ -166,8 +174,8 @@ class NamespaceView:
         if self._members is None:
             members, starts = self._episode_order()
             ends = np.r_[starts[1:], len(members)].astype(np.int64)
-            episodes = self.episodes
-            self._members = {episodes[int(members[a])]: members[a:b].tolist() for a, b in zip(starts, ends)}
+            keys = self.episodes.gather(members[starts]).to_list() if len(starts) else []
+            self._members = {key: members[a:b].tolist() for key, a, b in zip(keys, starts, ends)}
         return self._members
 
     def has_episodes(self) -> bool:
@@ -242,8 +250,17 @@ class NamespaceView:
         """Per label of index ``index_id``: does its memory pass ``mask`` (a per-position mask)?
         Labels of memories no longer here do not."""
         cached = self._passing.get(index_id)
-        if cached is not None and cached[0] is mask and cached[1] is memory_of and cached[2] == len(memory_of):
-            return cached[3]
+        if cached is not None and cached[0] is mask and cached[1] is memory_of:
+            if cached[2] == len(memory_of):
+                return cached[3]
+            if 0 < len(memory_of) - cached[2] <= EXTEND_AT_MOST:  # labels added since: theirs alone
+                label_pos = self.label_positions(index_id, memory_of)[cached[2]:]
+                fresh = np.zeros(len(label_pos), dtype=bool)
+                fresh[label_pos >= 0] = mask[label_pos[label_pos >= 0]]
+                passing = np.concatenate([cached[3], fresh])
+                passing.setflags(write=False)
+                self._passing[index_id] = (mask, memory_of, len(memory_of), passing)
+                return passing
         label_pos = self.label_positions(index_id, memory_of)
         passing = np.zeros(len(label_pos), dtype=bool)
         ok = label_pos >= 0
@@ -291,10 +308,11 @@ class NamespaceView:
         order = np.lexsort((fresh, at))  # by position, then label: the order a full grouping has
         fresh, at = fresh[order], at[order]
         labels = np.insert(labels, indptr[at + 1], fresh)
-        counts = np.diff(indptr) + np.bincount(at, minlength=len(self.ids))
-        indptr = np.zeros(len(self.ids) + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        grouped = (key, (labels, indptr, counts > 0))
+        indptr, covered = indptr.copy(), cached[1][2].copy()
+        for p, n in zip(*np.unique(at, return_counts=True)):  # a pass per memory given labels: a few
+            indptr[p + 1:] += n
+        covered[at] = True
+        grouped = (key, (labels, indptr, covered))
         self._by_position[index_id] = grouped
         return grouped
 
@@ -316,24 +334,27 @@ class NamespaceView:
             self._masks[key] = hit
         return hit
 
-    def _mask(self, filters: FilterConfig, without_derived: bool = False) -> np.ndarray:
-        keep = ~self.derived_mask if without_derived else np.ones(len(self.ids), dtype=bool)
+    def _mask(self, filters: FilterConfig, without_derived: bool = False, at: np.ndarray | None = None) -> np.ndarray:
+        """``mask`` computed, for every position or only those ``at``."""
+        pick = (lambda a: a) if at is None else (lambda a: a[at])  # noqa: E731
+        keep = ~pick(self.derived_mask) if without_derived else np.ones(len(self.ids) if at is None else len(at), dtype=bool)
         if filters.valid_only:
-            keep &= self.valid
+            keep &= pick(self.valid)
         if filters.types:
             bad = sorted(set(filters.types) - set(MEMORY_TYPES))
             if bad:
                 raise ValidationError(f"filters.types: unknown type(s) {bad}; known: {list(MEMORY_TYPES)}")
-            keep &= np.isin(self.types, list(filters.types))
+            keep &= np.isin(pick(self.types), list(filters.types))
         if filters.tags:
             wanted = set(filters.tags)
             if isinstance(self.tags, pl.Series):  # made lists once, when a filter first asks
                 self.tags = self.tags.to_list()
-            keep &= np.fromiter((bool(wanted & set(t)) for t in self.tags), dtype=bool, count=len(self.tags))
+            tags = self.tags if at is None else [self.tags[p] for p in at.tolist()]
+            keep &= np.fromiter((bool(wanted & set(t)) for t in tags), dtype=bool, count=len(tags))
         if filters.since:
-            keep &= self.created_s >= parse_time(filters.since, "filters.since").timestamp()
+            keep &= pick(self.created_s) >= parse_time(filters.since, "filters.since").timestamp()
         if filters.until:
-            keep &= self.created_s < parse_time(filters.until, "filters.until").timestamp()
+            keep &= pick(self.created_s) < parse_time(filters.until, "filters.until").timestamp()
         return keep
 
 
@@ -378,7 +399,6 @@ def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key:
         created_s=created,
         access=access,
         valid=memories["valid"].to_numpy().astype(bool) if ids else np.zeros(0, dtype=bool),
-        types=memories["type"].to_numpy().astype(str) if ids else np.zeros(0, dtype=str),
         tags=memories["tags"],
         superseded=superseded,
         text_lower=text_of(memories),

@@ -81,7 +81,7 @@ def _edges_touch(store: Store, namespace: str, ids: pl.Series) -> bool:
 def _copy(view: NamespaceView) -> NamespaceView:
     """A view sharing ``view``'s arrays (never changed in place) and its memos, to be given new keys."""
     return replace(view, _label_maps=dict(view._label_maps), _by_position=dict(view._by_position),
-                   _contains=dict(view._contains), _masks={}, _passing={})
+                   _contains=dict(view._contains), _masks=dict(view._masks), _passing=dict(view._passing))
 
 
 def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> NamespaceView:
@@ -95,22 +95,16 @@ def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> Name
     text = text_of(added)
     created = added["created_at"].dt.epoch("us").to_numpy().astype(np.float64) / 1e6
     access = added["access_count"].to_numpy().astype(np.int64)
-    types = added["type"].to_numpy().astype(str)
-    rows = _spliced(view.rows, ins, added)
-    if rows.n_chunks() > MAX_CHUNKS:
-        rows = rows.rechunk()
+    rows = _rechunked(_spliced(view.rows, ins, added))
     moved = NamespaceView(
         namespace=view.namespace, ids=ids, pos=Positions(ids),
         created_s=np.insert(view.created_s, ins, created),
         access=np.insert(view.access, ins, access),
         valid=np.insert(view.valid, ins, added["valid"].to_numpy().astype(bool)),
-        # a wider type name than any before widens the array (np.insert would cut it to fit)
-        types=np.insert(view.types.astype(np.promote_types(view.types.dtype, types.dtype), copy=False), ins, types),
-        tags=(_spliced(view.tags, ins, added["tags"]) if isinstance(view.tags, pl.Series)
+        tags=(_rechunked(_spliced(view.tags, ins, added["tags"])) if isinstance(view.tags, pl.Series)
               else _list_inserted(view.tags, ins, added["tags"].to_list())),
         superseded=np.insert(view.superseded, ins, added["superseded_by"].is_not_null().to_numpy()),
-        text_lower=_spliced(view.text_lower, ins, text).rechunk() if view.text_lower.n_chunks() > MAX_CHUNKS
-        else _spliced(view.text_lower, ins, text),
+        text_lower=_rechunked(_spliced(view.text_lower, ins, text)),
         neighbours={int(shift(a)): [(int(shift(b)), r, w) for b, r, w in lst] for a, lst in view.neighbours.items()},
         contradicts={int(shift(a)): {int(shift(b)) for b in s} for a, s in view.contradicts.items()},
         derived_from={int(shift(a)): [int(shift(b)) for b in lst] for a, lst in view.derived_from.items()},
@@ -128,19 +122,30 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new
     """What ``view`` had worked out, shifted to ``moved``'s positions (new memories filled in)."""
     shift = shifter(ins)
     for index_id, labels_at in view._label_maps.items():  # labels keep their memory: positions move
-        moved._label_maps[index_id] = np.where(labels_at >= 0, shift(labels_at), -1)
-    for index_id, (key, (labels, indptr, _)) in view._by_position.items():
-        counts = np.insert(np.diff(indptr), ins, 0)  # the new memories have no labels in it yet
-        grown = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=grown[1:])
-        moved._by_position[index_id] = (key, (labels, grown, counts > 0))
+        moved._label_maps[index_id] = shift(labels_at)  # (-1, no memory here, is below every position: kept)
+    for index_id, (key, (labels, indptr, covered)) in view._by_position.items():
+        # the new memories' label runs are empty until their labels are added (NamespaceView._by_label_group)
+        moved._by_position[index_id] = (key, (labels, np.insert(indptr, ins, indptr[ins]), np.insert(covered, ins, False)))
     for needle, hit in view._contains.items():
         fresh = np.insert(hit, ins, text.str.contains(needle, literal=True).fill_null(False).to_numpy().astype(bool))
         fresh.setflags(write=False)
         moved._contains[needle] = fresh
     moved._terms = view._terms  # keyed by id: an old memory's terms stay right
+    if view._types is not None:
+        types = added["type"].to_numpy().astype(str)
+        # a wider type name than any before widens the array (np.insert would cut it to fit)
+        moved._types = np.insert(view._types.astype(np.promote_types(view._types.dtype, types.dtype), copy=False),
+                                 ins, types)
+    carried = {}
+    for (filters, without_derived), mask in view._masks.items():  # old memories pass as they did
+        fresh = np.insert(mask, ins, moved._mask(filters, without_derived, at=new_pos))
+        fresh.setflags(write=False)
+        moved._masks[(filters, without_derived)] = carried[id(mask)] = fresh
+    for index_id, (mask, memory_of, n, passing) in view._passing.items():
+        if id(mask) in carried:  # each label's memory passes as it did: the new labels are added when asked
+            moved._passing[index_id] = (carried[id(mask)], memory_of, n, passing)
     if view._episodes is not None:
-        moved._episodes = _list_inserted(view._episodes, ins, added.select(episode_expr()).to_series().to_list())
+        moved._episodes = _rechunked(_spliced(view._episodes, ins, added.select(episode_expr()).to_series()))
     if view._order is not None:
         moved._order = _episode_order_inserted(view, moved, shift, new_pos)
     if view._dated is not None:
@@ -160,7 +165,7 @@ def _episode_order_inserted(view: NamespaceView, moved: NamespaceView, shift, ne
         episode = episodes[p]
         if episode is None or not moved.valid[p]:
             continue
-        keys = [episodes[int(members[s])] for s in starts.tolist()]
+        keys = episodes.gather(members[starts]).to_list() if len(starts) else []
         g = bisect_left(keys, episode)
         if g < len(keys) and keys[g] == episode:
             a = int(starts[g])
@@ -196,7 +201,6 @@ def _accessed(view: NamespaceView, accessed: pl.DataFrame) -> None:
         view.rows["accessed_at"].clone().scatter(positions, pl.Series(latest, dtype=dtype)))
     rest = view.by_access[~np.isin(view.by_access, positions)]
     view.by_access = _ordered_insert(rest, -view.access.astype(np.float64), positions)
-    view._masks, view._passing = {}, {}
 
 
 def shifter(ins: np.ndarray):
@@ -242,6 +246,11 @@ def _spliced(old, ins: np.ndarray, new):
     if prev < len(old):
         pieces.append(old.slice(prev))
     return pl.concat(pieces, rechunk=False) if pieces else old
+
+
+def _rechunked(spliced):
+    """Splices leave a frame or series in pieces: past MAX_CHUNKS it is made one piece again."""
+    return spliced.rechunk() if spliced.n_chunks() > MAX_CHUNKS else spliced
 
 
 def _list_inserted(old: list, ins: np.ndarray, values: list) -> list:
