@@ -164,8 +164,7 @@ class Store:
         clash = self.memories_table.has_ids(r["id"] for r in rows)
         if clash:
             raise ConflictError(f"memory id(s) exist already: {sorted(clash)[:5]}; use update")
-        for ns in sorted({r["namespace"] for r in rows} - set(self.namespaces())):
-            self.namespaces_table.create(ns, exist_ok=True)
+        self.namespaces_table.create_missing(sorted({r["namespace"] for r in rows}))
         self.chunks_table.append(chunks)
         self.memories_table.append(rows)
         return self.known_version()
