@@ -125,6 +125,10 @@ class MemoriesTable:
         self._lookups()
         return {i for i in ids if i in self._ids}
 
+    def may_hold_contents(self, digests: list[str]) -> bool:
+        """Whether any of these content hashes may be stored (False: certainly none is)."""
+        return self._content_hashes.may_hold(digests)
+
     def find_by_hash(self, namespace: str, digest: str) -> str | None:
         """The id of the memory with this content in this namespace, if any (idempotent ingest)."""
         if not self._content_hashes.may_hold([digest]):  # the digest covers the namespace too

@@ -139,9 +139,11 @@ class Writer(Upkeep):
         report = IngestReport()
         fresh: list[dict[str, Any]] = []
         seen: dict[tuple[str, str], str] = {}
+        # one look at the stored hashes for the whole batch: most batches hold no stored content
+        maybe_stored = self.store.memories_table.may_hold_contents([r["content_hash"] for r in rows])
         for row in rows:
             key = (row["namespace"], row["content_hash"])
-            existing = seen.get(key) or self.store.find_by_hash(*key)
+            existing = seen.get(key) or (self.store.find_by_hash(*key) if maybe_stored else None)
             if existing is not None:
                 report.duplicates.append(existing)
                 if existing != row["id"]:
