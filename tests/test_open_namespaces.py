@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,23 @@ def test_the_command_line_refuses_a_bad_cap_before_touching_a_store(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "open_namespaces" in done.stderr and "LAB_OPEN_NAMESPACES" in done.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_a_server_capped_at_two_open_namespaces_answers_in_all_of_them(tmp_path):
+    """`lab serve` takes the cap from $LAB_OPEN_NAMESPACES; five namespaces written and searched
+    in turn, twice over, each answer its own memory first (each reopened after it was closed)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from serving import Server, write_bundle
+
+    bundle = write_bundle(tmp_path / "bundle")
+    with Server(bundle, tmp_path / "store", env={"LAB_OPEN_NAMESPACES": "2"}) as srv, srv.client() as c:
+        saved = {}
+        for ns in NAMESPACES:
+            assert c.post("/v1/namespaces", json={"name": ns}).status_code in (200, 201)
+            r = c.post("/v1/memories", json={"namespace": ns, "content": f"the {ns} quokka ledger entry"})
+            assert r.status_code == 201, r.text
+            saved[ns] = r.json()["id"]
+        for _ in range(2):
+            for ns in NAMESPACES:
+                r = c.post("/v1/search", json={"namespace": ns, "query": f"{ns} quokka ledger", "k": 1})
+                assert r.status_code == 200 and r.json()["results"][0]["memory_id"] == saved[ns], r.text
