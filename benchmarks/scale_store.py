@@ -393,6 +393,9 @@ def main() -> None:
                         help="real: MiniLM vectors of the LongMemEval-S user turns and noisy copies of them "
                              "(run benchmarks/longmemeval_s.py --granularity turn first); random: random unit vectors")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the stores, measure nothing else")
+    parser.add_argument("--saves-only", action="store_true",
+                        help="only single saves and the search right after each, into a copy of each store "
+                             "(written to benchmarks/results/scale_store_saves.json)")
     parser.add_argument("--phase", choices=["build", "library", "saves", "resave"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     KIND["kind"] = args.vectors
@@ -406,6 +409,14 @@ def main() -> None:
     if args.build_only:
         for size in args.sizes:
             built(size, args)
+        return
+    if args.saves_only:
+        saved: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+                       "vectors": args.vectors, "saves": args.saves}
+        for size in args.sizes:
+            saved[f"memories_{size}"] = {"build": built(size, args), **saves_and_compact(size, args, compact=False)}
+            saved["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            report("scale_store_saves", saved)
         return
     results: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
                      "vectors": ({"real": f"memory i: real MiniLM vector i of the LongMemEval-S user turns "
