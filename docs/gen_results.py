@@ -71,6 +71,8 @@ def benchmark(path: Path) -> list[str]:
         return lines + systems_tables(data)
     if path.stem == "vector_recall" and isinstance(data, dict):
         return lines + vector_recall_table(data)
+    if path.stem == "many_namespaces" and isinstance(data, dict) and "library" in data:
+        return lines + many_namespaces_tables(data)
     if path.stem == "longmemeval_s" and isinstance(data, dict):
         return lines + longmemeval_s_tables(data)
     if path.stem.startswith("default_cv") and isinstance(data, dict) and "levers" in data:
@@ -283,6 +285,37 @@ def vector_recall_table(data: dict[str, Any]) -> list[str]:
                          f"{size['m']} / {size['ef_construction']} | "
                          f"{ef}{declared} | {row['recall@10']:.4f} | {row['p50_ms']:.3f} ms | {row['p99_ms']:.3f} ms |")
     return lines + [""]
+
+
+def many_namespaces_tables(data: dict[str, Any]) -> list[str]:
+    """Many small namespaces: the store's shape, listing, cold and warm search, saves, and a
+    server's memory per cap on open namespaces as namespaces are touched."""
+    ms = lambda p: f"{p['p50_ms']:.1f} / {p['p99_ms']:.1f} ms (n {p['n']})"  # noqa: E731
+    lib, build = data["library"], data["build"]
+    lines = [f"{data['namespaces']:,} namespaces x {data['memories_per_namespace']} memories; load average at start "
+             f"{data['load_average_at_start']}.", "", "| measure | figure |", "|---|---|",
+             f"| ingest | {build['ingest_s']} s ({build['ingest_memories_per_s']:,} memories/s) |",
+             f"| writer close (every namespace's index built and saved) | {build['close_with_snapshots_s']} s |",
+             f"| store shape | {data['shape']['files']:,} files, {data['shape']['folders']:,} folders, "
+             f"{data['shape']['gb']} GB |"]
+    if "shape_after_compact" in data:
+        after = data["shape_after_compact"]
+        lines.append(f"| after `lab store compact` ({data['compact']['seconds']} s) | {after['files']:,} files, "
+                     f"{after['folders']:,} folders, {after['gb']} GB |")
+    lines += [f"| `lab stats` (a process: start-up included) | {data['lab_stats']['seconds']} s |",
+              f"| namespace listing in the library | {lib['namespaces_listing_s'] * 1000:.1f} ms |",
+              f"| first search in a namespace (cold), p50 / p99 | {ms(lib['cold_first_search'])} |",
+              f"| warm search, p50 / p99 | {ms(lib['warm_search'])} |"]
+    if "saves" in data:
+        lines += [f"| single save, p50 / p99 | {ms(data['saves']['single_save'])} |",
+                  f"| search right after a save, p50 / p99 | {ms(data['saves']['search_right_after_a_save'])} |"]
+    lines.append("")
+    for run in data.get("served", []):
+        rss = ", ".join(f"{s['touched']:,}: {s['rss_gb']} GB" for s in run["rss_by_touched"])
+        lines += [f"Server with `LAB_OPEN_NAMESPACES={run['open_namespaces']}`: one search in each of "
+                  f"{run['touched']:,} namespaces (first search each {ms(run['first_search_each'])}, "
+                  f"{run['errors']} errors); resident memory by namespaces touched: {rss}.", ""]
+    return lines
 
 
 def render() -> str:

@@ -86,15 +86,13 @@ class Retriever:
         self.search_config = search or resolve(None)
         self.assemble_config = assemble or AssembleConfig()
         self.cache = cache  # query embeddings are looked up here (added in memory; only its owner flushes it)
-        open_cap = store.settings.open_namespaces
-        self._views: LeastRecentlyUsed[str, NamespaceView] = LeastRecentlyUsed(open_cap)
+        self._views: LeastRecentlyUsed[str, NamespaceView] = LeastRecentlyUsed(store.settings.open_namespaces)
         # the extra encoders the index config names (index.models), made on first use; their
         # passage vectors are cached under ``encoder_cache`` (None: in memory, nothing written)
         self.encoder_cache = encoder_cache
         self.encoder_progress = False  # a progress bar while an encoder embeds a namespace's chunks
         self._encoders: dict[str, Encoder] | None = None
-        self._encoder_indexes: LeastRecentlyUsed[tuple[str, str], EncoderIndex] = LeastRecentlyUsed(
-            open_cap * max(1, len(indexes.config.models)))
+        self._encoder_indexes = LeastRecentlyUsed(self._views.cap * max(1, len(indexes.config.models)))
 
     @classmethod
     def open(
@@ -197,9 +195,7 @@ class Retriever:
             return {}
         out = {}
         for name, encoder in self.encoders.items():
-            held = self._encoder_indexes.get((namespace, name))
-            if held is None:
-                held = self._encoder_indexes[(namespace, name)] = EncoderIndex(encoder)
+            held = self._encoder_indexes[(namespace, name)] = self._encoder_indexes.get((namespace, name)) or EncoderIndex(encoder)
             out[name] = held.caught_up(index, progress=self.encoder_progress)
         return out
 

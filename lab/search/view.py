@@ -336,26 +336,32 @@ class NamespaceView:
 
     def _mask(self, filters: FilterConfig, without_derived: bool = False, at: np.ndarray | None = None) -> np.ndarray:
         """``mask`` computed, for every position or only those ``at``."""
-        pick = (lambda a: a) if at is None else (lambda a: a[at])  # noqa: E731
-        keep = ~pick(self.derived_mask) if without_derived else np.ones(len(self.ids) if at is None else len(at), dtype=bool)
-        if filters.valid_only:
-            keep &= pick(self.valid)
-        if filters.types:
-            bad = sorted(set(filters.types) - set(MEMORY_TYPES))
-            if bad:
-                raise ValidationError(f"filters.types: unknown type(s) {bad}; known: {list(MEMORY_TYPES)}")
-            keep &= np.isin(pick(self.types), list(filters.types))
-        if filters.tags:
-            wanted = set(filters.tags)
-            if isinstance(self.tags, pl.Series):  # made lists once, when a filter first asks
-                self.tags = self.tags.to_list()
-            tags = self.tags if at is None else [self.tags[p] for p in at.tolist()]
-            keep &= np.fromiter((bool(wanted & set(t)) for t in tags), dtype=bool, count=len(tags))
-        if filters.since:
-            keep &= pick(self.created_s) >= parse_time(filters.since, "filters.since").timestamp()
-        if filters.until:
-            keep &= pick(self.created_s) < parse_time(filters.until, "filters.until").timestamp()
-        return keep
+        return filter_mask(self, filters, without_derived, at)
+
+
+def filter_mask(view: NamespaceView, filters: FilterConfig, without_derived: bool = False,
+                at: np.ndarray | None = None) -> np.ndarray:
+    """Which memories of ``view`` (all, or those at positions ``at``) pass ``filters``."""
+    pick = (lambda a: a) if at is None else (lambda a: a[at])  # noqa: E731
+    keep = ~pick(view.derived_mask) if without_derived else np.ones(len(view.ids) if at is None else len(at), dtype=bool)
+    if filters.valid_only:
+        keep &= pick(view.valid)
+    if filters.types:
+        bad = sorted(set(filters.types) - set(MEMORY_TYPES))
+        if bad:
+            raise ValidationError(f"filters.types: unknown type(s) {bad}; known: {list(MEMORY_TYPES)}")
+        keep &= np.isin(pick(view.types), list(filters.types))
+    if filters.tags:
+        wanted = set(filters.tags)
+        if isinstance(view.tags, pl.Series):  # made lists once, when a filter first asks
+            view.tags = view.tags.to_list()
+        tags = view.tags if at is None else [view.tags[p] for p in at.tolist()]
+        keep &= np.fromiter((bool(wanted & set(t)) for t in tags), dtype=bool, count=len(tags))
+    if filters.since:
+        keep &= pick(view.created_s) >= parse_time(filters.since, "filters.since").timestamp()
+    if filters.until:
+        keep &= pick(view.created_s) < parse_time(filters.until, "filters.until").timestamp()
+    return keep
 
 
 def text_of(memories: pl.DataFrame) -> pl.Series:

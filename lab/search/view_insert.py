@@ -119,14 +119,16 @@ def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> Name
 
 def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new_pos: np.ndarray,
                  added: pl.DataFrame, text: pl.Series, created: np.ndarray) -> None:
-    """What ``view`` had worked out, shifted to ``moved``'s positions (new memories filled in)."""
+    """What ``view`` had worked out, shifted to ``moved``'s positions (new memories filled in). Its
+    memos are read as copies (``list(...)``, taken whole under the GIL): a search still running on
+    ``view`` may be adding to them."""
     shift = shifter(ins)
-    for index_id, labels_at in view._label_maps.items():  # labels keep their memory: positions move
+    for index_id, labels_at in list(view._label_maps.items()):  # labels keep their memory: positions move
         moved._label_maps[index_id] = shift(labels_at)  # (-1, no memory here, is below every position: kept)
-    for index_id, (key, (labels, indptr, covered)) in view._by_position.items():
+    for index_id, (key, (labels, indptr, covered)) in list(view._by_position.items()):
         # the new memories' label runs are empty until their labels are added (NamespaceView._by_label_group)
         moved._by_position[index_id] = (key, (labels, np.insert(indptr, ins, indptr[ins]), np.insert(covered, ins, False)))
-    for needle, hit in view._contains.items():
+    for needle, hit in list(view._contains.items()):
         fresh = np.insert(hit, ins, text.str.contains(needle, literal=True).fill_null(False).to_numpy().astype(bool))
         fresh.setflags(write=False)
         moved._contains[needle] = fresh
@@ -137,11 +139,11 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new
         moved._types = np.insert(view._types.astype(np.promote_types(view._types.dtype, types.dtype), copy=False),
                                  ins, types)
     carried = {}
-    for (filters, without_derived), mask in view._masks.items():  # old memories pass as they did
+    for (filters, without_derived), mask in list(view._masks.items()):  # old memories pass as they did
         fresh = np.insert(mask, ins, moved._mask(filters, without_derived, at=new_pos))
         fresh.setflags(write=False)
         moved._masks[(filters, without_derived)] = carried[id(mask)] = fresh
-    for index_id, (mask, memory_of, n, passing) in view._passing.items():
+    for index_id, (mask, memory_of, n, passing) in list(view._passing.items()):
         if id(mask) in carried:  # each label's memory passes as it did: the new labels are added when asked
             moved._passing[index_id] = (carried[id(mask)], memory_of, n, passing)
     if view._episodes is not None:
