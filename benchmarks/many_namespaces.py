@@ -14,9 +14,10 @@ Phases, each in a process of its own (its peak RSS its own):
   view built), then warm searches in namespaces already open, query vectors given; `lab` preset;
 - saves: into a copy of the store, a save into a small namespace, then a search in it;
 - compact: `lab store compact` on that copy, and its shape afterwards;
-- served: `lab serve` over the store with ``LAB_OPEN_NAMESPACES`` set to each of ``--caps``; one
-  search in each of ``--touch`` namespaces, the server's resident memory sampled as they are
-  touched: bounded by the cap, or growing with the namespaces touched.
+- served: `lab serve` over the store with ``LAB_OPEN_NAMESPACES`` set to each of ``--caps`` (64, and
+  the default 1,024); one search in each of ``--touch`` namespaces, the server's resident memory
+  sampled as they are touched: it should level off once the cap is reached, at a height set by
+  the cap, not by the namespaces touched.
 Results: stdout and benchmarks/results/many_namespaces.json. Take them with nothing else running.
 Exits 1 when a correctness check fails (a namespace's memory count, a search answering nothing,
 a served search failing).
@@ -200,9 +201,11 @@ def main() -> None:
     ap.add_argument("--cold", type=int, default=300, help="namespaces searched for the first time (timed)")
     ap.add_argument("--queries", type=int, default=300, help="warm searches (timed)")
     ap.add_argument("--saves", type=int, default=30, help="saves into small namespaces (timed)")
-    ap.add_argument("--caps", type=int, nargs="*", default=[64, 100_000], help="LAB_OPEN_NAMESPACES of each server run")
+    ap.add_argument("--caps", type=int, nargs="*", default=[64, 1024], help="LAB_OPEN_NAMESPACES of each server run")
     ap.add_argument("--touch", type=int, default=10_000, help="namespaces each server run searches once")
     ap.add_argument("--no-compact", action="store_true")
+    ap.add_argument("--served-only", action="store_true",
+                    help="only the server runs, added to the results file of an earlier run of the same shape")
     ap.add_argument("--phase", choices=["build", "library", "saves"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     BENCH.mkdir(parents=True, exist_ok=True)
@@ -212,6 +215,18 @@ def main() -> None:
                "saves": lambda: phase_saves(args, Path(str(path) + "-copy"))}[args.phase]
         print(json.dumps(run()))
         return
+    if args.served_only:
+        results = json.loads((ROOT / "benchmarks" / "results" / "many_namespaces.json").read_text())
+        results.pop("benchmark", None), results.pop("machine", None)
+        results["served"], failures = [], list(results.get("failures", []))
+        results["served_load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+        for cap in args.caps:
+            results["served"].append(served(args, cap))
+            failures += [f"cap {cap}: {s['errors']} served searches failed" for s in results["served"][-1:] if s["errors"]]
+            report("many_namespaces", results)
+        results["failures"] = failures
+        report("many_namespaces", results)
+        sys.exit(1 if failures else 0)
     results: dict = {"namespaces": args.namespaces, "memories_per_namespace": args.per,
                      "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     marker = Path(str(path) + ".json")

@@ -154,11 +154,14 @@ class MemoryService:
 
     # ------------------------------------------------------------------ lifecycle
     def warm(self) -> None:
-        """Load every namespace's index (snapshot, then catch up with the store) and the model."""
+        """Load the namespaces' indexes (snapshot, then catch up with the store; the first
+        ``open_namespaces`` of them by name) and the models."""
         try:
             started = time.perf_counter()
             with self.lock:
-                namespaces = self.store.namespaces()
+                # at most as many as stay open: warming more would close the first ones again (a
+                # store of 10,000 one-user namespaces took twenty minutes to be ready)
+                namespaces = self.store.namespaces()[:self.store.settings.open_namespaces]
                 analysed = 0
                 for ns in namespaces:  # analysing loads the namespace's index and view first
                     analysed += self.retriever.analyse(ns)
