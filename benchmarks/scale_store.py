@@ -414,7 +414,9 @@ def main() -> None:
         saved: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
                        "vectors": args.vectors, "saves": args.saves}
         for size in args.sizes:
-            saved[f"memories_{size}"] = {"build": built(size, args), **saves_and_compact(size, args, compact=False)}
+            measured = saves_and_compact(size, args, compact=False)
+            measured.pop("compact")  # not asked for here
+            saved[f"memories_{size}"] = {"build": built(size, args), **measured}
             saved["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
             report("scale_store_saves", saved)
         return
