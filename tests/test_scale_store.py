@@ -138,11 +138,11 @@ def test_the_first_save_into_a_loaded_index_grows_it_by_a_quarter_not_double(tmp
         pipe.save_many(batch(0, 200), progress=False)
     with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:
         idx = pipe.index("n")
-        assert len(idx._vectors) == 200 and idx.vector._index.get_max_elements() == 200
+        assert len(idx._vectors) == 200 and idx.vector._graphs[0].get_max_elements() == 200
         # the snapshot's vectors are its file's pages, not a copy in memory; new ones go beside them
         assert isinstance(idx._vectors.base, np.memmap) and len(idx._vectors.tail) == 0
         pipe.save("one more memory", namespace="n")
-        assert len(idx._vectors) == 250 and idx.vector._index.get_max_elements() == 250
+        assert len(idx._vectors) == 250 and idx.vector._graphs[0].get_max_elements() == 250
         label = idx.labels_of(pipe.store.memories("n").filter(pl.col("content") == "one more memory")["id"][0])[0]
         assert label == 200 and np.array_equal(idx._vectors[label], FakeEmbedder().embed(["one more memory"])[0])
     with Pipeline.open(root, embedder=FakeEmbedder()) as pipe:  # saved on close, mapped again on load

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import polars as pl
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import lab.search.view_insert as view_insert
 from lab.config import FilterConfig, SaveConfig
@@ -88,6 +88,8 @@ def assert_same(moved, built) -> None:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=st.lists(memory, min_size=1, max_size=6), steps=st.lists(step, min_size=1, max_size=8))
+@example(first=[{"words": ["quokka"], "hours": 0, "episode": None, "type": "fact", "tags": []}] * 2,
+         steps=[("update", 0), ("update", 0)])
 def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, steps):
     root = tmp_path_factory.mktemp("view") / "store"
     with Pipeline.open(root, SaveConfig(), embedder=FakeEmbedder(), create=True) as pipe:
@@ -102,8 +104,9 @@ def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, ste
                 n += len(arg)
             elif kind == "access":
                 pipe.writer.record_access([ids[arg % len(ids)], ids[(arg * 7) % len(ids)]])
-            elif kind == "update":
-                pipe.update(ids[arg % len(ids)], content=f"updated piano tuesday {arg}")
+            elif kind == "update":  # numbered: two updates to one content would be refused as duplicates
+                pipe.update(ids[arg % len(ids)], content=f"updated piano tuesday {n}")
+                n += 1
             elif kind == "delete" and len(ids) > 1:
                 pipe.delete(ids[arg % len(ids)])
             elif kind == "edge" and len(ids) > 1:
