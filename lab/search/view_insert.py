@@ -109,9 +109,9 @@ def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> Name
         contradicts={int(shift(a)): {int(shift(b)) for b in s} for a, s in view.contradicts.items()},
         derived_from={int(shift(a)): [int(shift(b)) for b in lst] for a, lst in view.derived_from.items()},
         key=view.key, rows=rows,
-        by_newest=_ordered_insert(shift(view.by_newest), -np.insert(view.created_s, ins, created), new_pos),
-        by_access=None,  # set below, from the new access counts
+        by_newest=None, by_access=None,  # set below, from the new times and counts
     )
+    moved.by_newest = _ordered_insert(shift(view.by_newest), -moved.created_s, new_pos)
     moved.by_access = _ordered_insert(shift(view.by_access), -moved.access.astype(np.float64), new_pos)
     _carry_memos(view, moved, ins, new_pos, added, text, created)
     return moved
