@@ -26,6 +26,7 @@ from lab.index.encoders import EncoderIndex
 from lab.index.namespace import NamespaceIndex
 from lab.search.analysis import INTENTS, QueryAnalysis, analyze
 from lab.search.signal_registry import SIGNALS, SignalInput, view_lists
+from lab.search.sorted_ids import SortedIds
 from lab.search.view import NamespaceView
 from lab.store.records import parse_time, validate_namespace
 
@@ -80,11 +81,11 @@ def check_queries(queries: Sequence[Query]) -> None:
         raise ValidationError("query ids must be unique")
 
 
-def _rows(out: dict[str, list], qid: str, ids: list[str], signal: str, positions, scores, ranked: bool = True) -> None:
+def _rows(out: dict[str, list], qid: str, ids: SortedIds, signal: str, positions, scores, ranked: bool = True) -> None:
     """Append one run of rows: a ranked list (ranks 1..n) or a feature (rank 0)."""
     n = len(positions)
     out["qid"].extend([qid] * n)
-    out["memory_id"].extend([ids[p] for p in np.asarray(positions, dtype=np.int64).tolist()])
+    out["memory_id"].extend(ids.take(np.asarray(positions, dtype=np.int64).tolist()))
     out["signal"].extend([signal] * n)
     out["rank"].extend(range(1, n + 1) if ranked else [0] * n)
     out["score"].extend(np.asarray(scores, dtype=np.float64).tolist())

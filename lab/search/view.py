@@ -1,7 +1,6 @@
 """Array views of one namespace's memories and edges at one store version, for fast signals and results."""
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from lab.config import FilterConfig
 from lab.errors import ValidationError
 from lab.schema import MEMORY_TYPES
 from lab.search import timex
+from lab.search.sorted_ids import Positions, SortedIds
 from lab.store.records import episode_expr, parse_time
 
 
@@ -21,37 +21,10 @@ EXTEND_AT_MOST = 4096  # new labels a memoised label map or grouping takes in al
 CONTAINS_MEMO_BYTES = 128 * 1024 ** 2  # NamespaceView.contains's memo: 128 needles at a million memories
 
 
-class Positions:
-    """Memory id -> position, by binary search over the view's sorted ids: a view moved on by a
-    save (``lab.search.view_insert``) shares nothing to rebuild, where a dictionary of a million
-    ids cost 0.4 s a view."""
-
-    __slots__ = ("ids",)
-
-    def __init__(self, ids: list[str]) -> None:
-        self.ids = ids
-
-    def get(self, memory_id: str, default: int | None = None) -> int | None:
-        at = bisect_left(self.ids, memory_id)
-        return at if at < len(self.ids) and self.ids[at] == memory_id else default
-
-    def __getitem__(self, memory_id: str) -> int:
-        at = self.get(memory_id)
-        if at is None:
-            raise KeyError(memory_id)
-        return at
-
-    def __contains__(self, memory_id: object) -> bool:
-        return isinstance(memory_id, str) and self.get(memory_id) is not None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
 @dataclass
 class NamespaceView:
     namespace: str
-    ids: list[str]  # sorted: positions are in id order, the order ties break in
+    ids: SortedIds  # sorted: positions are in id order, the order ties break in
     pos: Positions
     created_s: np.ndarray  # epoch seconds
     access: np.ndarray
@@ -372,7 +345,7 @@ def text_of(memories: pl.DataFrame) -> pl.Series:
 
 def build_view(memories: pl.DataFrame, edges: pl.DataFrame, namespace: str, key: tuple) -> NamespaceView:
     memories = memories.sort("id")
-    ids = memories["id"].to_list()
+    ids = SortedIds(memories["id"].to_list())
     pos = Positions(ids)
     superseded = memories["superseded_by"].is_not_null().to_numpy().copy()
     neighbours: dict[int, list[tuple[int, str, float]]] = defaultdict(list)

@@ -57,7 +57,7 @@ def moved_view(view: NamespaceView, store: Store, namespace: str, key: tuple) ->
         return None
     added = added.sort("id")
     new_ids = added["id"].to_list()
-    ins = np.asarray([bisect_left(view.ids, m) for m in new_ids], dtype=np.int64)
+    ins = np.asarray([view.ids.insertion_point(m) for m in new_ids], dtype=np.int64)
     if any(a < len(view.ids) and view.ids[a] == m for a, m in zip(ins.tolist(), new_ids)):
         return None  # an appended row of a memory already here: not a plain insert
     moved = _inserted(view, added, ins) if len(new_ids) else _copy(view)
@@ -89,9 +89,7 @@ def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> Name
     k = len(ins)
     shift = shifter(ins)
     new_pos = ins + np.arange(k)
-    ids = list(view.ids)
-    for at, m in zip(reversed(ins.tolist()), reversed(added["id"].to_list())):
-        ids.insert(at, m)
+    ids = view.ids.inserted(added["id"].to_list())
     text = text_of(added)
     created = added["created_at"].dt.epoch("us").to_numpy().astype(np.float64) / 1e6
     access = added["access_count"].to_numpy().astype(np.int64)
@@ -207,6 +205,9 @@ def _accessed(view: NamespaceView, accessed: pl.DataFrame) -> None:
 
 def shifter(ins: np.ndarray):
     """Old position -> new, with memories put before old positions ``ins`` (sorted)."""
+    if len(ins) == 1:  # a single save: two passes over the positions (a compare, an add)
+        at = int(ins[0])
+        return lambda p: np.add(p, np.asarray(p) >= at)
     if len(ins) <= 8:  # one pass per insert beats a binary search per position at a few of them
         def shift(p):
             p = np.asarray(p)
