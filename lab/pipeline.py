@@ -16,7 +16,10 @@ import polars as pl
 from lab.assemble import Context
 from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder, make_embedder
-from lab.embed.embedding_cache import EmbeddingCache
+from lab.embed.base import assume_dim
+from lab.embed.embedding_cache import EmbeddingCache, recorded_dim
+from lab.embed.registry import space_of
+from lab.embed.server_spec import is_server_model
 from lab.engine import Engine
 from lab.errors import ConflictError, NotFoundError
 from lab.index.manager import IndexManager
@@ -45,6 +48,7 @@ class Pipeline:
         self.cache: EmbeddingCache | None = None
         cache_root = Path(cache_dir or store.settings.embed_cache or store.root / "cache" / "embeddings")
         if config.embed.cache:
+            assume_dim(embedder, recorded_dim(cache_root, embedder.model_id))
             self.cache = EmbeddingCache(cache_root, embedder.model_id, embedder.dim)
         self.indexes = IndexManager(store, config.index, embedder.dim, embedder.model_id)
         self.writer = Writer(store, config, embedder, self.indexes, self.cache, engine)
@@ -84,7 +88,13 @@ class Pipeline:
         config = config or stored or SaveConfig()
         if embedder is None:
             embedder = make_embedder(config.embed)
-        if embedder.model_id != config.embed.model:  # an alias or a folder: recorded as the model's id
+        if stored is not None:
+            assume_dim(embedder, store.info.dim)  # a server model then needs no probe call
+        elif config.embed.cache:  # or a shared cache that holds its vectors already
+            assume_dim(embedder, recorded_dim(cache_dir or (settings.embed_cache if settings else None), embedder.model_id))
+        # an alias or a folder: recorded as the model's id (a server model's file stays named:
+        # its settings are what the id's fingerprint stands for)
+        if embedder.model_id != config.embed.model and not is_server_model(config.embed.model):
             config = replace(config, embed=replace(config.embed, model=embedder.model_id))
         if stored is not None:
             for part in ("chunk", "embed"):
@@ -95,8 +105,9 @@ class Pipeline:
                         field=part)
             require_model(store, embedder)
         else:
+            space = embedder.space if embedder.space != space_of(embedder.model_id) else None
             store = Store.create(path, embed_model=embedder.model_id, dim=embedder.dim, save_config=to_dict(config),
-                                 settings=settings)
+                                 settings=settings, embed_space=space)
         pipe = cls(store, config, embedder, cache_dir, engine)
         if exists and not store.read_only and to_dict(config.index) != to_dict(stored.index):
             # new index parameters: recorded for readers, and every snapshot rebuilt and saved on close

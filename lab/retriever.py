@@ -20,7 +20,8 @@ from lab.assemble import Context, Item, item_from_result, make_counter
 from lab.assemble import assemble as assemble_items
 from lab.config import AssembleConfig, IndexConfig, SearchConfig
 from lab.embed import Embedder, make_embedder
-from lab.embed.registry import query_model_name, space_of
+from lab.embed.base import assume_dim
+from lab.embed.registry import query_model_name
 from lab.embed.embedding_cache import EmbeddingCache
 from lab.errors import ConflictError, ValidationError
 from lab.index.encoders import Encoder, EncoderIndex, make_encoder
@@ -50,7 +51,7 @@ def require_model(store: Store, embedder: Embedder) -> None:
 
 def require_query_model(store: Store, query_embedder: Embedder) -> None:
     """A query model must encode into the stored vectors' space."""
-    stored_space = space_of(store.info.embed_model)
+    stored_space = store.info.space
     if query_embedder.space != stored_space or query_embedder.dim != store.info.dim:
         raise ConflictError(
             f"query model {query_embedder.model_id!r} encodes into {query_embedder.space!r} "
@@ -120,10 +121,11 @@ class Retriever:
         store = Store.open(path, pin=pin, read_only=True, settings=settings)
         recorded = store.recorded_config()
         embedder = embedder or make_embedder(recorded.embed)
+        assume_dim(embedder, store.info.dim)
         indexes = IndexManager(store, index or recorded.index, embedder.dim, embedder.model_id, warn_on_build=True)
         config = search if isinstance(search, SearchConfig) else resolve(search)
         if isinstance(query_model, str):  # auto, store, or a model of the stored vectors' space
-            name = query_model_name(query_model, store.info.embed_model)
+            name = query_model_name(query_model, store.info.embed_model, store.info.embed_space)
             query_model = embedder if name == embedder.model_id else make_embedder(replace(recorded.embed, model=name))
         return cls(store, embedder, indexes, search=config, assemble=assemble, cache=cache,
                    query_embedder=query_model, encoder_cache=encoder_cache)

@@ -44,21 +44,31 @@ def models_table(entries: list[dict], measure: bool = False) -> list[str]:
 def cmd_models(args: argparse.Namespace) -> int:
     from lab.embed.survey import survey
 
-    entries = survey(measure=args.measure)
+    from lab.embed.survey import server_entries
+
+    entries = survey(measure=args.measure) + server_entries(args.server or [], measure=args.measure)
+    failed = [e for e in entries if e.get("error")]
     if args.json:
         print_json(entries)
-        return 0
+        return 1 if failed else 0
     print("\n".join(models_table(entries, measure=args.measure)))
     print("\nA store's model is embed.model (`lab eval --model ALIAS`, a save config); a local folder is "
           "st:PATH (sentence-transformers) or onnx:PATH (model.onnx + tokenizer.json).\n"
-          "Models of one space (the same vectors) may query each other's stores: `lab serve --query-model`.")
+          "Models of one space (the same vectors) may query each other's stores: `lab serve --query-model`.\n"
+          "A model behind an OpenAI-compatible server is openai:MODEL@BASE_URL or openai:FILE.yaml "
+          "(`lab models --server NAME` asks it for its dimension; docs/models.md).")
     if args.measure:
         print("speed: one thread; a query at a time, then 32 short passages in one call.")
-    return 0
+    for entry in failed:
+        print(f"error: {entry['error']}")
+    return 1 if failed else 0
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="the embedding models available here (dimension, size, licence, speed)")
     p.add_argument("--measure", action="store_true", help="also time each installed model here (a few seconds each)")
+    p.add_argument("--server", action="append", metavar="NAME",
+                   help="also list this server model (openai:MODEL@BASE_URL or openai:FILE.yaml), after one probe "
+                        "call for its dimension; repeatable")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_models)

@@ -16,6 +16,7 @@ from lab.config.reading import (YAML_ALIAS_NODES, from_yaml, load_config, parse_
 from lab.config.save import (BM25_METHODS, ChunkConfig, EmbedConfig, IndexConfig,  # noqa: F401
                              LexicalIndexConfig, SaveConfig, VectorIndexConfig)
 from lab.config.search import (LEARNED_BASE_FEATURES, LISTS, SIGNALS, AbstainConfig, AnalysisConfig,  # noqa: F401
-                               FilterConfig, FusionConfig, GraphConfig, HopConfig, LearnedFusion, SearchConfig)
+                               FilterConfig, FusionConfig, GraphConfig, HopConfig, LearnedFusion, RerankConfig,
+                               SearchConfig)
 from lab.config.assemble import ZONES, AssembleConfig  # noqa: F401
 from lab.config.candidate import Candidate, load_candidate  # noqa: F401

@@ -55,6 +55,22 @@ class AbstainConfig:
 
 
 @dataclass(frozen=True)
+class RerankConfig:
+    """A rerank server's stage after fusion: the fused top ``top_n`` of each query sent with its
+    text to a Cohere/Jina/TEI-shaped ``/rerank`` route, and re-ordered by the scores it answers
+    (``lab.search.rerank``). None: no such stage."""
+
+    server: str | None = setting(None, doc="rerank:MODEL@BASE_URL or rerank:FILE.yaml (none: no rerank stage)")
+    top_n: int = setting(20, low=1, high=1000, doc="fused results per query sent to the reranker")
+
+    def __post_init__(self) -> None:
+        check_declared(self, "rerank.")
+        if self.server is not None and (not isinstance(self.server, str) or not self.server.startswith("rerank:")):
+            raise ValidationError(f"rerank.server must be rerank:MODEL@BASE_URL or rerank:FILE.yaml, got {self.server!r}",
+                                  field="rerank.server")
+
+
+@dataclass(frozen=True)
 class GraphConfig:
     """Breadth-first walk over typed edges from the top vector and lexical hits."""
 
@@ -198,6 +214,7 @@ class SearchConfig:
     analysis: AnalysisConfig = setting(default_factory=AnalysisConfig, doc="rule-based query analysis")
     fusion: FusionConfig = setting(default_factory=FusionConfig, doc="how the ranked lists are fused")
     abstain: AbstainConfig = setting(default_factory=AbstainConfig, doc="when to answer 'nothing relevant stored'")
+    rerank: RerankConfig = setting(default_factory=RerankConfig, doc="a rerank server's stage after fusion")
 
     def __post_init__(self) -> None:
         check_declared(self)

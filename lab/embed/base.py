@@ -68,6 +68,14 @@ def set_model_threads(embedder: object, n: int) -> None:
         setter(n)
 
 
+def assume_dim(embedder: object, dim: int | None) -> None:
+    """Tell an embedder whose dimension is learnt by asking (a server model) the dimension a store or
+    cache already holds for it: no probe call is then made, and answers are checked against it."""
+    setter = getattr(embedder, "assume_dim", None)
+    if setter is not None and dim:
+        setter(dim)
+
+
 def normalize_rows(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)

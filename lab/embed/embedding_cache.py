@@ -22,6 +22,20 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def cache_folder(root: str | Path, model_id: str) -> Path:
+    return Path(root) / re.sub(r"[^A-Za-z0-9_.-]", "_", model_id)
+
+
+def recorded_dim(root: str | Path | None, model_id: str) -> int | None:
+    """The dimension of the vectors cached for ``model_id`` under ``root`` (None: none cached)."""
+    if root is None:
+        return None
+    for part in sorted(cache_folder(root, model_id).glob("part-*.parquet"))[:1]:
+        vector = pq.read_schema(part).field("vector").type
+        return int(vector.list_size) if hasattr(vector, "list_size") else None
+    return None
+
+
 class EmbeddingCache:
     """Vectors of one model, in part files under ``root/<model>/``; loaded whole into memory.
 
@@ -31,7 +45,7 @@ class EmbeddingCache:
 
     def __init__(self, root: str | Path | None, model_id: str, dim: int) -> None:
         # no root: a cache in memory only (``flush`` keeps the vectors, writes nothing)
-        self.dir = None if root is None else Path(root) / re.sub(r"[^A-Za-z0-9_.-]", "_", model_id)
+        self.dir = None if root is None else cache_folder(root, model_id)
         self.model_id = model_id
         self.dim = dim
         self._index: dict[str, int] = {}
@@ -173,7 +187,7 @@ class SparseCache:
     ``root/<model>/``; no root: in memory only."""
 
     def __init__(self, root: str | Path | None, model_id: str, dim: int) -> None:
-        self.dir = None if root is None else Path(root) / re.sub(r"[^A-Za-z0-9_.-]", "_", model_id)
+        self.dir = None if root is None else cache_folder(root, model_id)
         self.model_id, self.dim = model_id, dim
         self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._pending: dict[str, tuple[np.ndarray, np.ndarray]] = {}

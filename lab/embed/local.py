@@ -20,6 +20,8 @@ _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 
 def looks_local(name: str) -> bool:
+    if name.startswith("openai:"):  # a server model (lab.embed.server_spec), whose URL has slashes
+        return False
     return name.startswith(PREFIXES) or "/" in name or name.startswith((".", "~"))
 
 

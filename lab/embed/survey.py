@@ -14,8 +14,8 @@ _SHORT = [f"Caroline said she went to the support group on day {i}, and it was p
 _QUERIES = [f"When did Caroline go to the support group, visit {i}?" for i in range(20)]
 
 
-def _measure(spec: ModelSpec) -> dict[str, float]:
-    model = make_embedder(EmbedConfig(model=spec.id, batch_size=32, cache=False))
+def _measure(spec: ModelSpec | str) -> dict[str, float]:
+    model = make_embedder(EmbedConfig(model=spec if isinstance(spec, str) else spec.id, batch_size=32, cache=False))
     set_model_threads(model, 1)
     model.embed_queries(_QUERIES[:2])  # loads the model
     started = time.perf_counter()
@@ -45,5 +45,36 @@ def survey(measure: bool = False, include_fake: bool = False) -> list[dict[str, 
         }
         if measure and not missing:
             entry.update(_measure(spec))
+        out.append(entry)
+    return out
+
+
+def server_entries(names: list[str], measure: bool = False) -> list[dict[str, Any]]:
+    """One entry per server model named (``openai:MODEL@BASE_URL`` or a model file), after one probe
+    call each: its dimension and the model name the server answered with; a server that cannot
+    answer gives an entry whose ``error`` says why (one line, no key in it)."""
+    from lab.embed.server import ServerEmbedder
+    from lab.errors import LabError
+
+    out = []
+    for name in names:
+        entry: dict[str, Any] = {"id": name, "alias": "-", "backend": "openai-server", "dim": None,
+                                 "max_tokens": None, "license": None, "size_mb": None, "installed": True,
+                                 "install": None, "error": None}
+        try:
+            model = make_embedder(EmbedConfig(model=name, cache=False))
+            assert isinstance(model, ServerEmbedder)
+            entry.update(id=model.model_id, max_tokens=model.spec.max_tokens, space=model.space,
+                         symmetric=model.symmetric)
+            entry["dim"] = model.dim  # the probe call (or the file's declared dimension, checked by it)
+            if model.served_model is None:
+                model.embed(["dimension probe"])
+            entry["about"] = (f"served by {model.spec.shown_url} as {model.served_model!r}; batch "
+                              f"{model.spec.batch_size}, concurrency {model.spec.concurrency}")
+            if measure:
+                entry.update(_measure(name))
+            model.close()
+        except LabError as exc:
+            entry.update(installed=False, error=str(exc), about=f"unusable: {exc}", install=f"unusable: {exc}")
         out.append(entry)
     return out

@@ -126,14 +126,26 @@ def _connect(ray: Any, address: str) -> None:
                               field="ray_address") from None
 
 
+def _worker_model(embedder: Embedder) -> dict[str, Any]:
+    """How a worker builds ``embedder``: by its id, or a server model by the name it was given (its
+    file's settings are not in the id) with the environment variables the file declares."""
+    spec = getattr(embedder, "spec", None)
+    if spec is None:
+        return {"model": embedder.model_id}
+    env = {name: os.environ[name] for name in spec.env.declared if name in os.environ}
+    return {"model": spec.source, "expect": embedder.model_id, "env": env}
+
+
 class _EmbedBatch:
     """One worker's model, loaded once by name (the registry rebuilds it from its id) and called on
     each batch of texts; ``i`` carries each text's position back to the caller."""
 
-    def __init__(self, model: str, threads: int = 1) -> None:
+    def __init__(self, model: str, threads: int = 1, expect: str | None = None, env: dict | None = None) -> None:
+        # a server model's key (the variables its file declares) travels with the worker's arguments
+        os.environ.update(env or {})
         self.embedder = make_embedder(EmbedConfig(model=model))
-        if self.embedder.model_id != model:
-            raise ValidationError(f"the worker built {self.embedder.model_id!r} for {model!r}")
+        if self.embedder.model_id != (expect or model):
+            raise ValidationError(f"the worker built {self.embedder.model_id!r} for {expect or model!r}")
         set_model_threads(self.embedder, threads)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -209,7 +221,7 @@ class RayEngine:
         # a batch per model call, and at least one per worker: a short list still spreads over them all
         per = max(1, min(self.batch_size, math.ceil(len(texts) / self.workers)))
         ds = ray.data.from_items(items, override_num_blocks=math.ceil(len(texts) / per)).map_batches(
-            _EmbedBatch, fn_constructor_kwargs={"model": embedder.model_id}, batch_size=per,
+            _EmbedBatch, fn_constructor_kwargs=_worker_model(embedder), batch_size=per,
             batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=self.workers), num_cpus=1)
         bar = progress_bar(total=len(texts), desc=f"embedding on Ray ({self.workers} workers)", unit="text",
                            enabled=progress)

@@ -72,7 +72,11 @@ def scored_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig
                dataset: EvalDataset) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the fused run, per-question metrics: qid, namespace, category and one column per metric; a
     question without results scores 0)."""
-    run = fused_run(prepared, config, options, dataset)
+    return score_run(fused_run(prepared, config, options, dataset), options, dataset)
+
+
+def score_run(run: pl.DataFrame, options: EvalOptions, dataset: EvalDataset) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``run`` and its per-question metrics (``scored_run``'s)."""
     per_query = M.retrieval_metrics(run, dataset.qrels, ks=options.ks)
     per_query = dataset.questions.select("qid", "namespace", "category").join(per_query, on="qid", how="left")
     metric_cols = [c for c in per_query.columns if c not in ("qid", "namespace", "category")]
@@ -91,6 +95,8 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
     prepared = prepared or prepared_for(cands)
     started = time.perf_counter()
     run, per_query = scored_run(prepared, config, options, dataset)
+    if config.rerank.server:  # the rerank server's stage, after fusion (lab.search.rerank)
+        run, per_query = score_run(_reranked_run(retriever, dataset, config, run), options, dataset)
     metric_cols = [c for c in per_query.columns if c not in ("qid", "namespace", "category")]
     means = M.mean_metrics(per_query.select("qid", *metric_cols))
     cis = bootstrap_cis(per_query.select(metric_cols).to_numpy())
@@ -129,6 +135,18 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
         table, out["abstention"] = measure(retriever, dataset, config, per_query, options.abstention, root=root)
     info["chunk"] = to_dict(retriever.store.recorded_config().chunk)  # the index-time configuration measured
     return EvalResult(dataset.name, config, options, run, per_query, out, info, table)
+
+
+def _reranked_run(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, run: pl.DataFrame) -> pl.DataFrame:
+    from lab.search.rerank import reranked
+
+    questions = dict(dataset.questions.select("qid", "question").iter_rows())
+
+    def texts(ids: list[str]) -> dict[str, str]:
+        rows = retriever.store.memories_table.get_many(ids).select("id", "title", "content")
+        return {m: f"{t}\n{c}" if t else c for m, t, c in rows.iter_rows()}
+
+    return reranked(run, config.rerank, questions, texts)
 
 
 def _mean(column: pl.Series) -> float | None:

@@ -14,7 +14,8 @@ from typing import Any
 
 from lab.config import ChunkConfig, SaveConfig, to_dict
 from lab.embed import canonical, make_embedder
-from lab.embed.embedding_cache import EmbeddingCache
+from lab.embed.base import assume_dim
+from lab.embed.embedding_cache import EmbeddingCache, recorded_dim
 from lab.engine import Engine
 from lab.errors import ValidationError
 from lab.eval.dataset import EvalDataset
@@ -122,6 +123,7 @@ def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, ro
     embedder = embedder or make_embedder(embed_config)
     query = make_embedder(replace(embed_config, model=query_model)) if query_model else embedder
     cache_dir = embeddings_dir(root, embeddings)
+    assume_dim(query, recorded_dim(cache_dir, query.model_id))  # a server model: no probe call
     cache = EmbeddingCache(cache_dir, query.model_id, query.dim)
     # the given index config, not only the recorded one: query-time settings (HNSW ef) take effect
     retriever = Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index,

@@ -136,20 +136,3 @@ class LexicalCorpus:
         delta, delta_labels = self._delta_index()
         parts = [(self.main, self.main_labels)] + ([(delta, delta_labels)] if delta is not None else [])
         return CorpusStats(c.n_docs, c.total_len, df), parts
-
-
-def score_segments(query: str, stats: CorpusStats, parts: list[tuple[LexicalIndex, np.ndarray]],
-                   analyzer: LexicalAnalyzer) -> tuple[np.ndarray, np.ndarray]:
-    """(labels, BM25 scores > 0) of ``query`` over the segments, with the whole corpus's statistics."""
-    terms = analyzer.tokens([query])[0]
-    label_parts, score_parts = [], []
-    for index, labels in parts:
-        if not index.n_docs:
-            continue
-        scores = index.scores(terms, stats)
-        nonzero = np.flatnonzero(scores > 0)
-        label_parts.append(labels[nonzero])
-        score_parts.append(scores[nonzero])
-    if not label_parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    return np.concatenate(label_parts), np.concatenate(score_parts)

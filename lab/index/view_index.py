@@ -13,7 +13,8 @@ from lab.config import IndexConfig
 from lab.index.chunk_vectors import ChunkVectors
 from lab.index.embeddings import write_vectors
 from lab.index.lexical import LexicalAnalyzer, LexicalIndex
-from lab.index.lexical_corpus import LexicalCorpus, score_segments
+from lab.index.lexical_corpus import LexicalCorpus
+from lab.index.lexical_topk import top_lexical
 from lab.index.vector import GraphShortfall, VectorIndex, shards_for
 from lab.store.table import StoredRows
 
@@ -333,11 +334,14 @@ class ViewIndex:
             return []
         with self._lock:
             stats, parts = self.lexical_corpus.segments()
-        labels, scores = score_segments(query, stats, parts, self.analyzer)
-        if not len(labels):
-            return []
-        keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
-        return collapse(labels[keep], scores[keep], self.memory_of, k)
+            live, memory_of = self.live, self.memory_of
+
+        def keep(labels: np.ndarray) -> np.ndarray:
+            return live[labels] if allowed is None else live[labels] & allowed[labels]
+
+        # the common terms' postings are scored only where they can still change the top k (MaxScore)
+        return top_lexical(query, stats, parts, self.analyzer, k, keep,
+                           lambda labels, scores, n: collapse(labels, scores, memory_of, n))
 
 
 def build_view(namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,

@@ -15,6 +15,7 @@ from lab.search.abstain import Abstention, best_scores, decide
 from lab.search.analysis import QueryAnalysis
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, query_analysis, reference_time
 from lab.search.fusion import explain_learned, fuse_detailed, prepare
+from lab.search.rerank import reranked
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,13 @@ def search(
     return search_many(snapshot, [SearchRequest(query, query_vector, k, explain, encoded)], config)[0]
 
 
+def memory_texts(nsview, ids: list[str]) -> dict[str, str]:
+    """Memory id -> title and content (what a rerank server reads), for the ids of ``nsview`` asked."""
+    present = [m for m in ids if m in nsview.pos]
+    rows = nsview.rows_at([nsview.pos[m] for m in present])
+    return {m: f"{row['title']}\n{row['content']}" if row["title"] else row["content"] for m, row in zip(present, rows)}
+
+
 def _check(request: SearchRequest) -> None:
     if not isinstance(request.query, str) or not request.query.strip():
         raise ValidationError("query must be a non-empty string")
@@ -123,7 +131,8 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
             raise ValidationError(f"search request {i} ({request.query!r}) has no query vector")
     limit = np.asarray([r.k or config.fusion.top_k for r in requests])
     widest = int(limit.max())
-    config = replace(config, fusion=replace(config.fusion, top_k=widest))
+    # a rerank stage re-orders the fused top n: the fusion ranks at least that deep
+    config = replace(config, fusion=replace(config.fusion, top_k=max(widest, config.rerank.top_n if config.rerank.server else 0)))
     nsview = snapshot.view
     namespace = nsview.namespace
     ref = reference_time(config, nsview)
@@ -142,6 +151,9 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
     best = best_scores(table)
     cands = prepare(table)
     ranked, contrib = fuse_detailed(cands, config.fusion)
+    if config.rerank.server:
+        ranked = reranked(ranked, config.rerank, dict(zip(qids, (r.query for r in requests))),
+                          lambda ids: memory_texts(nsview, ids))
     ranked = ranked.filter(ranked["rank"].to_numpy() <= limit[ranked["qid"].cast(pl.Int64).to_numpy()])
     picked = ranked.select("qid", "memory_id")
     ids = picked["memory_id"].unique(maintain_order=True).to_list()

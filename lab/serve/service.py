@@ -36,6 +36,7 @@ from lab.config import AssembleConfig, SaveConfig, SearchConfig, to_dict
 from lab.embed import Embedder
 from lab.embed.base import set_model_threads
 from lab.embed.registry import lookup, make_embedder, query_model_name
+from lab.embed.server_spec import is_server_model
 from lab.embed.worker import ProcessEmbedder
 from lab.errors import ConflictError, LabError
 from lab.pipeline import Pipeline
@@ -108,11 +109,14 @@ class MemoryService:
         # in this process, under embed_lock (shared with the committer)
         self._query_embedders: list[tuple[Embedder, threading.Lock]]
         store_model = self.pipeline.embedder
-        self.query_model = embedder.model_id if embedder is not None else query_model_name(settings.query_model, store_model.model_id)
-        if self.query_model == store_model.model_id and (settings.query_embedders == 0 or embedder is not None):
+        self.query_model = embedder.model_id if embedder is not None else query_model_name(
+            settings.query_model, store_model.model_id, self.store.info.embed_space)
+        # a server model's calls wait on the network, not the GIL: no process of its own
+        in_process = settings.query_embedders == 0 or embedder is not None or is_server_model(self.query_model)
+        if self.query_model == store_model.model_id and in_process:
             set_model_threads(store_model, settings.model_threads)
             self._query_embedders = [(store_model, self.embed_lock)]
-        elif settings.query_embedders == 0:
+        elif in_process:
             query = make_embedder(replace(self.pipeline.config.embed, model=self.query_model, cache=False))
             require_query_model(self.store, query)
             set_model_threads(query, settings.model_threads)

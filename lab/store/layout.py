@@ -62,6 +62,9 @@ class StoreInfo:
     embed_model: str
     dim: int
     save_config: dict[str, Any]
+    # the vectors' space where the model declares one of its own id (a server model's file: its
+    # vectors are of a known model's space); None: the model id's own (lab.embed.registry.space_of)
+    embed_space: str | None = None
 
     @classmethod
     def read(cls, root: Path) -> "StoreInfo":
@@ -91,7 +94,16 @@ class StoreInfo:
         return info
 
     def text(self) -> str:
-        return json.dumps(self.__dict__, indent=2, sort_keys=True)
+        # a store without a declared space is written as before: a lab that predates the field reads it
+        fields = {k: v for k, v in self.__dict__.items() if k != "embed_space" or v is not None}
+        return json.dumps(fields, indent=2, sort_keys=True)
+
+    @property
+    def space(self) -> str:
+        """The space of the stored vectors (a query model must encode into it)."""
+        from lab.embed.registry import space_of
+
+        return self.embed_space or space_of(self.embed_model)
 
     def write_aside(self, root: Path) -> Path:
         """Write to the info file's temporary copy; ``Path.replace`` it onto ``info_path(root)``."""

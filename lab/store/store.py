@@ -67,10 +67,11 @@ class Store:
     # ----------------------------------------------------------------- lifecycle
     @classmethod
     def create(cls, root: str | Path, *, embed_model: str, dim: int, save_config: dict[str, Any],
-               settings: StoreSettings | None = None) -> "Store":
+               settings: StoreSettings | None = None, embed_space: str | None = None) -> "Store":
         """A new store in an empty folder or at an empty URI (``_create``), of this embedder and config."""
         return _create(cls, root, StoreInfo(format=STORE_FORMAT, created_at=utcnow().isoformat(), lab_version=__version__,
-                                            embed_model=embed_model, dim=dim, save_config=save_config), settings)
+                                            embed_model=embed_model, dim=dim, save_config=save_config,
+                                            embed_space=embed_space), settings)
 
     @classmethod
     def open(cls, root: str | Path, *, pin: StoreVersion | str | None = None, read_only: bool = False,

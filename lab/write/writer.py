@@ -161,10 +161,26 @@ class Writer(Upkeep):
         clash = self.store.memories_table.has_ids(ids)
         if clash:
             raise ConflictError(f"memory id(s) {sorted(clash)[:5]} exist already with other content; use update")
+        batches = [fresh[i:i + batch_size] for i in range(0, len(fresh), batch_size)]
+        try:
+            self._save_batches(fresh, batches, report, progress)
+        except BaseException:
+            if self.cache is not None:  # vectors a model server gave before it failed: a re-run embeds only the rest
+                self.cache.flush()
+            raise
+        if self.cache is not None and (report.embedded >= 256 or len(batches) > 1):
+            self.cache.flush()
+        report.version = str(self.store.known_version())
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _save_batches(self, fresh: list[dict[str, Any]], batches: list[list[dict[str, Any]]], report: IngestReport,
+                      progress: bool) -> None:
+        """Embed (ahead, when that shows progress or the engine does it), then chunk, commit and
+        index batch by batch: each commit is acknowledged in ``report`` as it lands."""
         ahead = self.engine.embeds_ahead or (progress and len(fresh) >= EMBED_AHEAD_MIN)
         if self.cache is not None and fresh and ahead:
             report.embedded += self._embed_ahead(fresh, progress)
-        batches = [fresh[i:i + batch_size] for i in range(0, len(fresh), batch_size)]
         for batch in _progress(batches, len(batches), "save", progress and len(batches) > 1):
             chunks, embedded = self._chunks(batch)
             version = self.store.insert(batch, chunks)
@@ -172,11 +188,6 @@ class Writer(Upkeep):
             report.chunks += chunks.num_rows
             report.embedded += embedded
             self._index_added(pl.from_arrow(chunks), [], version)
-        if self.cache is not None and (report.embedded >= 256 or len(batches) > 1):
-            self.cache.flush()
-        report.version = str(self.store.known_version())
-        report.seconds = time.perf_counter() - started
-        return report
 
     @locked
     def ingest(self, path: str | Path, namespace: str | None = None, *, progress: bool = True) -> IngestReport:
