@@ -74,6 +74,11 @@ def run_sweep(spec: SweepSpec, *, datasets: str | Path | None = None, out_root: 
     started = time.perf_counter()
     sweep = _Sweeper(spec, DatasetRef(spec.dataset, datasets, options=DatasetOptions(spec.observations), project=project),
                      root, embedder, progress, on_stage or (lambda _msg: None), embeddings, engine)
+    if sweep.base.rerank.server:
+        raise ValidationError(f"sweep {spec.name!r}: its base configuration has a rerank server stage "
+                              f"(rerank.server {sweep.base.rerank.server!r}), which a sweep does not replay; sweep "
+                              "without it, then measure the winner with the stage by `lab eval --config`",
+                              field="rerank.server")
     rows, interrupted, fusion_seconds = sweep.fusion_stage()
     if not rows:
         raise ValidationError("the sweep scored no configuration" + (" (interrupted)" if interrupted else ""))
