@@ -370,3 +370,34 @@ def test_labs_own_error_in_a_ray_task_is_raised_as_itself(ray_engine):
         list(ray_engine.map(parse_address, ["nowhere"]))
     assert type(bad.value) is ValidationError and bad.value.field == "ray_address"
     assert str(bad.value).startswith("--ray-address 'nowhere': expected HOST:PORT") and "Traceback" not in str(bad.value)
+
+
+def test_a_server_model_on_ray_is_called_from_the_workers_within_its_limit(tmp_path, ray_engine, monkeypatch):
+    """A server model's batches go out from the Ray workers (the driver's own client sends none),
+    each worker within the file's concurrency, with the key the file declares; the store equals a
+    local ingest's and holds no key."""
+    import yaml
+
+    from lab.engine.local import LocalEngine
+    from lab.pipeline import Pipeline
+    from tests.model_server import ModelServer
+
+    key = "sk-ray-worker-key-0000111122223333"
+    monkeypatch.setenv("RAY_TEST_EMBED_KEY", key)
+    with ModelServer(dim=64, key=key) as server:
+        spec = tmp_path / "model.yaml"
+        spec.write_text(yaml.safe_dump({"kind": "openai-embeddings", "model": "fake-embed", "base_url": server.base_url,
+                                        "reads_env": ["RAY_TEST_EMBED_KEY"], "auth": {"env": "RAY_TEST_EMBED_KEY"},
+                                        "batch_size": 8, "concurrency": 1, "dimensions": 64}))
+        model = f"openai:{spec}"
+        with Pipeline.open(tmp_path / "ray", SaveConfig(embed=EmbedConfig(model=model)), create=True,
+                           engine=ray_engine) as pipe:
+            pipe.ingest(DEMO, progress=False)
+            assert pipe.embedder.client.requests == 0, "the driver embedded: the workers should have"
+        assert server.requests and all(len(r["body"]["input"]) <= 8 for r in server.requests)
+        # at most one request in flight per worker process: the file's concurrency, kept by each
+        assert server.most_in_flight <= ray_engine.workers, server.most_in_flight
+        _ingest(tmp_path / "local", LocalEngine(), model)
+    assert not any(key.encode() in p.read_bytes() for p in (tmp_path / "ray").rglob("*") if p.is_file())
+    (mem_l, chunks_l), (mem_r, chunks_r) = _store_rows(tmp_path / "local"), _store_rows(tmp_path / "ray")
+    assert mem_l.height == 347 and mem_l.equals(mem_r)

@@ -216,3 +216,27 @@ def test_a_server_dying_mid_ingest_loses_nothing_acknowledged_and_a_rerun_comple
             report = pipe.save_many(many, namespace="ns", progress=True)
             assert pipe.store.memories("ns").height == 150 and len(report.created) == 146
         assert server.texts_embedded() - sent == 146 - 128, "the rerun embedded texts the cache already held"
+
+
+def test_lab_eval_through_a_keyed_server_writes_the_key_nowhere(tmp_path):
+    """`lab eval --model openai:FILE` tracked in MLflow: the key is in no run folder file, no MLflow
+    record or artifact, no output line, while the server saw it on every request."""
+    import os
+    import subprocess
+    import sys
+
+    with ModelServer(dim=64, key=KEY) as server:
+        name = model_file(tmp_path, server.base_url, reads_env=["MY_EMBED_KEY"], auth={"env": "MY_EMBED_KEY"})
+        env = {**os.environ, "MY_EMBED_KEY": KEY, "LAB_EVAL_ROOT": str(tmp_path / "eval"),
+               "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+        got = subprocess.run([sys.executable, "-m", "lab", "eval", "--dataset", "demo", "--preset", "bm25", "--model",
+                              name, "--out", str(tmp_path / "runs"), "--tracking-uri",
+                              f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                             capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+        assert got.returncode == 0, got.stderr[-2000:]
+        assert server.requests and all(r["headers"]["Authorization"] == f"Bearer {KEY}" for r in server.requests)
+    assert KEY not in got.stdout + got.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "model.yaml"]
+    assert any(p.suffix == ".db" for p in written) and any("runs" in p.parts for p in written)
+    leaked = [str(p) for p in written if KEY.encode() in p.read_bytes()]
+    assert not leaked, f"the key was written to {leaked}"
