@@ -335,6 +335,7 @@ def saves_and_compact(size: int, args: argparse.Namespace, compact: bool) -> dic
     copy = BENCH / f"scale-{size}-copy"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(BENCH / f"scale-{size}", copy)
+    os.sync()  # the copy's gigabytes written out first: the saves' own writes are timed, not its writeback
     try:
         out = {"saves": run_phase("saves", size, args)}
         print(size, "saves", out["saves"], file=sys.stderr)

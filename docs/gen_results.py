@@ -73,6 +73,10 @@ def benchmark(path: Path) -> list[str]:
         return lines + vector_recall_table(data)
     if path.stem == "many_namespaces" and isinstance(data, dict) and "library" in data:
         return lines + many_namespaces_tables(data)
+    if path.stem == "scale_store" and isinstance(data, dict) and "growth" in data:
+        return lines + scale_store_table(data)
+    if path.stem == "model_servers" and isinstance(data, dict) and "onnx_int8" in data:
+        return lines + model_servers_table(data)
     if path.stem == "longmemeval_s" and isinstance(data, dict):
         return lines + longmemeval_s_tables(data)
     if path.stem.startswith("default_cv") and isinstance(data, dict) and "levers" in data:
@@ -316,6 +320,72 @@ def many_namespaces_tables(data: dict[str, Any]) -> list[str]:
                   f"{run['touched']:,} namespaces (first search each {ms(run['first_search_each'])}, "
                   f"{run['errors']} errors); resident memory by namespaces touched: {rss}.", ""]
     return lines
+
+
+SCALE_ROWS = (  # label, path in a size's results, unit
+    ("ingest", ("build", "ingest_s"), "s"), ("index build", ("build", "index_build_s"), "s"),
+    ("build peak RSS", ("build", "peak_rss_gb"), "GB"), ("`lab store check`", ("check", "seconds"), "s"),
+    ("open and load (library)", ("library", "open_and_load_s"), "s"),
+    ("vector search p50", ("library", "search_vector", "p50_ms"), "ms"),
+    ("vector search p99", ("library", "search_vector", "p99_ms"), "ms"),
+    ("bm25 search p50", ("library", "search_bm25", "p50_ms"), "ms"),
+    ("bm25 search p99", ("library", "search_bm25", "p99_ms"), "ms"),
+    ("lab search p50", ("library", "search_lab", "p50_ms"), "ms"),
+    ("lab search p99", ("library", "search_lab", "p99_ms"), "ms"),
+    ("library peak RSS", ("library", "peak_rss_gb"), "GB"),
+    ("server start to ready", ("served", "start_to_ready_s"), "s"),
+    ("served search paced, answered per s", ("served", "search_paced", "answered_per_s"), "/s"),
+    ("served search paced p50", ("served", "search_paced", "p50_ms"), "ms"),
+    ("served search paced p99", ("served", "search_paced", "p99_ms"), "ms"),
+    ("server peak RSS", ("served", "server_peak_rss_gb"), "GB"),
+    ("single save p50", ("saves", "single_save", "p50_ms"), "ms"),
+    ("single save p99", ("saves", "single_save", "p99_ms"), "ms"),
+    ("search right after a save p50", ("saves", "lab_search_right_after_a_save", "p50_ms"), "ms"),
+    ("search right after a save p99", ("saves", "lab_search_right_after_a_save", "p99_ms"), "ms"),
+    ("`lab store compact`", ("compact", "seconds"), "s"),
+)
+
+
+def scale_store_table(data: dict[str, Any]) -> list[str]:
+    """One namespace grown 10k -> 100k -> 1M: every figure per size, and its growth per tenfold."""
+    sizes = data["sizes"]
+
+    def at(size: int, path: tuple) -> Any:
+        node: Any = data.get(f"memories_{size}", {})
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    head = " | ".join(f"{s:,}" for s in sizes)
+    grow = " | ".join(f"x{sizes[i + 1] // sizes[i]}" for i in range(len(sizes) - 1))
+    lines = [f"Vectors: {data['vectors']}. Served: `lab serve`, searches offered at {data['served_rate_per_s']}/s; "
+             f"load average at start {data['load_average_at_start']}.", "",
+             f"| measure | {head} | {grow} |", "|---|" + "---|" * (2 * len(sizes) - 1)]
+    for label, path, unit in SCALE_ROWS:
+        values = [at(s, path) for s in sizes]
+        ratios = [f"{b / a:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else "-"
+                  for a, b in zip(values, values[1:])]
+        cells = [f"{v:g} {unit}" if isinstance(v, (int, float)) else "-" for v in values]
+        lines.append(f"| {label} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    return lines + [""]
+
+
+def model_servers_table(data: dict[str, Any]) -> list[str]:
+    """all-MiniLM-L6-v2 through infinity and in process, and lab's paths against plain loops."""
+    lines = [f"{data['texts']:,} texts ({data['tokens']:,} tokens) of {data['source']}; the fastest of {data['rounds']} "
+             f"alternating rounds; load average at start {data['load_average_at_start']}.", "",
+             "| path | texts/s | tokens/s | against |", "|---|---|---|---|"]
+    for kind, name in (("sentence_transformers", "sentence-transformers"), ("onnx_int8", "int8 ONNX")):
+        row = data[kind]
+        lines += [f"| lab, {name} | {row['lab']['texts_per_s']:,} | {row['lab']['tokens_per_s']:,} | "
+                  f"{row['lab_vs_plain']:.3f} x the plain loop |",
+                  f"| plain {name} loop | {row['plain_loop']['texts_per_s']:,} | {row['plain_loop']['tokens_per_s']:,} | |"]
+    for name, row in data.get("through_infinity", {}).items():
+        lines.append(f"| lab, {name.replace('_', ' ')} (infinity run) | {row['texts_per_s']:,} | {row['tokens_per_s']:,} | |")
+    if "server_vs_in_process_max_abs_diff" in data:
+        lines += ["", f"Largest difference between the server's vectors and the in-process model's: "
+                      f"{data['server_vs_in_process_max_abs_diff']:.2e}."]
+    return lines + [""]
 
 
 def render() -> str:
