@@ -82,6 +82,7 @@ class ModelServer:
                     self._send(404, {"error": "no such route"})
 
             def do_POST(self) -> None:
+                self.path = self.path.split("?", 1)[0]  # a key in the query string (some hosted APIs) is not a route
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with server._lock:
                     server.in_flight += 1

@@ -240,3 +240,21 @@ def test_lab_eval_through_a_keyed_server_writes_the_key_nowhere(tmp_path):
     assert any(p.suffix == ".db" for p in written) and any("runs" in p.parts for p in written)
     leaked = [str(p) for p in written if KEY.encode() in p.read_bytes()]
     assert not leaked, f"the key was written to {leaked}"
+
+
+def test_a_key_in_the_base_url_never_reaches_a_log_line_or_an_error(tmp_path, monkeypatch, caplog):
+    import logging
+
+    monkeypatch.setenv("URL_KEY", KEY)
+    with ModelServer(dim=64) as server:
+        name = model_file(tmp_path, f"{server.base_url}?api-key=${{URL_KEY}}", reads_env=["URL_KEY"], retries=0)
+        model = embedder(name)
+        assert KEY not in model.model_id and "api-key=***" in model.model_id
+        with caplog.at_level(logging.DEBUG, logger="httpx"):
+            model.embed(["hello"])
+        assert any("/embeddings" in r.getMessage() for r in caplog.records), "httpx logged no request line"
+        assert KEY not in caplog.text
+        server.faults = [{"status": 500}]
+        with pytest.raises(ServerError) as failed:
+            model.embed(["again"])
+        assert KEY not in str(failed.value) and "last: 500" in str(failed.value)

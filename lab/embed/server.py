@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -28,6 +29,7 @@ MAX_ANSWER_BYTES = 256 * 1024 ** 2
 MAX_WAIT_S = 30.0  # the longest pause between two attempts, whatever Retry-After asks
 _limits: dict[str, threading.BoundedSemaphore] = {}  # per model and server: requests in flight in this process
 _limits_lock = threading.Lock()
+_log_guards: dict[str, Any] = {}
 
 
 class ServerError(LabError):
@@ -51,6 +53,13 @@ def _wait_from(retry_after: str | None, attempt: int) -> float:
     return 0.25 * 2 ** attempt
 
 
+def route_url(base_url: str, route: str) -> str:
+    """``base_url`` with ``route`` added to its path (a query string, as some hosted APIs take a key
+    or version in, stays after it)."""
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + route, parts.query, parts.fragment))
+
+
 class ServerClient:
     """POSTs JSON to one server, within its spec's bounds (see the module's docstring)."""
 
@@ -62,6 +71,9 @@ class ServerClient:
         key = f"{spec.model}@{spec.base_url}"
         with _limits_lock:
             self._limit = _limits.setdefault(key, threading.BoundedSemaphore(spec.concurrency))
+            # the HTTP client's own log lines (a request's URL) shown redacted, once per model file or id
+            if spec.source not in _log_guards:
+                _log_guards[spec.source] = spec.env.guard_logs()
 
     def _http(self) -> Any:
         with self._lock:
@@ -77,7 +89,7 @@ class ServerClient:
     def post(self, route: str, body: dict) -> tuple[Any, dict]:
         """The parsed JSON answer to ``body`` POSTed to ``base_url + route``, and its headers."""
         spec = self.spec
-        url, shown = f"{spec.base_url}{route}", f"{spec.shown_url}{route}"
+        url, shown = route_url(spec.base_url, route), route_url(spec.shown_url, route)
         headers = spec.headers()
         deadline = time.monotonic() + spec.deadline_s
         last, attempts, why = "", 0, f"within deadline_s {spec.deadline_s:g}"
@@ -205,7 +217,7 @@ class ServerEmbedder:
         return vectors
 
     def _vectors(self, answer: Any, n: int) -> np.ndarray:
-        shown = f"{self.spec.shown_url}/embeddings"
+        shown = route_url(self.spec.shown_url, "/embeddings")
         data = answer.get("data") if isinstance(answer, dict) else None
         if not isinstance(data, list):
             raise self.client.error(f"{shown}: the answer has no data list (not an OpenAI embeddings answer)")

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import polars as pl
 
 from lab.config import RerankConfig
-from lab.embed.server import ServerClient
+from lab.embed.server import ServerClient, route_url
 from lab.embed.server_spec import ServerSpec, parse_server_model
 
 _clients: dict[str, ServerClient] = {}  # by server name: one HTTP client (its connections) per process
@@ -47,7 +47,7 @@ def rerank_scores(client: ServerClient, query: str, documents: Sequence[str]) ->
                 "return_documents": False}
     answer, _ = client.post("/rerank", body)
     items = answer.get("results") if isinstance(answer, dict) else answer
-    shown = f"{spec.shown_url}/rerank"
+    shown = route_url(spec.shown_url, "/rerank")
     if not isinstance(items, list):
         raise client.error(f"{shown}: the answer holds no list of results (a {spec.shape}-shaped answer was expected)")
     scores: list[float | None] = [None] * len(documents)
