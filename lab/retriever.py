@@ -21,7 +21,7 @@ from lab.assemble import assemble as assemble_items
 from lab.config import AssembleConfig, IndexConfig, SearchConfig
 from lab.embed import Embedder, make_embedder
 from lab.embed.base import assume_dim
-from lab.embed.registry import query_model_name
+from lab.embed.registry import query_model_name, space_of
 from lab.embed.embedding_cache import EmbeddingCache
 from lab.errors import ConflictError, ValidationError
 from lab.index.encoders import Encoder, EncoderIndex, make_encoder
@@ -51,7 +51,8 @@ def require_model(store: Store, embedder: Embedder) -> None:
 
 def require_query_model(store: Store, query_embedder: Embedder) -> None:
     """A query model must encode into the stored vectors' space."""
-    stored_space = store.info.space
+    # the space the store declares (a server model's file), else its model's own
+    stored_space = store.info.embed_space or space_of(store.info.embed_model)
     if query_embedder.space != stored_space or query_embedder.dim != store.info.dim:
         raise ConflictError(
             f"query model {query_embedder.model_id!r} encodes into {query_embedder.space!r} "

@@ -159,6 +159,12 @@ def use(**changes: Any) -> Workspace:
     return install(replace(current(), **changes))
 
 
+def process_environment() -> Mapping[str, str]:
+    """The process's environment, from which a server model's file reads the variables it declares
+    (``lab.embed.server_spec``; nothing else of it): every touch of the environment is in this module."""
+    return os.environ
+
+
 def set_library_env(values: Mapping[str, str], *, overwrite: bool = False) -> None:
     """Set switches that third-party libraries read from the environment (offline mode, telemetry
     off): written here so that every touch of the environment is in this module."""

@@ -19,7 +19,7 @@ import pytest
 
 from lab.adapters.base import AdapterError, MemorySystem
 from lab.adapters.registry import open_system
-from lab.adapters.templates import CLIENT_LOGGERS, redact_url
+from lab.config.file_env import CLIENT_LOGGERS, redact_url
 from lab.config import YAML_ALIAS_NODES, read_yaml
 from lab.errors import ValidationError
 

@@ -258,3 +258,12 @@ def test_a_key_in_the_base_url_never_reaches_a_log_line_or_an_error(tmp_path, mo
         with pytest.raises(ServerError) as failed:
             model.embed(["again"])
         assert KEY not in str(failed.value) and "last: 500" in str(failed.value)
+
+
+def test_the_client_loggers_are_left_as_found_after_a_request(server):
+    import logging
+
+    from lab.config.file_env import CLIENT_LOGGERS
+
+    embedder(f"openai:fake-embed@{server.base_url}").embed(["hello"])
+    assert not any(logging.getLogger(name).filters for name in CLIENT_LOGGERS)

@@ -58,7 +58,8 @@ from typing import Any, Mapping, Sequence
 
 from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, check_setting_names, ranked_hits
 from lab.adapters.http_call import Bounds, send
-from lab.adapters.templates import FileEnv, check_path, pick, render, zipped
+from lab.adapters.templates import check_path, pick, render, zipped
+from lab.config.file_env import FileEnv
 from lab.config import EmbedConfig
 from lab.errors import ValidationError
 

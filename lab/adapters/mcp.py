@@ -36,7 +36,8 @@ from typing import Any, Mapping, Sequence
 
 from lab.adapters.base import AdapterError, Memory, MemorySystem, batch_ids, check_setting_names, ranked_hits
 from lab.adapters.http import known_fields, positive
-from lab.adapters.templates import FileEnv, check_path, pick, render
+from lab.adapters.templates import check_path, pick, render
+from lab.config.file_env import FileEnv
 from lab.errors import ValidationError
 
 

@@ -25,7 +25,8 @@ from lab.embed.e5 import E5Embedder, E5SparseEmbedder
 from lab.embed.fake import FakeEmbedder
 from lab.embed.local import local_embedder, local_model_id, looks_local
 from lab.embed.onnx import OnnxEmbedder
-from lab.embed.server_spec import is_server_model, parse_server_model
+from lab.embed.server import ServerEmbedder
+from lab.embed.server_spec import ServerSpec, is_server_model, parse_server_model
 from lab.embed.st import SentenceTransformerEmbedder, model_dir
 from lab.errors import ConflictError, ValidationError
 
@@ -164,14 +165,24 @@ def make_embedder(config: EmbedConfig, *, sparse_ok: bool = False) -> Embedder:
                                   f"(index.models: [{spec.alias}]), not a store's model", field="embed.model")
         return spec.build(config)
     if is_server_model(name):
-        from lab.embed.server import ServerEmbedder
-
-        return ServerEmbedder(parse_server_model(name))
+        server = parse_server_model(name)
+        return ServerEmbedder(server, space=_declared_space(server))
     if looks_local(name):
         return local_embedder(name, config)
     raise ValidationError(f"unknown embedding model {name!r}; known: {', '.join(known_names())}; "
                           "or a local folder as st:PATH or onnx:PATH; or a server model as openai:MODEL@BASE_URL "
                           "or openai:FILE.yaml", field="embed.model")
+
+
+def _declared_space(server: ServerSpec) -> str | None:
+    """The vector space a server model's file declares (a known model's), or None; an unknown name is refused."""
+    if server.space is None:
+        return None
+    known = lookup(server.space)
+    if known is None:
+        raise ValidationError(f"{server.source}: space {server.space!r} is not a known model; known: "
+                              f"{', '.join(known_names())}", field="embed.model")
+    return known.space
 
 
 def canonical(name: str) -> str:

@@ -23,13 +23,13 @@ import numpy as np
 
 from lab.embed.base import normalize_rows
 from lab.embed.server_spec import ServerSpec
+from lab.embed.st import HFTokenizer, model_dir
 from lab.errors import LabError
 
 MAX_ANSWER_BYTES = 256 * 1024 ** 2
 MAX_WAIT_S = 30.0  # the longest pause between two attempts, whatever Retry-After asks
 _limits: dict[str, threading.BoundedSemaphore] = {}  # per model and server: requests in flight in this process
 _limits_lock = threading.Lock()
-_log_guards: dict[str, Any] = {}
 
 
 class ServerError(LabError):
@@ -71,9 +71,6 @@ class ServerClient:
         key = f"{spec.model}@{spec.base_url}"
         with _limits_lock:
             self._limit = _limits.setdefault(key, threading.BoundedSemaphore(spec.concurrency))
-            # the HTTP client's own log lines (a request's URL) shown redacted, once per model file or id
-            if spec.source not in _log_guards:
-                _log_guards[spec.source] = spec.env.guard_logs()
 
     def _http(self) -> Any:
         with self._lock:
@@ -92,6 +89,16 @@ class ServerClient:
         url, shown = route_url(spec.base_url, route), route_url(spec.shown_url, route)
         headers = spec.headers()
         deadline = time.monotonic() + spec.deadline_s
+        # the HTTP client's own log lines (a request's URL) redacted while this request runs; the
+        # client loggers are left as they were found afterwards
+        guard = spec.env.guard_logs()
+        try:
+            return self._attempts(url, shown, body, headers, deadline)
+        finally:
+            guard.remove()
+
+    def _attempts(self, url: str, shown: str, body: dict, headers: dict, deadline: float) -> tuple[Any, dict]:
+        spec = self.spec
         last, attempts, why = "", 0, f"within deadline_s {spec.deadline_s:g}"
         with self._limit:
             for attempt in range(spec.retries + 1):
@@ -161,12 +168,10 @@ class ServerClient:
 class ServerEmbedder:
     """An Embedder (lab.embed.base) whose vectors come from an OpenAI-compatible server."""
 
-    def __init__(self, spec: ServerSpec) -> None:
-        from lab.embed.st import HFTokenizer, model_dir
-
+    def __init__(self, spec: ServerSpec, space: str | None = None) -> None:
         self.spec = spec
         self.model_id = spec.model_id
-        self.space = spec.space or self.model_id
+        self.space = space or self.model_id  # a declared space (lab.embed.registry resolves the file's)
         self.symmetric = spec.query_prefix == spec.passage_prefix
         self.batch_size = spec.batch_size
         self.max_seq_length = spec.max_tokens

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from lab.adapters.templates import FileEnv, redact_url
+from lab.config.file_env import FileEnv, redact_url
 from lab.errors import ValidationError
+from lab.workspace import process_environment
 
 PREFIX = "openai:"
 RERANK_PREFIX = "rerank:"  # a rerank server (lab.search.rerank): the same forms, kind: rerank in a file
@@ -105,7 +105,7 @@ class ServerSpec:
 def parse_server_model(name: str, env: Mapping[str, str] | None = None, *, kind: str = "openai-embeddings") -> ServerSpec:
     """The spec ``name`` (``openai:MODEL@BASE_URL`` or ``openai:PATH``) names; every problem is one
     ValidationError naming the value."""
-    env = os.environ if env is None else env
+    env = process_environment() if env is None else env
     prefix = RERANK_PREFIX if kind == "rerank" else PREFIX
     rest = name[len(prefix):] if name.startswith(prefix) else name
     path = Path(rest.split("#", 1)[0]).expanduser()
@@ -225,16 +225,11 @@ def _seconds(raw: dict, key: str, where: str, default: float) -> float:
 
 
 def _space(value: Any, where: str) -> str | None:
-    """A declared vector space: a known model's (its id or alias), whose vectors these are."""
-    if value is None:
-        return None
-    from lab.embed.registry import known_names, lookup
-
-    spec = lookup(value) if isinstance(value, str) else None
-    if spec is None:
-        raise ValidationError(f"{where}: space {value!r} is not a known model; known: {', '.join(known_names())}",
-                              field="embed.model")
-    return spec.space
+    """A declared vector space: the id or alias of a known model whose vectors these are (checked
+    against the known models when the embedder is made: lab.embed.registry)."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValidationError(f"{where}: space must be a known model's id or alias, got {value!r}", field="embed.model")
+    return value
 
 
 def _tokenizer(value: Any, path: Path, where: str) -> str | None:

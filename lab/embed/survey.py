@@ -8,6 +8,8 @@ from typing import Any
 from lab.config import EmbedConfig
 from lab.embed.base import set_model_threads
 from lab.embed.registry import MODELS, ModelSpec, make_embedder
+from lab.embed.server import ServerEmbedder
+from lab.errors import LabError
 
 # a sample to time on: short texts of a conversation, and one of a model's full length
 _SHORT = [f"Caroline said she went to the support group on day {i}, and it was powerful." for i in range(32)]
@@ -53,9 +55,6 @@ def server_entries(names: list[str], measure: bool = False) -> list[dict[str, An
     """One entry per server model named (``openai:MODEL@BASE_URL`` or a model file), after one probe
     call each: its dimension and the model name the server answered with; a server that cannot
     answer gives an entry whose ``error`` says why (one line, no key in it)."""
-    from lab.embed.server import ServerEmbedder
-    from lab.errors import LabError
-
     out = []
     for name in names:
         entry: dict[str, Any] = {"id": name, "alias": "-", "backend": "openai-server", "dim": None,

@@ -132,7 +132,7 @@ def _worker_model(embedder: Embedder) -> dict[str, Any]:
     spec = getattr(embedder, "spec", None)
     if spec is None:
         return {"model": embedder.model_id}
-    env = {name: os.environ[name] for name in spec.env.declared if name in os.environ}
+    env = {name: spec.env.env[name] for name in spec.env.declared if spec.env.env.get(name)}
     return {"model": spec.source, "expect": embedder.model_id, "env": env}
 
 
@@ -142,7 +142,7 @@ class _EmbedBatch:
 
     def __init__(self, model: str, threads: int = 1, expect: str | None = None, env: dict | None = None) -> None:
         # a server model's key (the variables its file declares) travels with the worker's arguments
-        os.environ.update(env or {})
+        set_library_env(env or {}, overwrite=True)
         self.embedder = make_embedder(EmbedConfig(model=model))
         if self.embedder.model_id != (expect or model):
             raise ValidationError(f"the worker built {self.embedder.model_id!r} for {expect or model!r}")

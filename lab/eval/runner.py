@@ -25,6 +25,7 @@ from lab.eval.metrics import DEFAULT_KS, bootstrap_cis
 from lab.eval.ragas_adapter import ragas_metrics
 from lab.retriever import Retriever
 from lab.search.fusion import PreparedCandidates, fuse
+from lab.search.rerank import reranked
 
 
 @dataclass
@@ -138,8 +139,6 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
 
 
 def _reranked_run(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, run: pl.DataFrame) -> pl.DataFrame:
-    from lab.search.rerank import reranked
-
     questions = dict(dataset.questions.select("qid", "question").iter_rows())
 
     def texts(ids: list[str]) -> dict[str, str]:

@@ -98,12 +98,6 @@ class StoreInfo:
         fields = {k: v for k, v in self.__dict__.items() if k != "embed_space" or v is not None}
         return json.dumps(fields, indent=2, sort_keys=True)
 
-    @property
-    def space(self) -> str:
-        """The space of the stored vectors (a query model must encode into it)."""
-        from lab.embed.registry import space_of
-
-        return self.embed_space or space_of(self.embed_model)
 
     def write_aside(self, root: Path) -> Path:
         """Write to the info file's temporary copy; ``Path.replace`` it onto ``info_path(root)``."""
