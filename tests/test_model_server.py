@@ -267,3 +267,13 @@ def test_the_client_loggers_are_left_as_found_after_a_request(server):
 
     embedder(f"openai:fake-embed@{server.base_url}").embed(["hello"])
     assert not any(logging.getLogger(name).filters for name in CLIENT_LOGGERS)
+
+
+def test_a_model_file_whose_yaml_aliases_explode_is_refused(tmp_path):
+    from lab.config.reading import YAML_ALIAS_NODES
+    from tests.test_adapter_security import bomb
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(bomb(9))
+    with pytest.raises(ValidationError, match=f"more than {YAML_ALIAS_NODES} nodes"):
+        make_embedder(EmbedConfig(model=f"openai:{path}", cache=False))

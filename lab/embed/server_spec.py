@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lab.config.file_env import FileEnv, redact_url
+from lab.config.reading import read_config_file
 from lab.errors import ValidationError
 from lab.workspace import process_environment
 
@@ -127,16 +128,7 @@ def _from_file(path: Path, env: Mapping[str, str], kind: str) -> ServerSpec:
     where = f"model file {path}"
     if not path.is_file():
         raise ValidationError(f"{where}: no such file", field="embed.model")
-    try:
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".json":
-            raw = json.loads(text)
-        else:
-            import yaml
-
-            raw = yaml.safe_load(text)
-    except Exception as exc:  # yaml and json raise several types
-        raise ValidationError(f"{where}: unreadable ({type(exc).__name__}: {exc})", field="embed.model") from None
+    raw = read_config_file(path)  # JSON or YAML, aliases bounded (a "billion laughs" file is refused)
     if not isinstance(raw, dict):
         raise ValidationError(f"{where}: expected a mapping of settings, got {type(raw).__name__}", field="embed.model")
     unknown = sorted(set(raw) - set(FILE_FIELDS))

@@ -25,7 +25,7 @@ from lab.eval.metrics import DEFAULT_KS, bootstrap_cis
 from lab.eval.ragas_adapter import ragas_metrics
 from lab.retriever import Retriever
 from lab.search.fusion import PreparedCandidates, fuse
-from lab.search.rerank import reranked
+from lab.search.rerank import memory_text, reranked
 
 
 @dataclass
@@ -143,7 +143,7 @@ def _reranked_run(retriever: Retriever, dataset: EvalDataset, config: SearchConf
 
     def texts(ids: list[str]) -> dict[str, str]:
         rows = retriever.store.memories_table.get_many(ids).select("id", "title", "content")
-        return {m: f"{t}\n{c}" if t else c for m, t, c in rows.iter_rows()}
+        return {m: memory_text(t, c) for m, t, c in rows.iter_rows()}
 
     return reranked(run, config.rerank, questions, texts)
 

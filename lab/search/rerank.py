@@ -27,6 +27,11 @@ from lab.embed.server_spec import ServerSpec, parse_server_model
 _clients: dict[str, ServerClient] = {}  # by server name: one HTTP client (its connections) per process
 
 
+def memory_text(title: str | None, content: str) -> str:
+    """What a rerank server reads of a memory: its title and content, as lexical search does."""
+    return f"{title}\n{content}" if title else content
+
+
 def reranker(name: str) -> ServerClient:
     """The client of the rerank server ``name`` (its file read once per process)."""
     if name not in _clients:

@@ -15,7 +15,7 @@ from lab.search.abstain import Abstention, best_scores, decide
 from lab.search.analysis import QueryAnalysis
 from lab.search.candidates import NamespaceSnapshot, Query, candidates, query_analysis, reference_time
 from lab.search.fusion import explain_learned, fuse_detailed, prepare
-from lab.search.rerank import reranked
+from lab.search.rerank import memory_text, reranked
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def memory_texts(nsview, ids: list[str]) -> dict[str, str]:
     """Memory id -> title and content (what a rerank server reads), for the ids of ``nsview`` asked."""
     present = [m for m in ids if m in nsview.pos]
     rows = nsview.rows_at([nsview.pos[m] for m in present])
-    return {m: f"{row['title']}\n{row['content']}" if row["title"] else row["content"] for m, row in zip(present, rows)}
+    return {m: memory_text(row["title"], row["content"]) for m, row in zip(present, rows)}
 
 
 def _check(request: SearchRequest) -> None:
