@@ -171,8 +171,11 @@ class Retriever:
         not one search's candidates at a time: at 100,000 memories the first minute of searches
         otherwise spends a third of its time analysing texts it meets for the first time.
         Takes at most half the analyzer memo's room (texts met later, and other namespaces, need
-        the rest); returns how many memories were analysed."""
+        the rest); returns how many memories were analysed. The memories' event times (their
+        time expressions resolved) are worked out too: the first temporal query waited seconds
+        for them at a million memories."""
         snap = self.snapshot(namespace)
+        snap.view.event_s()
         analyzer = snap.index.analyzer
         n = min(len(snap.view.ids), analyzer.term_set_room // 2)
         if n:
