@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_commands.add_parsers(sub)
     tune_commands.add_parsers(sub)
     tune_commands.add_learn_parser(sub)
+    tune_commands.add_adapt_parser(sub)
     tune_commands.add_gate_parser(sub)
     serve_commands.add_parsers(sub)
     mcp_commands.add_parsers(sub)

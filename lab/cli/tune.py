@@ -221,6 +221,88 @@ def add_learn_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_learn)
 
 
+def cmd_adapt(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lab.config import AdaptConfig
+    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
+    from lab.eval.report import candidate_from
+    from lab.eval.stores import eval_retriever, save_config
+    from lab.tune.adapt import adapt_from_gold
+
+    settings = AdaptConfig(kind=args.kind, rank=args.rank, l2=args.l2, steps=args.steps,
+                           learning_rate=args.learning_rate, temperature=args.temperature, seed=args.seed)
+    check_tracking(args)
+    candidate = candidate_from(args.preset if not args.config else None, args.config)
+    ws = command_workspace(args.datasets, args.tracking_uri)
+    dataset = DatasetRef(args.dataset, split=args.split, options=DatasetOptions(granularity=args.granularity)).at(
+        ws.datasets_root, ws.project).load()
+    show = not args.quiet and not args.json
+    retriever = eval_retriever(dataset, candidate.save or save_config(), root=ws.eval_root, embeddings=ws.embed_cache,
+                               progress=show)
+    say = (lambda msg: print(f"  {msg}", flush=True)) if show else None
+    out = Path(args.out or f"models/adapter-{Path(dataset.name).stem}")
+    done = adapt_from_gold(retriever, dataset, settings, str(out), cv=not args.no_cv, folds=args.folds, progress=say,
+                           tracking=None if args.no_track else command_tracking(args))
+    use = f"lab eval --dataset {args.dataset} --query-model adapter:{out}"
+    if args.json:
+        print_json({"adapter": done.adapter.model_id, "base": done.adapter.base, "questions": done.questions,
+                    "cross_validation": done.judged.to_dict() if done.judged else None, "run_id": done.run_id,
+                    "use": use})
+        return 0
+    if done.judged is not None:
+        judged = done.judged
+        print(f"{'held out':<12} {'questions':>9}  " + "  ".join(f"{'vector ' + m + ' (base -> adapted)':>34}"
+                                                                for m in judged.metrics))
+        for f in judged.folds:
+            cells = "  ".join(f"{f.base[m]:.4f} -> {f.learned[m]:.4f} ({f.delta[m]:+.4f})".rjust(34) for m in judged.metrics)
+            print(f"{f.held_out:<12} {f.questions:>9}  {cells}")
+        for row in judged.pooled:
+            print(f"all held out, vector {row['metric']}: {row['mean_a']:.4f} -> {row['mean_b']:.4f} ({row['delta']:+.4f}, "
+                  f"95% CI [{row['delta_low']:+.4f}, {row['delta_high']:+.4f}], p {row['p_value']:.4f}, {row['n']} questions)")
+        print(f"wins {judged.wins}/{len(judged.folds)} held-out folds on vector {judged.objective}")
+    print(f"-> {done.adapter.model_id}")
+    print(f"   adapts the queries of {done.adapter.base}; trained on {done.questions} questions"
+          + (f"; MLflow run {done.run_id}" if done.run_id else ""))
+    print(f"   use it: {use}")
+    return 0
+
+
+def add_adapt_parser(sub: argparse._SubParsersAction) -> None:
+    from lab.config.adapt import AdaptConfig  # light: the declarations only
+    from lab.fields import rule
+
+    def declared(name: str) -> str:
+        r = rule(AdaptConfig, name)
+        return f"{r.doc} (default {getattr(AdaptConfig, name)})"
+
+    p = sub.add_parser("adapt", help="learn a query adapter for the store's embedding model from a dataset's gold; "
+                                     "cross-validated by namespace; writes an adapter folder (adapter:PATH)")
+    p.add_argument("--dataset", required=True, help="locomo, longmemeval-s-dev, scifact, demo, a golden .yaml, a LoCoMo "
+                                                    "or LongMemEval .json or a BEIR folder")
+    p.add_argument("--granularity", choices=["turn", "session"], default=None,
+                   help="a LongMemEval file's memories: turns (default) or sessions")
+    p.add_argument("--kind", choices=list(rule(AdaptConfig, "kind").choices), default=AdaptConfig.kind,
+                   help=declared("kind"))
+    for name, kind in (("rank", int), ("l2", float), ("steps", int), ("learning_rate", float),
+                       ("temperature", float), ("seed", int)):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=getattr(AdaptConfig, name),
+                       help=declared(name))
+    p.add_argument("--preset", default="lab", help="the configuration whose store is read (its context turns)")
+    p.add_argument("--config", help="a candidate file whose store is read instead of a preset's")
+    p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    p.add_argument("--split", default="train", help="BEIR qrels split")
+    p.add_argument("--no-cv", action="store_true", help="skip the held-out judgement")
+    p.add_argument("--folds", type=int, default=5,
+                   help="folds when the questions are all in one namespace (else one fold per namespace; default 5)")
+    p.add_argument("--out", default=None, help="the adapter folder to write (default models/adapter-DATASET)")
+    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--no-track", action="store_true", help="do not log the training to MLflow")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_adapt)
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from lab.gate.checks import load_gate
     from lab.gate.run import JudgeOptions, report_table, run_gate

@@ -20,7 +20,7 @@ _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 
 def looks_local(name: str) -> bool:
-    if name.startswith("openai:"):  # a server model (lab.embed.server_spec), whose URL has slashes
+    if name.startswith(("openai:", "adapter:")):  # a server model, an adapter (their own forms; paths have slashes)
         return False
     return name.startswith(PREFIXES) or "/" in name or name.startswith((".", "~"))
 

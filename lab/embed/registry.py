@@ -5,7 +5,9 @@ A model is named in ``embed.model`` (a store's config, a preset, ``--model``) by
 - ``st:PATH``, a sentence-transformers folder, or ``onnx:PATH``, a folder holding an ONNX export
   and its ``tokenizer.json``; a bare existing folder is read as whichever of the two it holds;
 - ``openai:MODEL@BASE_URL`` or ``openai:FILE.yaml``, a model behind an OpenAI-compatible server
-  (``lab.embed.server_spec``).
+  (``lab.embed.server_spec``);
+- ``adapter:PATH``, a base model whose query vectors a learnt map adapts (``lab.embed.adapter``,
+  `lab adapt`): it queries the base model's stored vectors.
 
 A local model's id carries a fingerprint of its files (``st:/models/x#1a2b3c4d5e6f``): a store
 records it, so weights changed under the same path are refused instead of searched with vectors
@@ -15,11 +17,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from lab.config import DEFAULT_MODEL, FAKE_MODEL, EmbedConfig
+from lab.embed.adapter import AdaptedEmbedder, is_adapter_model, read_adapter
 from lab.embed.base import Embedder, MissingExtra, files_fingerprint
 from lab.embed.e5 import E5Embedder, E5SparseEmbedder
 from lab.embed.fake import FakeEmbedder
@@ -167,11 +170,16 @@ def make_embedder(config: EmbedConfig, *, sparse_ok: bool = False) -> Embedder:
     if is_server_model(name):
         server = parse_server_model(name)
         return ServerEmbedder(server, space=_declared_space(server))
+    if is_adapter_model(name):
+        adapter = read_adapter(name)
+        if is_adapter_model(adapter.base):
+            raise ValidationError(f"adapter {adapter.model_id!r} has another adapter as its base", field="embed.model")
+        return AdaptedEmbedder(make_embedder(replace(config, model=adapter.base)), adapter)
     if looks_local(name):
         return local_embedder(name, config)
     raise ValidationError(f"unknown embedding model {name!r}; known: {', '.join(known_names())}; "
                           "or a local folder as st:PATH or onnx:PATH; or a server model as openai:MODEL@BASE_URL "
-                          "or openai:FILE.yaml", field="embed.model")
+                          "or openai:FILE.yaml; or an adapter as adapter:PATH", field="embed.model")
 
 
 def _declared_space(server: ServerSpec) -> str | None:
@@ -191,12 +199,16 @@ def canonical(name: str) -> str:
     spec = lookup(name)
     if spec is None and is_server_model(name):
         return parse_server_model(name).model_id
+    if spec is None and is_adapter_model(name):
+        return read_adapter(name).model_id
     return spec.id if spec is not None else name
 
 
 def space_of(model_id: str) -> str:
     """The vector space a model id's vectors live in (a local model is a space of its own)."""
     spec = lookup(model_id)
+    if spec is None and is_adapter_model(model_id):
+        return space_of(read_adapter(model_id).base)  # it queries its base model's vectors
     return spec.space if spec is not None else model_id
 
 
@@ -220,6 +232,13 @@ def query_model_name(setting: str, store_model: str, store_space: str | None = N
     spec = lookup(setting)
     store_space = store_space or space_of(store_model)
     candidates = [s.id for s in MODELS.values() if s.space == store_space] or [store_model]
+    if spec is None and is_adapter_model(setting):
+        adapter = read_adapter(setting)
+        if space_of(adapter.base) != store_space:
+            raise ValidationError(f"query model {adapter.model_id!r} adapts the queries of {adapter.base!r}, but the "
+                                  f"store holds vectors of {store_model!r}: train an adapter on this store's model "
+                                  f"(lab adapt --model {store_model})", field="query_model")
+        return adapter.model_id
     if spec is None and setting != store_model:
         raise ValidationError(f"query model: unknown model {setting!r}; for this store's vectors "
                               f"({store_model}): auto, store or one of {candidates}", field="query_model")
@@ -256,6 +275,10 @@ def require_recorded(records: list[dict], where: str) -> None:
         spec = lookup(model_id)
         if spec is None and is_server_model(model_id):
             continue  # nothing on disk to check: the server answers for its model (its id names it)
+        if spec is None and is_adapter_model(model_id):
+            adapter = read_adapter(model_id)  # there, with the weights its id records
+            require_recorded([{"id": adapter.base}], f"{where}'s adapter {adapter.model_id}")
+            continue
         if spec is None:
             if not looks_local(model_id):
                 raise ValidationError(f"{where} names embedding model {model_id!r}, which this lab does not know; "
