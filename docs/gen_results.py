@@ -77,6 +77,8 @@ def benchmark(path: Path) -> list[str]:
         return lines + scale_store_table(data)
     if path.stem == "model_servers" and isinstance(data, dict) and "onnx_int8" in data:
         return lines + model_servers_table(data)
+    if path.stem == "adapt_cv" and isinstance(data, dict) and "datasets" in data:
+        return lines + adapt_cv_tables(data)
     if path.stem == "longmemeval_s" and isinstance(data, dict):
         return lines + longmemeval_s_tables(data)
     if path.stem.startswith("default_cv") and isinstance(data, dict) and "levers" in data:
@@ -385,6 +387,23 @@ def model_servers_table(data: dict[str, Any]) -> list[str]:
     if "server_vs_in_process_max_abs_diff" in data:
         lines += ["", f"Largest difference between the server's vectors and the in-process model's: "
                       f"{data['server_vs_in_process_max_abs_diff']:.2e}."]
+    return lines + [""]
+
+
+def adapt_cv_tables(data: dict[str, Any]) -> list[str]:
+    """Query adapters on held-out folds: the base model against the adapted queries, alone and in `lab`."""
+    lines = [f"The penalty chosen inside each fold from {data['l2_grid']}; otherwise {data['settings']['kind']} "
+             f"rank {data['settings']['rank']}, {data['settings']['steps']} steps. Paired over every held-out "
+             "question: delta, 95% bootstrap CI, randomization p.", "",
+             "| dataset | questions | list | metric | base | adapted | delta [95% CI] | p | l2 chosen | train on all |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, d in data["datasets"].items():
+        chosen = ", ".join(sorted({str(f["l2"]) for f in d["folds"]}))
+        for what, label in (("vector_only", "vector only"), ("lab", "`lab` fused")):
+            for metric, r in d[what].items():
+                lines.append(f"| {name} | {r['n']} | {label} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | "
+                             f"{r['delta']:+.4f} [{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} | "
+                             f"{chosen} | {d['train_on_all_s']} s |")
     return lines + [""]
 
 

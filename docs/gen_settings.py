@@ -29,6 +29,7 @@ def _sections():
         ("Index time: vector index", "index.vector.", C.VectorIndexConfig),
         ("Index time: lexical index", "index.lexical.", C.LexicalIndexConfig),
         ("Context assembly (`assemble`)", "assemble.", C.AssembleConfig),
+        ("Query adapters (`lab adapt` flags)", "adapt.", C.AdaptConfig),
         ("The server (`lab serve` flags, `LAB_SERVE_*`, a serve config file)", "", Settings),
         ("The workspace (flags and environment)", "", Workspace),
     ]

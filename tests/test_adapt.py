@@ -196,3 +196,27 @@ def test_lab_adapt_refuses_gold_too_small_to_split(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "gold too small to train an adapter: demo has 5 questions with gold, at least 8 needed" in err
     assert not (tmp_path / "a").exists()
+
+
+def test_a_retriever_opened_with_an_adapter_encodes_its_queries_through_it(pipe, tmp_path):
+    """The path `lab search --query-model` and `lab serve --query-model` take: the store's vectors,
+    the adapted query (a rotation adapter moves the query vector, so the vector ranking follows it)."""
+    from lab.retriever import Retriever
+
+    pipe.save_many([{"id": f"m{i}", "namespace": "n", "content": text} for i, text in enumerate(
+        ["pool size of the billing cluster is 32", "Ledgerline is owned by the payments team",
+         "the outage was caused by a full disk"])])
+    pipe.build()
+    pipe.close()
+    dim = FakeEmbedder().dim
+    write_adapter(tmp_path / "a", FAKE_MODEL, np.eye(dim, dtype=np.float32)[::-1].copy(), "linear", None, {})
+    plain = Retriever.open(tmp_path / "store")
+    adapted = Retriever.open(tmp_path / "store", query_model=f"adapter:{tmp_path / 'a'}")
+    assert adapted.query_embedder.model_id.startswith(f"adapter:{(tmp_path / 'a').resolve()}#")
+    q = plain.query_embedder.embed_queries(["pool size"])[0]
+    assert np.allclose(adapted.query_embedder.embed_queries(["pool size"])[0], q[::-1], atol=1e-6)
+    assert adapted.search("pool size", "n", 3, preset="bm25")[0].memory_id == "m0"  # the lexical side unchanged
+    write_adapter(tmp_path / "b", DEFAULT_MODEL, np.eye(384, dtype=np.float32), "linear",
+                  None, {})
+    with pytest.raises(ValidationError, match="adapts the queries of"):
+        Retriever.open(tmp_path / "store", query_model=f"adapter:{tmp_path / 'b'}")
