@@ -165,7 +165,7 @@ def _subset(dataset, questions: pl.DataFrame):
 
     sub = copy(dataset)
     sub.questions = questions
-    sub.qrels = dataset.qrels.filter(pl.col("qid").is_in(questions["qid"]))
+    sub.qrels = dataset.qrels.filter(pl.col("qid").is_in(questions["qid"].to_list()))
     return sub
 
 
@@ -177,8 +177,8 @@ def main() -> int:
                "load_average_at_start": os.getloadavg()[0], "datasets": {}}
     for name in args.datasets:
         results["datasets"][name] = one_dataset(name)
-    results["load_average_at_end"] = os.getloadavg()[0]
-    report("adapt_cv", results)
+        results["load_average_at_end"] = os.getloadavg()[0]
+        report("adapt_cv", results)  # after each dataset: a long run stopped keeps what it measured
     return 0
 
 

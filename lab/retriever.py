@@ -167,13 +167,9 @@ class Retriever:
         return self.indexes.get(namespace)
 
     def analyse(self, namespace: str) -> int:
-        """Analyse the namespace's memories' texts for the query-term coverage feature now,
-        not one search's candidates at a time: at 100,000 memories the first minute of searches
-        otherwise spends a third of its time analysing texts it meets for the first time.
-        Takes at most half the analyzer memo's room (texts met later, and other namespaces, need
-        the rest); returns how many memories were analysed. The memories' event times (their
-        time expressions resolved) are worked out too: the first temporal query waited seconds
-        for them at a million memories."""
+        """Analyse the namespace's texts for the coverage feature now, not one search's candidates at
+        a time (at 100,000 memories a third of the first minute of searches), within half the analyzer
+        memo's room; resolve their event times (seconds at a million); return how many were analysed."""
         snap = self.snapshot(namespace)
         snap.view.event_s()
         analyzer = snap.index.analyzer

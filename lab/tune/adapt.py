@@ -180,7 +180,7 @@ def cross_validate_adapter(gold: GoldVectors, dataset: Any, settings: AdaptConfi
         matrix = train_adapter(gold, of != name, settings)
         rows = np.flatnonzero(of == name)
         pq = score_run(exact_run(gold, rows, matrix), options, sub)[1].filter(pl.col("qid").is_in([gold.qids[r] for r in rows]))
-        bq = base.filter(pl.col("qid").is_in(pq["qid"]))
+        bq = base.filter(pl.col("qid").is_in(pq["qid"].to_list()))
         out.folds.append(FoldResult(name, pq.height, {m: round(float(bq[m].mean()), 4) for m in metrics},
                                     {m: round(float(pq[m].mean()), 4) for m in metrics}))
         held.append(pq)
@@ -208,7 +208,7 @@ def _questions_only(dataset: Any, questions: pl.DataFrame) -> Any:
 
     sub = copy(dataset)
     sub.questions = questions
-    sub.qrels = dataset.qrels.filter(pl.col("qid").is_in(questions["qid"]))
+    sub.qrels = dataset.qrels.filter(pl.col("qid").is_in(questions["qid"].to_list()))
     return sub
 
 
