@@ -25,9 +25,8 @@ import polars as pl
 from lab.config import AdaptConfig
 from lab.embed.adapter import adapt_queries, write_adapter
 from lab.errors import ValidationError
-from lab.eval.metrics import compare_runs
 from lab.eval.runner import EvalOptions, score_run
-from lab.tune.learn import CrossValidation, FoldResult, fold_groups
+from lab.tune.learn import CrossValidation, fold_groups
 
 MIN_TRAIN_QUESTIONS = 8  # questions with gold a fold trains on, at least
 RUN_DEPTH = 100  # memories ranked per held-out question
@@ -180,26 +179,10 @@ def cross_validate_adapter(gold: GoldVectors, dataset: Any, settings: AdaptConfi
         matrix = train_adapter(gold, of != name, settings)
         rows = np.flatnonzero(of == name)
         pq = score_run(exact_run(gold, rows, matrix), options, sub)[1].filter(pl.col("qid").is_in([gold.qids[r] for r in rows]))
-        bq = base.filter(pl.col("qid").is_in(pq["qid"].to_list()))
-        out.folds.append(FoldResult(name, pq.height, {m: round(float(bq[m].mean()), 4) for m in metrics},
-                                    {m: round(float(pq[m].mean()), 4) for m in metrics}))
+        out.add_fold(name, base.filter(pl.col("qid").is_in(pq["qid"].to_list())), pq, progress, "vector-only ")
         held.append(pq)
-        if progress:
-            f = out.folds[-1]
-            progress(f"fold {name}: vector-only {objective} {f.base[objective]:.4f} -> {f.learned[objective]:.4f} "
-                     f"({f.delta[objective]:+.4f})")
-    adapted = pl.concat(held)
-    out.pooled = _paired(base, adapted, metrics)
-    for cat in sorted(adapted["category"].unique().to_list()):
-        rows = _paired(base.filter(pl.col("category") == cat), adapted.filter(pl.col("category") == cat), metrics)
-        out.by_category[str(cat)] = {r["metric"]: {k: r[k] for k in ("n", "mean_a", "mean_b", "delta", "delta_low",
-                                                                      "delta_high", "p_value")} for r in rows}
+    out.pool(base, pl.concat(held))
     return out
-
-
-def _paired(a: pl.DataFrame, b: pl.DataFrame, metrics: tuple[str, ...]) -> list[dict[str, Any]]:
-    table = compare_runs(a, b, list(metrics))
-    return [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in table.iter_rows(named=True)]
 
 
 def _questions_only(dataset: Any, questions: pl.DataFrame) -> Any:

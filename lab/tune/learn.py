@@ -150,6 +150,28 @@ class CrossValidation:
         """The rule: a lever is adopted only where it wins on most folds."""
         return self.wins * 2 > len(self.folds)
 
+    def add_fold(self, name: str, base: pl.DataFrame, held: pl.DataFrame, progress: Callable[[str], None] | None = None,
+                 what: str = "") -> None:
+        """One held-out fold: its questions' mean metrics under the base and the learned model."""
+        self.folds.append(FoldResult(name, held.height, {m: round(float(base[m].mean()), 4) for m in self.metrics},
+                                     {m: round(float(held[m].mean()), 4) for m in self.metrics}))
+        if progress:
+            f, o = self.folds[-1], self.objective
+            progress(f"fold {name}: {what}{o} {f.base[o]:.4f} -> {f.learned[o]:.4f} ({f.delta[o]:+.4f})")
+
+    def pool(self, base: pl.DataFrame, held: pl.DataFrame) -> None:
+        """Every held-out question against the base: paired over all of them, and per category."""
+        def paired(a: pl.DataFrame, b: pl.DataFrame) -> list[dict[str, Any]]:
+            table = compare_runs(a, b, list(self.metrics))
+            return [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+                    for row in table.iter_rows(named=True)]
+
+        self.pooled = paired(base, held)
+        for cat in sorted(held["category"].unique().to_list()):
+            rows = paired(base.filter(pl.col("category") == cat), held.filter(pl.col("category") == cat))
+            self.by_category[str(cat)] = {r["metric"]: {k: r[k] for k in ("n", "mean_a", "mean_b", "delta", "delta_low",
+                                                                           "delta_high", "p_value")} for r in rows}
+
     def to_dict(self) -> dict[str, Any]:
         return {"objective": self.objective, "wins": self.wins, "folds": len(self.folds), "adopt": self.adopt,
                 "mean_delta": {m: round(float(np.mean([f.delta[m] for f in self.folds])), 4) for m in self.metrics},
@@ -195,26 +217,9 @@ def cross_validate(per_query: Callable[[SearchConfig], pl.DataFrame], prep: Prep
                       features=features)
         in_fold = [q for q, g in groups.items() if g == ns]
         pq = per_query(with_model(config, model)).filter(pl.col("qid").is_in(in_fold))
-        bq = base_pq.filter(pl.col("qid").is_in(in_fold))
-        out.folds.append(FoldResult(ns, pq.height, {m: round(float(bq[m].mean()), 4) for m in metrics},
-                                    {m: round(float(pq[m].mean()), 4) for m in metrics}))
+        out.add_fold(ns, base_pq.filter(pl.col("qid").is_in(in_fold)), pq, progress)
         held_rows.append(pq)
-        if progress:
-            f = out.folds[-1]
-            progress(f"fold {ns}: {objective} {f.base[objective]:.4f} -> {f.learned[objective]:.4f} "
-                     f"({f.delta[objective]:+.4f})")
-
-    held = pl.concat(held_rows)
-
-    def paired(a: pl.DataFrame, b: pl.DataFrame) -> list[dict[str, Any]]:
-        table = compare_runs(a, b, list(metrics))
-        return [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in table.iter_rows(named=True)]
-
-    out.pooled = paired(base_pq, held)
-    for cat in sorted(held["category"].unique().to_list()):
-        rows = paired(base_pq.filter(pl.col("category") == cat), held.filter(pl.col("category") == cat))
-        out.by_category[str(cat)] = {r["metric"]: {k: r[k] for k in ("n", "mean_a", "mean_b", "delta", "delta_low",
-                                                                      "delta_high", "p_value")} for r in rows}
+    out.pool(base_pq, pl.concat(held_rows))
     return out
 
 
