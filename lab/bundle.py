@@ -27,6 +27,7 @@ from lab.store.layout import WRITE_LOCK, is_store
 BUNDLE_FORMAT = 1  # manifest.json's "format"; a bundle without one was written before it existed (1)
 CONFIG, ASSEMBLE, SAVE, MANIFEST = "config.json", "assemble.json", "save.json", "manifest.json"
 PACKED_STORE = "store"  # the packed copy of the judged store, inside the bundle folder
+PACKED_QUERY_MODEL = "query_model"  # the packed copy of the candidate's query model's files (a query adapter)
 PACK_LIMIT_BYTES = 512 * 2**20  # stores up to this size travel inside the bundle
 _NOT_PACKED = (WRITE_LOCK, "__pycache__")  # process state, not data
 
@@ -49,6 +50,21 @@ class Bundle:
     def store(self) -> dict[str, Any]:
         """The store the gate judged: ``{"path", "uri", "version", "packed"}`` (empty for a hand-made bundle)."""
         return self.manifest.get("store") or {}
+
+    @property
+    def query_model(self) -> str | None:
+        """The model encoding the gated candidate's queries, when it had its own (None: the store's
+        model): its recorded id or, when its files were packed into the bundle (a query adapter),
+        the same id pointing at the packed copy, fingerprint kept, so that it loads wherever the
+        bundle is and only with the weights that were gated."""
+        rec = self.manifest.get("query_model") or {}
+        if not rec.get("id"):
+            return None
+        if not rec.get("packed"):
+            return str(rec["id"])
+        scheme, rest = str(rec["id"]).split(":", 1)
+        fingerprint = rest.rsplit("#", 1)[1] if "#" in rest else None
+        return f"{scheme}:{(self.folder / rec['packed']).resolve()}" + (f"#{fingerprint}" if fingerprint else "")
 
     def store_path(self) -> Path:
         """Where the judged store is read: the packed copy inside the bundle, else the recorded path
@@ -105,13 +121,31 @@ def pack_store(folder: str | Path, store: str | Path, version: str, *,
     return record
 
 
+def pack_query_model(folder: str | Path, model_id: str | None, files: Path | None) -> dict[str, Any] | None:
+    """The manifest's ``query_model`` record (None: the store's model encodes the queries): the
+    model's id and, when it has ``files`` of its own (a query adapter's folder), a copy of them
+    packed into the bundle ``folder``, so the model travels with the bundle."""
+    target = Path(folder) / PACKED_QUERY_MODEL
+    if target.exists():
+        shutil.rmtree(target)  # a bundle rewritten in place packs its query model anew
+    if model_id is None:
+        return None
+    record: dict[str, Any] = {"id": model_id}
+    if files is not None:
+        shutil.copytree(files, target)
+        record["packed"] = PACKED_QUERY_MODEL
+    return record
+
+
 def bundle_digest(search: SearchConfig, assemble: AssembleConfig, save: SaveConfig | None,
-                  store: dict[str, Any], models: list[dict[str, Any]]) -> str:
+                  store: dict[str, Any], models: list[dict[str, Any]], query: dict[str, Any] | None = None) -> str:
     """What makes two exports the same model: the configurations, the store judged (where and at
-    which version) and the embedding models' files. Run ids and timestamps are not in it, so
-    exporting the same thing twice registers it once."""
+    which version), the embedding models' files and the query model. Run ids and timestamps are
+    not in it, so exporting the same thing twice registers it once."""
     parts = {"search": to_json(search), "assemble": to_json(assemble), "save": None if save is None else to_json(save),
              "store": [store.get("uri"), store.get("version")], "models": models}
+    if query is not None:  # absent, the digest is what it was before bundles carried query models
+        parts["query"] = query.get("id")
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -220,3 +220,98 @@ def test_a_retriever_opened_with_an_adapter_encodes_its_queries_through_it(pipe,
                   None, {})
     with pytest.raises(ValidationError, match="adapts the queries of"):
         Retriever.open(tmp_path / "store", query_model=f"adapter:{tmp_path / 'b'}")
+
+
+def _adapter_with_held_out(folder: Path, delta_low: float | None) -> str:
+    """A fake-model adapter (a permutation, so the vector ranking moves) whose adapter.json records a
+    held-out judgement with ``delta_low`` as recall@10's CI low (None: trained with --no-cv)."""
+    dim = FakeEmbedder().dim
+    held = None if delta_low is None else [
+        {"metric": "recall@10", "n": 40, "mean_a": 0.5, "mean_b": 0.5 + delta_low + 0.02, "delta": delta_low + 0.02,
+         "delta_low": delta_low, "delta_high": delta_low + 0.04, "p_value": 0.01}]
+    adapter = write_adapter(folder, FAKE_MODEL, np.eye(dim, dtype=np.float32)[::-1].copy(), "linear", None,
+                            {"dataset": "demo", "held_out": held})
+    return adapter.model_id
+
+
+def test_the_gate_requires_an_adapter_to_have_beaten_its_base_on_held_out_folds(tmp_path):
+    from lab.gate.checks import GateConfig, adapter_checks, load_gate
+
+    gate = GateConfig("m", (), adapter_beats_base=("recall@10",))
+    (won,) = adapter_checks(gate, _adapter_with_held_out(tmp_path / "won", 0.01))
+    assert won.passed and won.value == 0.01 and "base 0.5000 -> adapted 0.5300" in won.note
+    (lost,) = adapter_checks(gate, _adapter_with_held_out(tmp_path / "lost", -0.01))
+    assert not lost.passed and lost.value == -0.01
+    (unjudged,) = adapter_checks(gate, _adapter_with_held_out(tmp_path / "nocv", None))
+    assert not unjudged.passed and "trained with --no-cv" in unjudged.note
+    (plain,) = adapter_checks(gate, None)
+    assert plain.passed and "no query adapter" in plain.note
+    assert adapter_checks(GateConfig("m", ()), _adapter_with_held_out(tmp_path / "won", 0.01)) == []  # not asked
+    bad = tmp_path / "gate.yaml"
+    bad.write_text("suites: {demo: {dataset: demo}}\nadapter_beats_base: [mrr]\n")
+    with pytest.raises(ValidationError, match=r"adapter_beats_base: expected a list of recall@10, ndcg@10 .*got \['mrr'\]"):
+        load_gate(bad)
+
+
+def test_a_candidate_file_names_its_query_model_and_refuses_a_non_string(tmp_path):
+    from lab.config import load_candidate
+
+    good = tmp_path / "best.yaml"
+    good.write_text("name: lab\nquery_model: adapter:models/adapter-locomo\n")
+    candidate = load_candidate(good)
+    assert candidate.query_model == "adapter:models/adapter-locomo"
+    assert load_candidate(good).to_yaml() == candidate.to_yaml() and "query_model: adapter:models/adapter-locomo" in candidate.to_yaml()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: lab\nquery_model: [1]\n")
+    with pytest.raises(ValidationError, match=r"bad.yaml: query_model: expected a model id .*got \[1\]"):
+        load_candidate(bad)
+
+
+@pytest.mark.slow
+def test_an_adapted_candidate_is_gated_with_its_adapter_and_the_bundle_serves_it_anywhere(tmp_path):
+    """`lab gate --query-model adapter:PATH --export`: the suites are judged through the adapter,
+    the bundle packs its folder, and both the pyfunc model (in a fresh process) and `lab serve`
+    encode queries through the packed copy, with the original folder gone."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    from lab.bundle import read_bundle
+    from lab.gate.checks import load_gate
+    from lab.gate.run import JudgeOptions, run_gate
+    from serving import Server
+
+    adapter_id = _adapter_with_held_out(tmp_path / "adapter", 0.01)
+    gate_file = tmp_path / "gate.yaml"
+    gate_file.write_text(yaml.safe_dump({"model": "lab-adapted", "adapter_beats_base": ["recall@10"],
+                                         "suites": {"demo": {"dataset": "demo", "min": {"recall@10": 0.1}}}}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    report = run_gate(load_gate(gate_file), "lab", judging=JudgeOptions(root=tmp_path / "eval", embedder=FakeEmbedder()),
+                      out_root=tmp_path / "gate", uri=uri, export=True, query_model=f"adapter:{tmp_path / 'adapter'}")
+    assert report.verdict == "GO" and report.query_model == f"adapter:{tmp_path / 'adapter'}"
+    assert [(c.name, c.value) for c in report.checks if c.suite == "adapter"] == [("adapter beats base recall@10 (held out)", 0.01)]
+    judged = json.loads((report.folder / "demo" / "metrics.json").read_text())
+    assert judged["models"]["query"] == adapter_id  # the suite was evaluated through the adapter
+    assert json.loads((report.folder / "gate.json").read_text())["query_model"] == report.query_model
+
+    bundle_dir = Path(report.export.bundle)
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    assert manifest["query_model"] == {"id": adapter_id, "packed": "query_model"}
+    packed = read_bundle(bundle_dir).query_model
+    assert packed == f"adapter:{(bundle_dir / 'query_model').resolve()}#{adapter_id.rsplit('#', 1)[1]}"
+    shutil.rmtree(tmp_path / "adapter")  # from here on only the bundle's copy exists
+
+    code = ("import mlflow; m = mlflow.pyfunc.load_model('models:/lab-adapted@champion'); "
+            "print(m.unwrap_python_model().retriever.query_embedder.model_id)")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+    assert got.returncode == 0, got.stderr[-2000:]
+    loaded = got.stdout.split()[-1]
+    assert loaded.startswith("adapter:") and loaded.endswith("/query_model#" + adapter_id.rsplit("#", 1)[1])
+
+    with Server(bundle_dir, tmp_path / "store", env={"LAB_SERVE_QUERY_EMBEDDERS": "0"}) as srv, srv.client() as c:
+        served = c.get("/ready").json()["served"]["embedding"]
+    assert served["query"] == "adapter:query_model#" + adapter_id.rsplit("#", 1)[1]  # no path leaves the server

@@ -312,7 +312,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     judging = JudgeOptions(datasets=ws.datasets_root, project=ws.project, root=ws.eval_root, embeddings=ws.embed_cache,
                            progress=not args.quiet, rebaseline=args.rebaseline)
     report = run_gate(gate, args.candidate, judging=judging, out_root=args.out, track=not args.no_track,
-                      uri=command_tracking(args), export=args.export, store=args.store)
+                      uri=command_tracking(args), export=args.export, store=args.store, query_model=args.query_model)
     if args.json:
         print_json(report.as_dict())
     else:
@@ -339,6 +339,9 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--candidate", default="lab", help="a preset name or a SearchConfig file (e.g. a sweep's best.yaml)")
     p.add_argument("--export", action="store_true", help="on GO: register the model as @champion and write the bundle")
     p.add_argument("--store", default=None, help="export: the store the served module reads (default: the first suite's)")
+    p.add_argument("--query-model", dest="query_model", default=None,
+                   help="encode the candidate's queries with this model of the store's space, e.g. a query adapter "
+                        "adapter:models/adapter-locomo (`lab adapt`); the exported bundle carries it")
     p.add_argument("--rebaseline", action="store_true",
                    help="when a suite's gold or corpus changed since the champion was judged: compare against the "
                         "champion re-evaluated on the new data (without it the gate refuses, naming both fingerprints)")

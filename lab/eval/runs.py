@@ -50,13 +50,20 @@ def evaluate_to_folder(retriever: Retriever, dataset: EvalDataset, config: Searc
     return result, write_run_folder(result, retriever, dataset, out_root, loaded)
 
 
+def record_models(result: EvalResult, retriever: Retriever) -> tuple[str, str]:
+    """Record in ``result``'s metrics (metrics.json ``models``) the models its ranking used: the
+    store's, the one encoding the questions and the extra encoders; returns (store, query)."""
+    store_model, query_model = retriever.embedder.model_id, retriever.query_embedder.model_id
+    result.metrics["models"] = {"store": store_model, "query": query_model, "encoders": list(result.config.encoders)}
+    return store_model, query_model
+
+
 def write_run_folder(result: EvalResult, retriever: Retriever, dataset: EvalDataset, out_root: str | Path,
                      loaded: DatasetOptions = DatasetOptions()) -> Path:
     """Write the run folder of ``result`` (evaluated here or on a worker over the same store)."""
     config, options = result.config, result.options
     chunk = retriever.store.recorded_config().chunk
-    store_model, query_model = retriever.embedder.model_id, retriever.query_embedder.model_id
-    result.metrics["models"] = {"store": store_model, "query": query_model, "encoders": list(config.encoders)}
+    store_model, query_model = record_models(result, retriever)
     out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded,
                                     models_suffix(store_model, query_model, config.encoders))
     made = maker("search configuration", config.name, dataset.name, dataset.source, to_dict(chunk))

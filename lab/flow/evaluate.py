@@ -55,6 +55,7 @@ class EvalPlan:
     configs: tuple[SearchConfig, ...]
     save: SaveConfig
     options: EvalOptions
+    query_model: str | None = None  # the model encoding the questions (None: the store's)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def plan(candidate: EvalCandidate, overrides: Overrides, options: EvalOptions) -
     """The configurations, the store's save settings and the options, overrides merged in; every
     input checked before any dataset is loaded and indexed (the long part)."""
     save = save_config(overrides.context_turns, overrides.time_in_text)
+    query_model = overrides.query_model
     if candidate.presets:
         configs = [config_from(p, None) for p in candidate.presets]
     else:
@@ -87,14 +89,15 @@ def plan(candidate: EvalCandidate, overrides: Overrides, options: EvalOptions) -
             counter = overrides.counter or chosen.assemble.counter
             budget = chosen.assemble.budget if overrides.budget is None else overrides.budget
             options = replace(options, assemble=replace(chosen.assemble, counter=counter), budget=budget or None)
+        query_model = query_model or chosen.query_model  # the candidate's own (a query adapter), unless overridden
     if overrides.model:
         save = replace(save, embed=replace(save.embed, model=overrides.model))
     if overrides.encoders:  # carried by the store, ranked by every configuration evaluated
         save = replace(save, index=replace(save.index, models=tuple(overrides.encoders)))
         lists = tuple(ENCODERS[m] for m in overrides.encoders)
         configs = [replace(c, encoders=tuple(dict.fromkeys((*c.encoders, *lists)))) for c in configs]
-    check_models(save.embed, overrides.query_model)
-    return EvalPlan(tuple(configs), save, options)
+    check_models(save.embed, query_model)
+    return EvalPlan(tuple(configs), save, options, query_model)
 
 
 def evaluate(candidate: EvalCandidate, overrides: Overrides, data: DatasetRef, options: EvalOptions,
@@ -109,9 +112,9 @@ def evaluate(candidate: EvalCandidate, overrides: Overrides, data: DatasetRef, o
     data = data.at(workspace.datasets_root, workspace.project)  # named no root: the workspace's
     dataset = data.load()
     retriever = eval_retriever(dataset, chosen.save, root=workspace.eval_root, embedder=embedder, progress=progress,
-                               query_model=overrides.query_model, embeddings=workspace.eval_embeddings,
+                               query_model=chosen.query_model, embeddings=workspace.eval_embeddings,
                                engine=engine)
-    for result in _results(chosen, data, dataset, retriever, workspace, overrides.query_model, engine):
+    for result in _results(chosen, data, dataset, retriever, workspace, chosen.query_model, engine):
         folder = write_run_folder(result, retriever, dataset, out, data.options)
         run_id = None
         if tracked:

@@ -32,6 +32,7 @@ class Champion:
     save: SaveConfig | None
     data: Mapping[str, Mapping[str, str]] | None  # suite -> dataset, corpus and gold fingerprints
     record: Mapping[str, Any]  # what gate.json shows of it: version, run, bundle, assembly and save settings, data
+    query_model: str | None = None  # the model encoding its queries, when it had its own (a packed adapter)
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, found: Mapping[str, Any]) -> Champion:
@@ -40,8 +41,9 @@ class Champion:
         data = {name: judged_on(figures) for name, figures in suites.items()} or None
         record = {"version": found["version"], "run_id": found.get("run_id"), "assemble": to_dict(bundle.assemble),
                   "bundle": str(bundle.folder), "save": None if bundle.save is None else to_dict(bundle.save),
-                  "verdict": bundle.verdict, "source": found.get("source"), "data": data}
-        return cls(str(found["version"]), bundle.search, bundle.save, data, record)
+                  "verdict": bundle.verdict, "source": found.get("source"), "data": data,
+                  "query_model": bundle.query_model}
+        return cls(str(found["version"]), bundle.search, bundle.save, data, record, bundle.query_model)
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any] | None) -> Champion | None:
@@ -50,7 +52,7 @@ class Champion:
         if not rec:
             return None
         save = from_dict(SaveConfig, rec["save"], where="champion save") if rec.get("save") else None
-        return cls(rec.get("version"), None, save, rec.get("data"), dict(rec))
+        return cls(rec.get("version"), None, save, rec.get("data"), dict(rec), rec.get("query_model"))
 
 
 def registered_champion(model: str, uri: Where = None) -> Champion | None:

@@ -14,6 +14,8 @@ threshold and verdict; the candidate is GO only when every check passes.
         signal_health: {vector: 0.95, lexical: 0.80}   # share of questions with candidates
         save_then_search: {recall@10: 0.5}             # questions whose memory was just saved
         abstention: {max_cost: 0.01, auroc: 0.9, precision: 0.9, cost: 0.02}   # held-out questions
+    adapter_beats_base: [recall@10]  # a candidate's query adapter must have beaten its base model on
+                                     # the held-out folds `lab adapt` judged it on (95% CI low > 0)
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import polars as pl
 
 from lab.config import Candidate
 from lab.config import read_yaml
+from lab.embed.adapter import is_adapter_model, read_adapter
 from lab.errors import LabWarning, ValidationError
 from lab.eval.metrics import compare_runs
 
@@ -34,6 +37,9 @@ _SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_s
 # abstention (lab.eval.abstention): the recall@10 the fitted threshold may cost on tune, minimums of
 # its held-out precision, recall and AUROC, and the most recall@10 it may cost there
 _ABSTENTION_KEYS = {"max_cost", "precision", "recall", "auroc", "cost"}
+# what `lab adapt` judges an adapter on, over its held-out folds (lab.tune.adapt.cross_validate_adapter)
+ADAPTER_METRICS = ("recall@10", "ndcg@10")
+_GATE_KEYS = ("adapter_beats_base", "alpha", "model", "seed", "suites")
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class GateConfig:
     alpha: float = 0.05
     seed: int = 0
     path: str = ""
+    adapter_beats_base: tuple[str, ...] = ()  # metrics a query adapter's held-out gain must be significant on
 
 
 @dataclass(frozen=True)
@@ -89,9 +96,13 @@ def load_gate(path: str | Path) -> GateConfig:
     data = read_yaml(p, "gate config")
     if not isinstance(data, dict) or not isinstance(data.get("suites"), dict) or not data["suites"]:
         raise ValidationError(f"{p}: expected a mapping with a non-empty 'suites' mapping")
-    unknown = sorted(set(data) - {"model", "suites", "alpha", "seed"})
+    unknown = sorted(set(data) - set(_GATE_KEYS))
     if unknown:
-        raise ValidationError(f"{p}: unknown key(s) {unknown}; allowed: alpha, model, seed, suites")
+        raise ValidationError(f"{p}: unknown key(s) {unknown}; allowed: {', '.join(_GATE_KEYS)}")
+    beats = data.get("adapter_beats_base") or []
+    if not isinstance(beats, list) or any(m not in ADAPTER_METRICS for m in beats):
+        raise ValidationError(f"{p}: adapter_beats_base: expected a list of {', '.join(ADAPTER_METRICS)} (what `lab "
+                              f"adapt` judges an adapter on), got {beats!r}", field="adapter_beats_base")
     suites = []
     for name, raw in data["suites"].items():
         where = f"{p}: suites.{name}"
@@ -114,7 +125,8 @@ def load_gate(path: str | Path) -> GateConfig:
     alpha = float(data.get("alpha", 0.05))
     if not 0 < alpha < 1:
         raise ValidationError(f"{p}: alpha must be in (0, 1), got {alpha}")
-    return GateConfig(str(data.get("model", "lab-memory")), tuple(suites), alpha, int(data.get("seed", 0)), str(p))
+    return GateConfig(str(data.get("model", "lab-memory")), tuple(suites), alpha, int(data.get("seed", 0)), str(p),
+                      tuple(beats))
 
 
 def suite_checks(suite: Suite, result: Any, dataset: Any, champion: Any | None, alpha: float, seed: int) -> list[Check]:
@@ -182,6 +194,34 @@ def abstention_checks(suite: Suite, measured: dict[str, Any] | None) -> list[Che
             out.append(Check(suite.name, f"abstention {name}", got, f">= {bound:g}", got is not None and got >= bound,
                              note or "no held-out questions"))
     return out
+
+
+def adapter_checks(gate: GateConfig, query_model: str | None) -> list[Check]:
+    """The gate's ``adapter_beats_base``: a candidate whose queries a query adapter encodes must
+    show, on the held-out folds `lab adapt` judged it on (its adapter.json records them), a gain over
+    its base model whose 95% CI lies above zero on each listed metric. The suites cannot judge
+    this: an adapter trained on a suite's own gold would be scored on what it learnt."""
+    if not gate.adapter_beats_base:
+        return []
+    if query_model is None or not is_adapter_model(query_model):
+        return [Check("adapter", "adapter beats its base (held out)", None, "95% CI low of the gain > 0", True,
+                      "no query adapter: the store's model encodes the candidate's queries")]
+    adapter = read_adapter(query_model)
+    pooled = {row["metric"]: row for row in (adapter.trained.get("held_out") or [])}
+    checks = []
+    for metric in gate.adapter_beats_base:
+        row = pooled.get(metric)
+        name = f"adapter beats base {metric} (held out)"
+        if row is None:
+            why = ("it was trained with --no-cv, so no held-out judgement is recorded: train it again without "
+                   "--no-cv" if not pooled else f"its held-out judgement has no {metric} (it has {sorted(pooled)})")
+            checks.append(Check("adapter", name, None, "95% CI low of the gain > 0", False, why))
+            continue
+        low = float(row["delta_low"])
+        checks.append(Check("adapter", name, low, "95% CI low of the gain > 0", low > 0,
+                            f"base {row['mean_a']:.4f} -> adapted {row['mean_b']:.4f}, vector-only, on {row['n']} "
+                            f"held-out questions of {adapter.trained.get('dataset')}"))
+    return checks
 
 
 def verdict(checks: list[Check]) -> str:

@@ -3,13 +3,15 @@ packed with it) and its pyfunc model registered as the new champion. Only on GO.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab import track as tracking
-from lab.bundle import bundle_digest, pack_store, write_bundle
+from lab.bundle import bundle_digest, pack_query_model, pack_store, write_bundle
 from lab.config import AssembleConfig, Candidate, to_json
+from lab.embed.adapter import is_adapter_model, read_adapter
 from lab.embed.registry import lookup, model_record
 from lab.errors import ValidationError
 from lab.gate.checks import GateConfig, candidate_config
@@ -28,7 +30,10 @@ def export_gated(report: GateReport, candidate: str, gate: GateConfig, store: st
         raise ValidationError(f"gate verdict {report.verdict}: not exported; failed: {'; '.join(report.failed)}")
     if not report.run_id:
         raise ValidationError("the gate report has no MLflow run (it ran with tracking off): cannot register a model")
-    return export(report, candidate_config(candidate), gate, store, uri, Path(bundle))
+    chosen = candidate_config(candidate)
+    if report.query_model:  # the query model it was judged with, given to the gate or in the file
+        chosen = replace(chosen, query_model=report.query_model)
+    return export(report, chosen, gate, store, uri, Path(bundle))
 
 
 def export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str | Path, uri: Where,
@@ -47,12 +52,13 @@ def export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str |
     config, assemble = chosen.search, chosen.assemble or AssembleConfig()
     records = [model_record(m) for m in models]
     packed = pack_store(bundle, store, version)  # a small store travels with the model
-    digest = bundle_digest(config, assemble, chosen.save, packed, records)
+    query = _query_model(bundle, chosen.query_model)
+    digest = bundle_digest(config, assemble, chosen.save, packed, records, query)
     suites = {k: s.as_dict() for k, s in report.suites.items()}
     manifest = {
         "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
         "store": packed, "digest": digest,
-        "embedding_models": records,
+        "embedding_models": records, "query_model": query,
         "metrics": suites, "gate": [c.as_dict() for c in report.checks], "gate_config": gate.path,
         "dataset_fingerprints": {k: s.dataset_fingerprint for k, s in report.suites.items()},
         "lab_version": __version__, "git_commit": tracking.git_commit(), "run_id": report.run_id,
@@ -67,3 +73,14 @@ def export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str |
                                 example=next((s.example for s in report.suites.values() if s.example), None))
     return Exported(got["model"], got["version"], got["uri"], got["model_uri"], bool(got["reused"]),
                     str(bundle.resolve()))
+
+
+def _query_model(bundle: Path, name: str | None) -> dict | None:
+    """The candidate's query model as the bundle records it: a query adapter's folder is packed
+    into the bundle (its id, fingerprint included, is what was gated); another model is named."""
+    if name is None:
+        return pack_query_model(bundle, None, None)
+    if is_adapter_model(name):
+        adapter = read_adapter(name)
+        return pack_query_model(bundle, adapter.model_id, adapter.path)
+    return pack_query_model(bundle, lookup(name).id if lookup(name) is not None else name, None)

@@ -12,7 +12,7 @@ from lab.config import Candidate, SaveConfig
 from lab.errors import ConflictError
 from lab.eval.goldens import load_dataset
 from lab.gate.champion import Champion
-from lab.gate.checks import Check, GateConfig, Suite, suite_checks, verdict
+from lab.gate.checks import Check, GateConfig, Suite, adapter_checks, suite_checks, verdict
 from lab.gate.report import GateReport, SuiteResult
 
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr")
@@ -48,23 +48,27 @@ def judge(gate: GateConfig, chosen: Candidate, name: str, champion: Champion | N
         suite_result, suite_checks_ = _judge_suite(gate, suite, chosen, champion, folder, opts)
         suites[suite.name] = suite_result
         checks += suite_checks_
-    return GateReport(verdict(checks), name, tuple(checks), suites, champion, folder, selection=selection)
+    checks += adapter_checks(gate, chosen.query_model)
+    return GateReport(verdict(checks), name, tuple(checks), suites, champion, folder, selection=selection,
+                      query_model=chosen.query_model)
 
 
 def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Champion | None, folder: Path,
                  opts: JudgeOptions) -> tuple[SuiteResult, list[Check]]:
     from lab.eval.report import write_run  # heavy: numba
+    from lab.eval.runs import record_models  # heavy: numba
     from lab.eval.runner import EvalOptions, evaluate  # heavy: numba
     from lab.eval.stores import eval_retriever  # heavy: numba
 
     dataset = load_dataset(suite.dataset, opts.datasets, observations=suite.observations, project=opts.project)
     retriever = eval_retriever(dataset, chosen.save, root=opts.root, embedder=opts.embedder, progress=opts.progress,
-                               embeddings=opts.embeddings)
+                               embeddings=opts.embeddings, query_model=chosen.query_model)
     from lab.eval.abstention import AbstentionOptions  # heavy: numba
 
     measured = (AbstentionOptions(max_cost=suite.abstention.get("max_cost", AbstentionOptions.max_cost))
                 if suite.abstention else None)
     result = evaluate(retriever, dataset, chosen.search, EvalOptions(abstention=measured), root=opts.root)
+    record_models(result, retriever)  # the suite's metrics.json names the models it was judged with
     write_run(result, dataset.qrels, folder / suite.name)
     compared = champion is not None and champion.search is not None and bool(suite.non_regression)
     drift = data_drift(champion, suite.name, dataset) if compared else None
@@ -74,11 +78,14 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
                             "the new data as the baseline) or restore the data it was judged on")
     champion_result = None
     if compared:
-        # the champion on its own index-time settings (the same store when they are the same)
-        same = (champion.save or SaveConfig()) == (chosen.save or SaveConfig())
+        # the champion on its own index-time settings and query model (the same retriever when they
+        # are the same)
+        same = ((champion.save or SaveConfig()) == (chosen.save or SaveConfig())
+                and champion.query_model == chosen.query_model)
         champ_retriever = retriever if same else eval_retriever(dataset, champion.save, root=opts.root,
                                                                 embedder=opts.embedder, progress=opts.progress,
-                                                                embeddings=opts.embeddings)
+                                                                embeddings=opts.embeddings,
+                                                                query_model=champion.query_model)
         champion_result = _PerQuery(evaluate(champ_retriever, dataset, champion.search, EvalOptions(),
                                              root=opts.root).per_query)
     checks = suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)

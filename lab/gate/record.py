@@ -25,6 +25,8 @@ def record(report: GateReport, chosen: Candidate, uri: Where = None) -> GateRepo
     for section in ("save", "assemble"):  # what the candidate sets besides search
         if getattr(chosen, section) is not None:
             params.update(tracking.flatten(to_dict(getattr(chosen, section)), f"{section}."))
+    if chosen.query_model is not None:
+        params["query_model"] = tags["query_model"] = chosen.query_model
     with tracking.run(f"gate {report.candidate}: {report.verdict}", "gate", params=params,
                       tags=tags, uri=uri) as (_, c, run_id):
         report = replace(report, run_id=run_id)

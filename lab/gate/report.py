@@ -65,6 +65,7 @@ class GateReport:
     refused: tuple[str, ...] = ()
     # the sweep's honest-selection figures when the candidate is a sweep's best.yaml (selection.json beside it)
     selection: Mapping[str, Any] | None = field(default=None)
+    query_model: str | None = None  # the model encoding the candidate's queries, when it had its own
 
     @property
     def failed(self) -> list[str]:
@@ -76,7 +77,8 @@ class GateReport:
                 "suites": {k: s.as_dict() for k, s in self.suites.items()},
                 "champion": dict(self.champion.record) if self.champion and self.champion.record else None,
                 "run_id": self.run_id, "export": self.export.as_dict() if self.export else None,
-                "export_refused": list(self.refused) or None, "selection": self.selection}
+                "export_refused": list(self.refused) or None, "selection": self.selection,
+                "query_model": self.query_model}
 
 
 def write_report(report: GateReport) -> None:
@@ -94,6 +96,8 @@ def report_table(report: GateReport) -> str:
         lines.append(f"{c.suite:<10} {c.name:<42} {value:>10}  {c.threshold:<28} {'PASS' if c.passed else 'FAIL'}"
                      + (f"  ({c.note})" if c.note else ""))
     lines.append(f"verdict: {report.verdict}")
+    if report.query_model:
+        lines.append(f"queries encoded by: {report.query_model}")
     sel = report.selection or {}
     if sel:
         lines += [f"selection: {line}" for line in describe(dict(sel))]
@@ -115,4 +119,4 @@ def load_report(folder: str | Path) -> GateReport:
                    for c in d["checks"])
     suites = {k: SuiteResult(**v) for k, v in d["suites"].items()}
     return GateReport(d["verdict"], d["candidate"], checks, suites, Champion.from_record(d.get("champion")), folder,
-                      d.get("run_id"), selection=d.get("selection"))
+                      d.get("run_id"), selection=d.get("selection"), query_model=d.get("query_model"))

@@ -29,14 +29,18 @@ __all__ = ["run_gate", "GateReport", "SuiteResult", "Champion", "Exported", "Jud
 
 def run_gate(gate: GateConfig, candidate: str | None, *, judging: JudgeOptions = JudgeOptions(),
              out_root: str | Path = "runs/gate", track: bool = True, uri: Where = None, export: bool = False,
-             store: str | Path | None = None) -> GateReport:
+             store: str | Path | None = None, query_model: str | None = None) -> GateReport:
     """Judge ``candidate`` (a preset name or a candidate file) against ``gate``: its search config on
     stores built with its index-time (save) settings (where and how: ``judging``), held against the
-    registered champion's bundle; on export, its assembly settings go with it. Export without
+    registered champion's bundle; on export, its assembly settings go with it. ``query_model``
+    encodes its queries instead of the candidate file's own (a query adapter: `lab adapt`), and the
+    bundle carries it. Export without
     tracking is refused first, before any suite is judged (the model is registered in MLflow)."""
     if export and not track:
         raise ValidationError("export needs tracking (the model is registered in MLflow): drop --no-track")
     chosen = candidate_config(candidate)
+    if query_model is not None:
+        chosen = replace(chosen, query_model=query_model)
     champion = registered_champion(gate.model, uri) if track else None
     name = Path(candidate).stem if candidate and Path(candidate).suffix else (candidate or "lab")
     folder = Path(out_root) / f"{gate.model}-{name}"

@@ -37,6 +37,7 @@ class Served:
     manifest: dict[str, Any]
     source: str  # where it came from: "models:/NAME@ALIAS (version N)" or the bundle folder
     folder: Path | None = None  # the bundle folder read (the packed store sits inside it)
+    query_model: str | None = None  # the model the gate judged encoding the queries (a packed adapter), if its own
 
     def describe(self) -> dict[str, Any]:
         m = self.manifest
@@ -52,7 +53,7 @@ def load_bundle(folder: str | Path, source: str | None = None) -> Served:
     # bundles recorded them names none)
     require_recorded(bundle.manifest.get("embedding_models") or [], f"bundle {name}")
     return Served(bundle.search, bundle.assemble, bundle.save, bundle.manifest, source or f"bundle {name}",
-                  Path(folder))
+                  Path(folder), bundle.query_model)
 
 
 def bundle_name(folder: str | Path) -> str:

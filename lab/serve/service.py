@@ -109,8 +109,10 @@ class MemoryService:
         # in this process, under embed_lock (shared with the committer)
         self._query_embedders: list[tuple[Embedder, threading.Lock]]
         store_model = self.pipeline.embedder
+        # auto defers to the gated candidate's own query model (a query adapter the bundle carries)
+        setting = served.query_model if settings.query_model == "auto" and served.query_model else settings.query_model
         self.query_model = embedder.model_id if embedder is not None else query_model_name(
-            settings.query_model, store_model.model_id, self.store.info.embed_space)
+            setting, store_model.model_id, self.store.info.embed_space)
         # a server model's calls wait on the network, not the GIL: no process of its own
         in_process = settings.query_embedders == 0 or embedder is not None or is_server_model(self.query_model)
         if self.query_model == store_model.model_id and in_process:

@@ -55,7 +55,8 @@ class LabModel(mlflow.pyfunc.PythonModel):
         # the store packed into the bundle (a small one travels with the model), else the path it
         # was exported from; a store that is not there is refused by name
         self.retriever = Retriever.open(bundle.store_path(), pin=bundle.store["version"], search=bundle.search,
-                                        assemble=bundle.assemble, index=index, query_model="auto")
+                                        assemble=bundle.assemble, index=index,
+                                        query_model=bundle.query_model or "auto")
         self.assemble = bundle.assemble
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
