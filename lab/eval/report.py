@@ -12,6 +12,7 @@ import polars as pl
 from lab.config import Candidate, SearchConfig, to_yaml
 from lab.config import load_candidate
 from lab.errors import NotFoundError, ValidationError
+from lab.eval.failures import bucket_markdown, bucket_plot
 from lab.eval.longmemeval_metrics import report_lines
 from lab.eval.metrics import compare_runs
 from lab.eval.abstention import plot as abstention_plot
@@ -47,6 +48,10 @@ def write_run(result: EvalResult, qrels: pl.DataFrame, out: Path) -> Path:
     write_trec_run(result.run, out / "run.trec", result.config.name)
     write_trec_qrels(qrels, out / "qrels.trec")
     _plots(result, out)
+    if result.failures is not None:
+        result.failures.write_parquet(out / "failures.parquet")
+        bucket_plot(result.metrics["failure_buckets"], out / "failure_buckets.png",
+                    f"{result.dataset} / {result.config.name}: where the gold ended up")
     if result.abstention is not None:
         result.abstention.write_parquet(out / "abstention.parquet")
         abstention_plot(result.abstention, result.metrics["abstention"], out / "abstention.png",
@@ -117,6 +122,8 @@ def report_markdown(result: EvalResult) -> str:
             lines.append(f"| {s} | {v['returned_any']:.3f} | {v['gold_in_top10']:.3f} |")
         extra = {k: v for k, v in h.items() if k != "signals"}
         lines += ["", ", ".join(f"{k} {v}" for k, v in extra.items())]
+    if m.get("failure_buckets"):
+        lines += ["", *bucket_markdown(m["failure_buckets"]), "", "![failure buckets](failure_buckets.png)"]
     for block in ("context", "ragas"):
         if m.get(block):
             lines += ["", f"## {block}", ""] + [f"- {k}: {_fmt(v)}" for k, v in m[block].items()]

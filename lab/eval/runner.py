@@ -19,6 +19,7 @@ from lab.eval.abstention import AbstentionOptions, measure
 from lab.eval.candidate_cache import candidate_table, memo_entry, prepared_for
 from lab.eval.context import context_metrics
 from lab.eval.dataset import EvalDataset
+from lab.eval.failures import DEPTH, bucket_summary, failure_buckets
 from lab.eval.health import list_health, signal_health
 from lab.eval.longmemeval_metrics import longmemeval_metrics
 from lab.eval.metrics import DEFAULT_KS, bootstrap_cis
@@ -49,6 +50,7 @@ class EvalResult:
     metrics: dict[str, Any]
     info: dict[str, Any] = field(default_factory=dict)
     abstention: pl.DataFrame | None = None  # per question asked, with --abstention (lab.eval.abstention)
+    failures: pl.DataFrame | None = None  # per question with gold: its failure bucket (lab.eval.failures)
 
 
 def fused_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig, options: EvalOptions,
@@ -130,12 +132,17 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
         per_query = per_query.join(rg, on="qid", how="left")
     if "longmemeval" in dataset.report:  # the benchmark's own retrieval metrics, beside lab's
         out["longmemeval"] = longmemeval_metrics(run, dataset.report["longmemeval"])
+    # where each question's gold ended up, from a run at least as deep as the buckets' 100
+    deep = run if options.respect_top_k or max(options.ks) >= DEPTH else fused_run(
+        prepared, config, replace(options, ks=(DEPTH,)), dataset)
+    failures = failure_buckets(deep, cands, dataset.qrels, per_query)
+    out["failure_buckets"] = bucket_summary(failures)
     info["fuse_and_score_s"] = round(time.perf_counter() - started, 3)
     table = None
     if options.abstention is not None:
         table, out["abstention"] = measure(retriever, dataset, config, per_query, options.abstention, root=root)
     info["chunk"] = to_dict(retriever.store.recorded_config().chunk)  # the index-time configuration measured
-    return EvalResult(dataset.name, config, options, run, per_query, out, info, table)
+    return EvalResult(dataset.name, config, options, run, per_query, out, info, table, failures)
 
 
 def _reranked_run(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, run: pl.DataFrame) -> pl.DataFrame:
