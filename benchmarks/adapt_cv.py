@@ -139,7 +139,7 @@ def one_dataset(name: str) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             adapter = write_adapter(Path(tmp) / "adapter", gold.base, w, "lowrank", 32, {"fold": fold})
             r2 = eval_retriever(dataset, save, root=root, embeddings=embeddings, query_model=f"adapter:{adapter.path}")
-            sub = _subset(dataset, gold_questions.filter(pl.col("qid").is_in(held_qids)))
+            sub = dataset.questions_only(gold_questions.filter(pl.col("qid").is_in(held_qids)))
             adapted_lab.append(evaluate(r2, sub, lab, options).per_query)
         v = paired(base_vector.filter(pl.col("qid").is_in(held_qids)), adapted_vector[-1])
         per_fold.append({"fold": fold, "questions": len(held), "l2": l2, "inner": inner_scores,
@@ -160,14 +160,6 @@ def one_dataset(name: str) -> dict:
                   f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}], p {r['p_value']:.4f}, n {r['n']})", flush=True)
     return out
 
-
-def _subset(dataset, questions: pl.DataFrame):
-    from copy import copy
-
-    sub = copy(dataset)
-    sub.questions = questions
-    sub.qrels = dataset.qrels.filter(pl.col("qid").is_in(questions["qid"].to_list()))
-    return sub
 
 
 def main() -> int:

@@ -30,6 +30,7 @@ def _sections():
         ("Index time: lexical index", "index.lexical.", C.LexicalIndexConfig),
         ("Context assembly (`assemble`)", "assemble.", C.AssembleConfig),
         ("Query adapters (`lab adapt` flags)", "adapt.", C.AdaptConfig),
+        ("Fine-tuning (`lab adapt --kind finetune` flags)", "finetune.", C.FinetuneConfig),
         ("The server (`lab serve` flags, `LAB_SERVE_*`, a serve config file)", "", Settings),
         ("The workspace (flags and environment)", "", Workspace),
     ]

@@ -230,8 +230,10 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from lab.eval.stores import eval_retriever, save_config
     from lab.tune.adapt import adapt_from_gold
 
-    settings = AdaptConfig(kind=args.kind, rank=args.rank, l2=args.l2, steps=args.steps,
-                           learning_rate=args.learning_rate, temperature=args.temperature, seed=args.seed)
+    if args.kind != "finetune":
+        settings = AdaptConfig(kind=args.kind, rank=args.rank, l2=args.l2, steps=args.steps,
+                               learning_rate=args.learning_rate or AdaptConfig.learning_rate,
+                               temperature=args.temperature, seed=args.seed)
     check_tracking(args)
     candidate = candidate_from(args.preset if not args.config else None, args.config)
     ws = command_workspace(args.datasets, args.tracking_uri)
@@ -241,6 +243,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     retriever = eval_retriever(dataset, candidate.save or save_config(), root=ws.eval_root, embeddings=ws.embed_cache,
                                progress=show)
     say = (lambda msg: print(f"  {msg}", flush=True)) if show else None
+    if args.kind == "finetune":
+        return _finetune(args, retriever, dataset, say)
     out = Path(args.out or f"models/adapter-{Path(dataset.name).stem}")
     done = adapt_from_gold(retriever, dataset, settings, str(out), cv=not args.no_cv, folds=args.folds, progress=say,
                            tracking=None if args.no_track else command_tracking(args))
@@ -251,16 +255,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
                     "use": use})
         return 0
     if done.judged is not None:
-        judged = done.judged
-        print(f"{'held out':<12} {'questions':>9}  " + "  ".join(f"{'vector ' + m + ' (base -> adapted)':>34}"
-                                                                for m in judged.metrics))
-        for f in judged.folds:
-            cells = "  ".join(f"{f.base[m]:.4f} -> {f.learned[m]:.4f} ({f.delta[m]:+.4f})".rjust(34) for m in judged.metrics)
-            print(f"{f.held_out:<12} {f.questions:>9}  {cells}")
-        for row in judged.pooled:
-            print(f"all held out, vector {row['metric']}: {row['mean_a']:.4f} -> {row['mean_b']:.4f} ({row['delta']:+.4f}, "
-                  f"95% CI [{row['delta_low']:+.4f}, {row['delta_high']:+.4f}], p {row['p_value']:.4f}, {row['n']} questions)")
-        print(f"wins {judged.wins}/{len(judged.folds)} held-out folds on vector {judged.objective}")
+        _print_judged(done.judged)
     print(f"-> {done.adapter.model_id}")
     print(f"   adapts the queries of {done.adapter.base}; trained on {done.questions} questions"
           + (f"; MLflow run {done.run_id}" if done.run_id else ""))
@@ -268,26 +263,75 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_judged(judged) -> None:
+    """A held-out judgement (lab.tune.learn.CrossValidation) of a training from gold, per fold and pooled."""
+    print(f"{'held out':<12} {'questions':>9}  " + "  ".join(f"{'vector ' + m + ' (base -> adapted)':>34}"
+                                                            for m in judged.metrics))
+    for f in judged.folds:
+        cells = "  ".join(f"{f.base[m]:.4f} -> {f.learned[m]:.4f} ({f.delta[m]:+.4f})".rjust(34) for m in judged.metrics)
+        print(f"{f.held_out:<12} {f.questions:>9}  {cells}")
+    for row in judged.pooled:
+        print(f"all held out, vector {row['metric']}: {row['mean_a']:.4f} -> {row['mean_b']:.4f} ({row['delta']:+.4f}, "
+              f"95% CI [{row['delta_low']:+.4f}, {row['delta_high']:+.4f}], p {row['p_value']:.4f}, {row['n']} questions)")
+    print(f"wins {judged.wins}/{len(judged.folds)} held-out folds on vector {judged.objective}")
+
+
+def _finetune(args: argparse.Namespace, retriever, dataset, say) -> int:
+    from pathlib import Path
+
+    from lab.config import FinetuneConfig
+    from lab.tune.finetune import finetune_from_gold
+
+    settings = FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size,
+                              learning_rate=args.learning_rate or FinetuneConfig.learning_rate,
+                              hard_negatives=args.hard_negatives, max_steps=args.max_steps, seed=args.seed)
+    out = Path(args.out or f"models/finetune-{Path(dataset.name).stem}")
+    done = finetune_from_gold(retriever, dataset, settings, str(out), cv=not args.no_cv, folds=args.folds,
+                              progress=say, tracking=None if args.no_track else command_tracking(args))
+    use = f"lab eval --dataset {args.dataset} --model st:{out}"
+    if args.json:
+        print_json({"model": done.model_id, "base": done.base, "questions": done.questions, "triplets": done.triplets,
+                    "train_s": done.train_s, "cross_validation": done.judged.to_dict() if done.judged else None,
+                    "run_id": done.run_id, "use": use})
+        return 0
+    if done.judged is not None:
+        _print_judged(done.judged)
+    print(f"-> {done.model_id}")
+    print(f"   fine-tuned from {done.base} on {done.triplets} triplets of {done.questions} questions in "
+          f"{done.train_s:.0f} s" + (f"; MLflow run {done.run_id}" if done.run_id else ""))
+    print(f"   use it (every memory is embedded again by it): {use}")
+    return 0
+
+
 def add_adapt_parser(sub: argparse._SubParsersAction) -> None:
-    from lab.config.adapt import AdaptConfig  # light: the declarations only
+    from lab.config.adapt import AdaptConfig, FinetuneConfig  # light: the declarations only
     from lab.fields import rule
 
     def declared(name: str) -> str:
         r = rule(AdaptConfig, name)
         return f"{r.doc} (default {getattr(AdaptConfig, name)})"
 
-    p = sub.add_parser("adapt", help="learn a query adapter for the store's embedding model from a dataset's gold; "
-                                     "cross-validated by namespace; writes an adapter folder (adapter:PATH)")
+    def tuned(name: str) -> str:
+        r = rule(FinetuneConfig, name)
+        return f"{r.doc} (default {getattr(FinetuneConfig, name)})"
+
+    p = sub.add_parser("adapt", help="learn from a dataset's gold: a query adapter for the store's embedding model "
+                                     "(adapter:PATH), or the model itself fine-tuned (--kind finetune, st:PATH); "
+                                     "judged on held-out namespaces first")
     p.add_argument("--dataset", required=True, help="locomo, longmemeval-s-dev, scifact, demo, a golden .yaml, a LoCoMo "
                                                     "or LongMemEval .json or a BEIR folder")
     p.add_argument("--granularity", choices=["turn", "session"], default=None,
                    help="a LongMemEval file's memories: turns (default) or sessions")
-    p.add_argument("--kind", choices=list(rule(AdaptConfig, "kind").choices), default=AdaptConfig.kind,
-                   help=declared("kind"))
-    for name, kind in (("rank", int), ("l2", float), ("steps", int), ("learning_rate", float),
-                       ("temperature", float), ("seed", int)):
+    p.add_argument("--kind", choices=[*rule(AdaptConfig, "kind").choices, "finetune"], default=AdaptConfig.kind,
+                   help=declared("kind") + "; finetune: train the store's model itself (every memory embedded again)")
+    for name, kind in (("rank", int), ("l2", float), ("steps", int), ("temperature", float), ("seed", int)):
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=getattr(AdaptConfig, name),
                        help=declared(name))
+    p.add_argument("--learning-rate", dest="learning_rate", type=float, default=None,
+                   help=f"adapter: {declared('learning_rate')}; finetune: {tuned('learning_rate')}")
+    for name, kind in (("epochs", int), ("batch_size", int), ("hard_negatives", int), ("max_steps", int)):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=getattr(FinetuneConfig, name),
+                       help="finetune: " + tuned(name))
     p.add_argument("--preset", default="lab", help="the configuration whose store is read (its context turns)")
     p.add_argument("--config", help="a candidate file whose store is read instead of a preset's")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
@@ -295,7 +339,8 @@ def add_adapt_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cv", action="store_true", help="skip the held-out judgement")
     p.add_argument("--folds", type=int, default=5,
                    help="folds when the questions are all in one namespace (else one fold per namespace; default 5)")
-    p.add_argument("--out", default=None, help="the adapter folder to write (default models/adapter-DATASET)")
+    p.add_argument("--out", default=None, help="the folder to write (default models/adapter-DATASET, or "
+                                               "models/finetune-DATASET for --kind finetune)")
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--no-track", action="store_true", help="do not log the training to MLflow")
     p.add_argument("--quiet", action="store_true")

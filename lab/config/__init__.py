@@ -19,5 +19,5 @@ from lab.config.search import (LEARNED_BASE_FEATURES, LISTS, SIGNALS, AbstainCon
                                FilterConfig, FusionConfig, GraphConfig, HopConfig, LearnedFusion, RerankConfig,
                                SearchConfig)
 from lab.config.assemble import ZONES, AssembleConfig  # noqa: F401
-from lab.config.adapt import ADAPTER_KINDS, AdaptConfig  # noqa: F401
+from lab.config.adapt import ADAPTER_KINDS, AdaptConfig, FinetuneConfig  # noqa: F401
 from lab.config.candidate import Candidate, load_candidate  # noqa: F401

@@ -25,3 +25,22 @@ class AdaptConfig:
 
     def __post_init__(self) -> None:
         check_declared(self, "adapt.")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Fine-tuning the store's sentence-transformers model itself on gold (`lab adapt --kind
+    finetune`): sentence-transformers' trainer with MultipleNegativesRankingLoss over (question,
+    gold memory, hard negatives) triplets; every memory is embedded again by the model written."""
+
+    epochs: int = setting(1, low=1, doc="passes over the training triplets")
+    batch_size: int = setting(32, low=2, doc="triplets per step; the other triplets' memories are in-batch negatives")
+    learning_rate: float = setting(2e-5, above=0, doc="AdamW's learning rate")
+    hard_negatives: int = setting(1, low=0, high=8, doc="per triplet: the base model's best-ranked non-gold memories "
+                                                      "of the question's own namespace")
+    warmup_ratio: float = setting(0.1, low=0, high=1, doc="share of the steps the learning rate warms up over")
+    max_steps: int = setting(0, low=0, doc="stop after this many steps (0: the epochs decide; tests take a few)")
+    seed: int = setting(0, doc="the training seed")
+
+    def __post_init__(self) -> None:
+        check_declared(self, "finetune.")

@@ -120,20 +120,28 @@ def write_adapter(out: str | Path, base: str, matrix: np.ndarray, kind: str, ran
         meta = {"format": FORMAT, "base": base, "kind": kind, "rank": rank, "dim": int(matrix.shape[0]),
                 "sha256": _sha256(tmp / _WEIGHTS), "trained": trained}
         (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str), encoding="utf-8")
-        for f in (tmp / _WEIGHTS, tmp / _META):
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.replaced-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        move_into_place(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return read_adapter(f"{PREFIX}{out}")
+
+
+def move_into_place(tmp: Path, out: Path) -> None:
+    """Make the complete folder ``tmp`` (beside ``out``) the folder ``out``: its files synced, an
+    older ``out`` renamed aside first and removed only once the new one is in place, so a reader
+    finds the old folder, the new one, or (on a first write) none, never half of one."""
+    for f in tmp.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.replaced-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _sha256(path: Path) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -73,6 +73,12 @@ class EvalDataset:
         for e in self.edges:
             h.update(json.dumps(e, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
+
+    def questions_only(self, questions: pl.DataFrame) -> "EvalDataset":
+        """This dataset scored on ``questions`` alone (a held-out fold): a shallow copy with its
+        questions and qrels narrowed; the memories are shared, not copied."""
+        return replace(self, questions=questions,
+                       qrels=self.qrels.filter(pl.col("qid").is_in(questions["qid"].to_list())))
 
     def gold_fingerprint(self) -> str:
         """Hash of the questions and their gold (qrels): changes when a question or a label does."""

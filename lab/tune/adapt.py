@@ -167,7 +167,7 @@ def cross_validate_adapter(gold: GoldVectors, dataset: Any, settings: AdaptConfi
         raise ValidationError(f"gold too small to split: {len(gold.qids)} questions with gold in {len(names)} fold; "
                               "a held-out judgement needs at least 2 (or --no-cv)", field="dataset")
     options = EvalOptions(ks=(10,))
-    sub = _questions_only(dataset, questions)
+    sub = dataset.questions_only(questions)
     everyone = np.arange(len(gold.qids))
     base = score_run(exact_run(gold, everyone, None), options, sub)[1]
     out = CrossValidation(metrics, objective)
@@ -183,16 +183,6 @@ def cross_validate_adapter(gold: GoldVectors, dataset: Any, settings: AdaptConfi
         held.append(pq)
     out.pool(base, pl.concat(held))
     return out
-
-
-def _questions_only(dataset: Any, questions: pl.DataFrame) -> Any:
-    """``dataset`` scored on ``questions`` alone (a shallow copy: the memories are not copied)."""
-    from copy import copy
-
-    sub = copy(dataset)
-    sub.questions = questions
-    sub.qrels = dataset.qrels.filter(pl.col("qid").is_in(questions["qid"].to_list()))
-    return sub
 
 
 @dataclass
@@ -236,19 +226,26 @@ def adapt_from_gold(retriever: Any, dataset: Any, settings: AdaptConfig, out: st
 
 
 def _track(done: Adapted, dataset: Any, settings: AdaptConfig, tracking: Any) -> str:
-    from lab.track.runs import log_metrics, run  # heavy: mlflow
-
     params = {f"adapt.{k}": v for k, v in settings.__dict__.items()}
     params.update({"dataset": dataset.name, "base_model": done.adapter.base, "adapter": done.adapter.model_id,
                    "questions": done.questions})
-    with run(f"adapt {dataset.name}", "adapt", params=params, uri=tracking,
-             tags={"dataset": dataset.name, "adapter": done.adapter.model_id}) as (_, client, run_id):
-        for i, value in done.loss:
+    return track_training(f"adapt {dataset.name}", params, {"dataset": dataset.name, "adapter": done.adapter.model_id},
+                          done.loss, done.judged, done.adapter.path, "adapter", tracking)
+
+
+def track_training(name: str, params: dict[str, Any], tags: dict[str, str], loss: list[tuple[int, float]],
+                   judged: CrossValidation | None, folder: Any, artifact: str, tracking: Any) -> str:
+    """One MLflow run of kind ``adapt`` for a training from gold (an adapter or a fine-tune): its
+    settings, the loss per step, the held-out figures and the folder written as an artifact."""
+    from lab.track.runs import log_metrics, run  # heavy: mlflow
+
+    with run(name, "adapt", params=params, uri=tracking, tags=tags) as (_, client, run_id):
+        for i, value in loss:
             log_metrics(client, run_id, {"loss": value}, step=i)
-        if done.judged is not None:
-            for row in done.judged.pooled:
+        if judged is not None:
+            for row in judged.pooled:
                 m = row["metric"]
                 log_metrics(client, run_id, {f"held_out.base.{m}": row["mean_a"], f"held_out.adapted.{m}": row["mean_b"],
                                              f"held_out.delta.{m}": row["delta"], f"held_out.delta_low.{m}": row["delta_low"]})
-        client.log_artifacts(run_id, str(done.adapter.path), "adapter")
+        client.log_artifacts(run_id, str(folder), artifact)
     return run_id

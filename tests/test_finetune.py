@@ -1,0 +1,107 @@
+"""Fine-tuning the store's model on gold (issue 60 #1, `lab adapt --kind finetune`): end to end on
+the demo with the real model (a few steps), tracked in MLflow and loaded by `lab eval --model`;
+seeded training; the refusals (a model that cannot be trained, a missing extra, a write cut short)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.config import DEFAULT_MODEL, FinetuneConfig
+from lab.errors import ValidationError
+
+
+def _tiny_columns():
+    texts = ["the billing cluster pool size is 32", "Ledgerline is owned by the payments team",
+             "the outage was caused by a full disk", "the deploy checklist lives in the wiki"]
+    return {"anchor": ["pool size?", "who owns Ledgerline?", "why the outage?", "where is the checklist?"],
+            "positive": texts, "negative_1": texts[1:] + texts[:1]}
+
+
+@pytest.mark.slow
+def test_the_same_triplets_and_seed_give_the_same_weights():
+    from lab.embed.st import model_dir
+    from lab.tune.finetune import train_finetune
+
+    settings = FinetuneConfig(batch_size=2, max_steps=2, seed=3)
+    first, loss = train_finetune(model_dir(), _tiny_columns(), settings)
+    second, again = train_finetune(model_dir(), _tiny_columns(), settings)
+    assert [s for s, _ in loss] == [1, 2] and loss == again
+    a, b = first.encode(["pool size"]), second.encode(["pool size"])
+    assert (a == b).all()
+
+
+@pytest.mark.slow
+def test_lab_adapt_finetune_on_the_demo_writes_a_tracked_model_that_lab_eval_embeds_with(tmp_path, capsys):
+    from lab.cli import main
+    from lab.track.connect import client
+
+    out = tmp_path / "ft-demo"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["adapt", "--dataset", "demo", "--kind", "finetune", "--max-steps", "2", "--batch-size", "8",
+                 "--out", str(out), "--tracking-uri", uri, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"].startswith(f"st:{out.resolve()}#") and report["base"] == DEFAULT_MODEL
+    cv = report["cross_validation"]
+    assert [f["held_out"] for f in cv["per_fold"]] == ["atlas", "household", "research"]
+    assert {row["metric"] for row in cv["pooled"]} == {"recall@10", "ndcg@10"}
+    meta = json.loads((out / "lab-finetune.json").read_text())
+    assert meta["base"] == DEFAULT_MODEL and meta["trained"]["questions"] == report["questions"] > 100
+    assert meta["trained"]["held_out"] == cv["pooled"] and meta["settings"]["max_steps"] == 2
+    _, c, _ = client(uri)
+    run = c.get_run(report["run_id"])
+    assert run.data.tags["lab.kind"] == "adapt" and run.data.params["model"] == report["model"]
+    assert [m.step for m in c.get_metric_history(report["run_id"], "loss")] == [1, 2]
+    assert "model/lab-finetune.json" in {a.path for a in c.list_artifacts(report["run_id"], "model")}
+    # lab eval embeds every memory again with it, and the run folder records it as the store's model
+    runs = tmp_path / "runs"
+    assert main(["eval", "--dataset", "demo", "--preset", "vector", "--model", f"st:{out}", "--out", str(runs),
+                 "--no-track", "--quiet"]) == 0
+    capsys.readouterr()
+    (folder,) = list(runs.iterdir())
+    assert json.loads((folder / "metrics.json").read_text())["models"]["store"] == report["model"]
+
+
+def test_only_a_sentence_transformers_model_is_fine_tuned_and_the_trainer_needs_its_extra(monkeypatch):
+    from lab.embed.base import MissingExtra
+    from lab.tune.finetune import base_folder, train_finetune
+
+    with pytest.raises(ValidationError, match=r"fine-tuning needs a sentence-transformers model; the store's model "
+                                              r"is 'all-MiniLM-L6-v2-int8'"):
+        base_folder("all-MiniLM-L6-v2-int8")
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # as if not installed
+    with pytest.raises(MissingExtra, match=r"pip install -e '\.\[finetune\]'"):
+        train_finetune(Path("."), _tiny_columns(), FinetuneConfig())
+
+
+def test_a_write_cut_short_leaves_the_old_model_and_no_half_folder(tmp_path):
+    from lab.tune.finetune import META, write_finetuned
+
+    class Dies:
+        def save(self, folder: str) -> None:
+            (Path(folder) / "model.safetensors").write_bytes(b"half")
+            raise KeyboardInterrupt  # the process stopped while the weights were being written
+
+    (tmp_path / "ft").mkdir()
+    (tmp_path / "ft" / META).write_text("{}")
+    with pytest.raises(KeyboardInterrupt):
+        write_finetuned(tmp_path / "ft", Dies(), {})
+    with pytest.raises(KeyboardInterrupt):
+        write_finetuned(tmp_path / "new", Dies(), {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ft"] and (tmp_path / "ft" / META).read_text() == "{}"
+    (tmp_path / "other").mkdir()
+    with pytest.raises(ValidationError, match="exists and is not a fine-tuned model folder"):
+        write_finetuned(tmp_path / "other", Dies(), {})
+
+
+def test_lab_adapt_finetune_refuses_gold_too_small(tmp_path, capsys):
+    from lab.cli import main
+    from tests.conftest import demo_golden_subset
+
+    path = demo_golden_subset(tmp_path / "five", 5)
+    assert main(["adapt", "--dataset", str(path), "--kind", "finetune", "--max-steps", "1",
+                 "--out", str(tmp_path / "m"), "--no-track"]) != 0
+    assert "gold too small to fine-tune on: demo has 5 questions with gold, at least 8 needed" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
