@@ -73,6 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           + "\n"
           f"vectors of {models['store']}, queries encoded by {models['query']}"
           + (f", extra encoders {', '.join(models['encoders'])}" if models["encoders"] else ""), flush=True)
+    _gated_warnings(served.manifest)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
                 timeout_graceful_shutdown=10)
     return 0
@@ -158,3 +159,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ls = ksub.add_parser("list", help="the keys in a file (names, scopes, namespaces; no hashes)")
     ls.add_argument("--keys-file", dest="keys_file", required=True)
     ls.set_defaults(func=cmd_keys_list)
+
+
+def _gated_warnings(manifest: dict) -> None:
+    """What the gate's evaluation of the served configuration said about fusing its lists (a list
+    mostly empty, ids that never meet, a fused ranking equal to one list), each a `warning:` line."""
+    import warnings
+
+    from lab.errors import LabWarning
+
+    for suite, figures in sorted((manifest.get("metrics") or {}).items()):
+        for line in figures.get("warnings") or []:
+            warnings.warn(LabWarning(f"the served configuration, judged on suite {suite}: {line}"), stacklevel=2)

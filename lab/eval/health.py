@@ -61,3 +61,61 @@ def signal_health(cands: pl.DataFrame, run: pl.DataFrame, dataset: EvalDataset, 
         wins = qs.filter(pl.col("s").is_not_null() & (pl.col("g").is_null() | (pl.col("s") < pl.col("g")))).height
         out["stale_wins"] = round(wins / qs.height, 4)
     return out
+
+
+# lists that should answer every question: the text lists (vector, BM25, their views and extra
+# encoders); the temporal, entity, graph, hop, recency and frequency lists answer only some by design
+CORE_LISTS = ("vector", "lexical", "sparse")
+MOSTLY_EMPTY = 0.5  # a core list that returned nothing for more than this share of questions
+SAME_AS_ONE_LIST = 0.95  # a fused top k equal to one list's on at least this share of questions
+
+
+def _core(signal: str) -> bool:
+    return signal.split("@")[0] in CORE_LISTS
+
+
+def list_warnings(cands: pl.DataFrame, questions: int, enabled: tuple[str, ...] = ()) -> list[str]:
+    """What says a hybrid ranking cannot have fused, from the candidate lists alone: a core list
+    (``enabled``: the configuration's lists) that returned nothing for most questions, and two core
+    lists that never share a memory id (ids that do not match, so fusion cannot combine them)."""
+    lists = cands.filter(~pl.col("signal").str.starts_with("_")).select("qid", "memory_id", "signal")
+    present = sorted(lists["signal"].unique().to_list())
+    out = []
+    for signal in sorted({*enabled, *present}):
+        if not _core(signal):
+            continue
+        answered = lists.filter(pl.col("signal") == signal)["qid"].n_unique()
+        empty = 1 - answered / max(questions, 1)
+        if empty > MOSTLY_EMPTY:
+            out.append(f"list {signal} returned nothing for {empty:.0%} of {questions} questions: a ranking fused with "
+                       "it is mostly the other lists alone (an index missing, an embedder that did not load?)")
+    core = [s for s in present if _core(s)]
+    for i, a in enumerate(core):
+        for b in core[i + 1:]:
+            shared = (lists.filter(pl.col("signal") == a).join(lists.filter(pl.col("signal") == b),
+                                                               on=["qid", "memory_id"]).height)
+            if shared == 0:
+                out.append(f"lists {a} and {b} never share a memory id over {questions} questions: their ids may not "
+                           "match, so fusion cannot combine them")
+    return out
+
+
+def fused_warnings(cands: pl.DataFrame, run: pl.DataFrame, weights: dict[str, float], k: int = 10) -> list[str]:
+    """A fused top ``k`` equal to one list's top ``k`` on ``SAME_AS_ONE_LIST`` of the questions, where
+    other weighted lists answered too: the fusion added nothing over that list."""
+    lists = cands.filter(~pl.col("signal").str.starts_with("_") & (pl.col("rank") <= k))
+    weighted = [s for s in lists["signal"].unique().to_list() if weights.get(s, 1.0) > 0]
+    if len(weighted) < 2:
+        return []
+    fused = (run.filter(pl.col("rank") <= k).sort("qid", "rank").group_by("qid", maintain_order=True)
+             .agg(pl.col("memory_id").alias("fused")))
+    n = fused.height
+    out = []
+    for signal in sorted(weighted):
+        top = (lists.filter(pl.col("signal") == signal).sort("qid", "rank").group_by("qid", maintain_order=True)
+               .agg(pl.col("memory_id").alias("list")))
+        same = fused.join(top, on="qid", how="inner").filter(pl.col("fused") == pl.col("list")).height
+        if n and same / n >= SAME_AS_ONE_LIST:
+            out.append(f"the fused top {k} equals list {signal}'s on {same / n:.0%} of {n} questions: fusion added "
+                       f"nothing over it (the other lists' weights, or lists that returned nothing?)")
+    return out

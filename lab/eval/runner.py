@@ -7,6 +7,7 @@ re-embedded or re-searched. An evaluation reads through a read-only ``Retriever`
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -14,13 +15,14 @@ from typing import Any
 import polars as pl
 
 from lab.config import AssembleConfig, SearchConfig, to_dict
+from lab.errors import LabWarning
 from lab.eval import metrics as M
 from lab.eval.abstention import AbstentionOptions, measure
 from lab.eval.candidate_cache import candidate_table, memo_entry, prepared_for
 from lab.eval.context import context_metrics
 from lab.eval.dataset import EvalDataset
 from lab.eval.failures import DEPTH, bucket_summary, failure_buckets
-from lab.eval.health import list_health, signal_health
+from lab.eval.health import fused_warnings, list_health, list_warnings, signal_health
 from lab.eval.longmemeval_metrics import longmemeval_metrics
 from lab.eval.metrics import DEFAULT_KS, bootstrap_cis
 from lab.eval.ragas_adapter import ragas_metrics
@@ -132,6 +134,11 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
         per_query = per_query.join(rg, on="qid", how="left")
     if "longmemeval" in dataset.report:  # the benchmark's own retrieval metrics, beside lab's
         out["longmemeval"] = longmemeval_metrics(run, dataset.report["longmemeval"])
+    # a "hybrid" that never fused: each a `warning:` line, and recorded
+    out["warnings"] = (list_warnings(cands, per_query.height, (*config.signals, *config.encoders))
+                       + fused_warnings(cands, run, dict(config.fusion.weights)))
+    for line in out["warnings"]:
+        warnings.warn(LabWarning(f"{dataset.name} / {config.name}: {line}"), stacklevel=2)
     # where each question's gold ended up, from a run at least as deep as the buckets' 100
     deep = run if options.respect_top_k or max(options.ks) >= DEPTH else fused_run(
         prepared, config, replace(options, ks=(DEPTH,)), dataset)

@@ -95,7 +95,8 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
     m, ci = result.metrics["metrics"], result.metrics["ci95"]
     return SuiteResult(dataset.name, dataset.fingerprint(), dataset.gold_fingerprint(), result.metrics["questions"],
                        str(retriever.store.root), str(retriever.version), {k: m[k] for k in HEADLINE if k in m},
-                       _first_question(dataset), {k: ci[k] for k in ("recall@10", "ndcg@10") if k in ci}), checks
+                       _first_question(dataset), {k: ci[k] for k in ("recall@10", "ndcg@10") if k in ci},
+                       tuple(result.metrics.get("warnings") or ())), checks
 
 
 def data_drift(champ: Champion | None, suite: str, dataset: Any) -> str | None:

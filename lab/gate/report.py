@@ -25,12 +25,13 @@ class SuiteResult:
     metrics: Mapping[str, float]
     example: Mapping[str, str] | None  # the exported model's input example: the suite's first question
     ci95: Mapping[str, Any]  # metric -> (low, high)
+    warnings: tuple[str, ...] = ()  # what its lists said about fusing (lab.eval.health); serving repeats them
 
     def as_dict(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "dataset_fingerprint": self.dataset_fingerprint,
                 "gold_fingerprint": self.gold_fingerprint, "questions": self.questions, "store": self.store,
                 "store_version": self.store_version, "metrics": dict(self.metrics), "example": self.example,
-                "ci95": dict(self.ci95)}
+                "ci95": dict(self.ci95), "warnings": list(self.warnings)}
 
     def judged_on(self) -> dict[str, str]:
         """The data this suite judged on, as the champion's record keeps it."""
@@ -117,6 +118,6 @@ def load_report(folder: str | Path) -> GateReport:
     d = json.loads(path.read_text(encoding="utf-8"))
     checks = tuple(Check(c["suite"], c["check"], c["value"], c["threshold"], c["verdict"] == "PASS", c.get("note") or "")
                    for c in d["checks"])
-    suites = {k: SuiteResult(**v) for k, v in d["suites"].items()}
+    suites = {k: SuiteResult(**{**v, "warnings": tuple(v.get("warnings") or ())}) for k, v in d["suites"].items()}
     return GateReport(d["verdict"], d["candidate"], checks, suites, Champion.from_record(d.get("champion")), folder,
                       d.get("run_id"), selection=d.get("selection"), query_model=d.get("query_model"))

@@ -71,7 +71,7 @@ class EdgesTable:
             frame = frame.filter((pl.col("src") == memory_id) | (pl.col("dst") == memory_id))
         if frame.height == 0:  # nothing to check against every memory id (a million of them: a second)
             return frame.sort(["src", "dst", "relation"])
-        ids = self.memories.stored()["id"]  # a Series: no Python list of every id
+        ids = self.memories.stored()["id"].implode()  # one list value: no Python list of every id
         return frame.filter(pl.col("src").is_in(ids) & pl.col("dst").is_in(ids)).sort(
             ["src", "dst", "relation"]
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -20,8 +21,9 @@ import polars as pl
 from lab.progress import progress
 from lab.config import DEFAULT_KS, AssembleConfig, SaveConfig, SearchConfig
 from lab.engine import Engine
-from lab.errors import LabError, ValidationError
+from lab.errors import LabError, LabWarning, ValidationError
 from lab.eval.dataset import EvalDataset
+from lab.eval.health import list_warnings
 from lab.eval.dataset_ref import DatasetOptions, DatasetRef
 from lab.tune.batch import EXACT_PATH_LEVERS, BatchScorer, exact_path_reasons
 from lab.tune.index_points import build_index_points, group_key, index_point_units
@@ -135,6 +137,7 @@ class _Sweeper:
                       "all": np.ones(self.split.height, dtype=bool)}
         self.ks = tuple(sorted(set(spec.ks) | {int(m.split("@")[1]) for m in [spec.objective] if "@" in m}))
         self.groups: dict[str, _Group] = {}
+        self.warnings: list[str] = []  # what the candidate lists say about fusing them (lab.eval.health)
         # each scored configuration's objective per question (all questions), by trial: what the
         # honest-selection statistics compare (lab.tune.selection)
         self.per_query: dict[int, np.ndarray] = {}
@@ -156,6 +159,10 @@ class _Sweeper:
                                      engine=self.engine)
             self.groups[key] = _Group(opened.retriever, BatchScorer(prepared_for(opened.tables[0]), self.dataset.qrels,
                                                                     self.qids, ks=self.ks))
+            # lists that cannot fuse (one mostly empty, two whose ids never meet): said once per index point
+            for line in list_warnings(opened.tables[0], len(self.qids), (*config.signals, *config.encoders)):
+                self.warnings.append(line)
+                warnings.warn(LabWarning(f"sweep {self.spec.name}: {line}"), stacklevel=2)
         return self.groups[key]
 
     def build_ahead(self, points: list[dict[str, Any]]) -> None:
@@ -298,7 +305,8 @@ class _Sweeper:
                 "configs_per_second": round(n_scored / fusion_seconds, 1) if fusion_seconds else None,
                 "index_points": len(self.groups), "questions": self.split.height,
                 "validation_questions": int(self.parts["validation"].sum()),
-                "split_by": "conversation" if self.split["group"].n_unique() < self.split.height else "question"}
+                "split_by": "conversation" if self.split["group"].n_unique() < self.split.height else "question",
+                "warnings": list(self.warnings)}
 
 
 def _assembly_stage(spec: SweepSpec, top: pl.DataFrame, base: SearchConfig, dataset: EvalDataset, group_for,
