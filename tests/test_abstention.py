@@ -233,3 +233,27 @@ def test_the_gate_holds_abstention_minimums(tmp_path):
     gate.write_text("suites:\n  s:\n    dataset: demo\n    abstention: {aucroc: 0.9}\n")
     with pytest.raises(ValidationError, match=r"suites.s.abstention: unknown key\(s\) \['aucroc'\]"):
         load_gate(gate)
+
+
+def test_a_figure_without_a_denominator_says_why_in_the_figures_the_cli_and_the_report():
+    from lab.cli.eval import _abstention_line
+    from lab.eval.abstention import figures
+
+    rows = pl.DataFrame({"score": [0.9, 0.8, 0.7], "answerable": [True, True, False], "recall@10": [1.0, 0.5, 0.0]})
+    got = figures(rows, 0.1, "recall@10")  # nothing scores below 0.1: no question abstains
+    assert got["precision"] is None and got["recall"] == 0.0
+    assert got["undefined"] == {"precision": "no question scored below the threshold, so none abstained: precision "
+                                             "has no denominator"}
+    only_answerable = figures(rows.filter(pl.col("answerable")), 0.85, "recall@10")
+    assert set(only_answerable["undefined"]) == {"recall", "auroc"}
+    assert "undefined" not in figures(rows, 0.75, "recall@10")  # one abstains, of each kind there is one
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        _abstention_line({"abstention": {"threshold": 0.1, "metric": "recall@10", "negatives": "held out",
+                                         "validation": got, "tune": got}})
+    text = printed.getvalue()
+    assert "precision -  recall 0.0" in text and "precision -: no question scored below the threshold" in text
+    assert "None" not in text

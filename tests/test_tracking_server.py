@@ -126,7 +126,8 @@ def test_an_unreachable_tracking_server_is_named_before_any_work(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"error: cannot reach the MLflow tracking server at http://127.0.0.1:{port} ([Errno 111] Connection refused); "
-        "start it (`mlflow server --backend-store-uri sqlite:///mlflow.db --artifacts-destination DIR`), give another "
+        f"start it (`{ROOT / '.venv' / 'bin' / 'mlflow'} server --backend-store-uri sqlite:///mlflow.db "
+        "--artifacts-destination DIR`), give another "
         "--tracking-uri, or --no-track"]
     assert not (tmp_path / "runs").exists()  # refused before any work: no run folder, no half-registered run
 
@@ -260,6 +261,20 @@ def test_the_printed_ui_and_env_lines_never_carry_a_database_password():
     for line in (ui_command("postgresql://lab:DBPASS@db.example/mlflow"),
                  env_line("postgresql://lab:DBPASS@db.example/mlflow")):
         assert "DBPASS" not in line and "db.example/mlflow" in line
+
+
+def test_the_printed_ui_line_names_this_environments_mlflow_and_works_as_printed(tmp_path):
+    import shlex
+    import subprocess
+    import sys
+
+    from lab.track import ui_command
+
+    line = ui_command(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    program = shlex.split(line)[0]
+    assert program == str(Path(sys.executable).parent / "mlflow")  # the venv's, not whatever PATH holds
+    got = subprocess.run([program, "ui", "--help"], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0 and "--backend-store-uri" in got.stdout
 
 
 def test_a_run_whose_end_could_not_be_told_is_said_beside_the_bodys_own_error(tmp_path, monkeypatch, caplog):

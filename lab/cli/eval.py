@@ -95,8 +95,11 @@ def _abstention_line(metrics: dict) -> None:
         return
     v = a["validation"] if a["validation"]["answerable"] else a["tune"]
     part = "validation" if v is a["validation"] else "tune (no validation part)"
-    print(f"{'':<10} abstention: threshold {a['threshold']:.4f} fitted on tune; {part}: precision {v['precision']}  "
-          f"recall {v['recall']}  AUROC {v['auroc']}  {a['metric']} cost {v['cost']}  ({a['negatives']})")
+    shown = {k: "-" if v[k] is None else v[k] for k in ("precision", "recall", "auroc", "cost")}
+    print(f"{'':<10} abstention: threshold {a['threshold']:.4f} fitted on tune; {part}: precision {shown['precision']}  "
+          f"recall {shown['recall']}  AUROC {shown['auroc']}  {a['metric']} cost {shown['cost']}  ({a['negatives']})")
+    for name, why in (v.get("undefined") or {}).items():
+        print(f"{'':<10}   {name} -: {why}")
 
 
 def eval_systems(args: argparse.Namespace) -> int:

@@ -214,7 +214,22 @@ def figures(rows: pl.DataFrame, threshold: float, metric: str) -> dict[str, Any]
         "cost": None if full is None else round(full - kept, 4),
         "answerable_abstained": int((abstain & answerable).sum()),
         **({"small_n": small} if small else {}),
+        **({"undefined": why} if (why := _undefined(n_abs, n_neg, n_pos, interval is None)) else {}),
     }
+
+
+def _undefined(abstained: int, unanswerable: int, answerable: int, no_auroc: bool) -> dict[str, str]:
+    """Why a figure is None: what it would divide by is zero."""
+    why = {}
+    if not abstained:
+        why["precision"] = "no question scored below the threshold, so none abstained: precision has no denominator"
+    if not unanswerable:
+        why["recall"] = "no unanswerable question in this part: abstention recall has no denominator"
+    if no_auroc:
+        why["auroc"] = "AUROC needs scored questions of both kinds, answerable and unanswerable"
+    if not answerable:
+        why["cost"] = "no answerable question in this part: nothing to lose recall on"
+    return why
 
 
 def plot(table: pl.DataFrame, summary: dict[str, Any], path: Path, title: str) -> Path:

@@ -144,7 +144,9 @@ def abstention_lines(a: dict[str, Any]) -> list[str]:
              f"negatives: {a['negatives']}; split {a['split']}.", "",
              "| part | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for part in ("tune", "validation"):
-        lines.append(f"| {part} | " + " | ".join(_fmt(a[part][c]) for c in cols) + " |")
+        lines.append(f"| {part} | " + " | ".join("-" if a[part][c] is None else _fmt(a[part][c]) for c in cols) + " |")
+    for part in ("tune", "validation"):  # a dash says why it has no value
+        lines += [f"- {part} {name}: {why}" for name, why in (a[part].get("undefined") or {}).items()]
     if a.get("configured"):
         v = a["configured"]["validation"]
         lines += ["", f"The configuration's own threshold {a['configured']['threshold']} on validation: "

@@ -125,7 +125,7 @@ def require_reachable(uri: Where = None) -> None:
     why = answers(resolved)
     if why is not None:
         raise ValidationError(f"cannot reach the MLflow tracking server at {shown_uri(resolved)} ({why}); start it "
-                              "(`mlflow server --backend-store-uri sqlite:///mlflow.db --artifacts-destination DIR`), "
+                              f"(`{mlflow_command()} server --backend-store-uri sqlite:///mlflow.db --artifacts-destination DIR`), "
                               "give another --tracking-uri, or --no-track", field="tracking_uri")
     _reachable.add(resolved)
 
@@ -134,7 +134,15 @@ def ui_command(uri: Where = None) -> str:
     """The command that shows these runs in MLflow's UI (a server: its own address)."""
     resolved = tracking_uri(uri)
     # shown_uri: a database URI's password is not printed (the user adds it back from where they keep it)
-    return f"open {shown_uri(resolved)}" if is_server(resolved) else f"mlflow ui --backend-store-uri {shown_uri(resolved)}"
+    return (f"open {shown_uri(resolved)}" if is_server(resolved)
+            else f"{mlflow_command()} ui --backend-store-uri {shown_uri(resolved)}")
+
+
+def mlflow_command() -> str:
+    """The mlflow command of this environment (the project's .venv/bin/mlflow when lab runs from
+    it), so a printed line works as it is, without an activated environment."""
+    beside = Path(sys.executable).parent / "mlflow"
+    return shlex.quote(str(beside)) if beside.is_file() else "mlflow"
 
 
 def env_line(uri: Where = None) -> str:
