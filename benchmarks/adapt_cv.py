@@ -161,7 +161,6 @@ def one_dataset(name: str) -> dict:
     return out
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["locomo", "longmemeval-s-dev"],

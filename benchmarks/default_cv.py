@@ -1,12 +1,20 @@
 """Nested selection of lab's default (issue 46 #1): the levers chosen inside folds, the chosen
 configuration scored on the held-out fold, across every dataset at once.
 
-    .venv/bin/python benchmarks/default_cv.py [--datasets locomo scifact demo] [--encoders e5]
+    .venv/bin/python benchmarks/default_cv.py [--datasets locomo scifact demo longmemeval-s-dev locomo-shuffled]
+                                              [--encoders e5]
 
 The procedure, which is what lab tells its users to do with a sweep:
-- **Folds.** LoCoMo dev: leave one conversation out (5 folds). SciFact train and the demo goldens:
-  5 seeded folds of their questions (each fold a tune/validation split, 80/20). Outer fold i holds
-  out fold i of every dataset at once.
+- **Datasets.** LoCoMo dev, SciFact train, the demo goldens, the LongMemEval-S development half
+  (turn granularity, user turns; its stores embedded by minilm-int8, the model
+  `benchmarks/longmemeval_s.py` measures it with, for time) and an adjacency-free control:
+  LoCoMo dev with each conversation's turns in a seeded random order (``locomo-shuffled``). There
+  a turn keeps its id, text, speaker and true date, but takes the episode and turn number of the
+  slot it lands in, so its neighbours (the turns the neighbour boost and the context turns reach)
+  are unrelated turns while its date stays true.
+- **Folds.** LoCoMo dev and its control: leave one conversation out (5 folds). SciFact train, the
+  demo goldens and LongMemEval (one haystack per question): 5 seeded folds of their questions
+  (each fold a tune/validation split, 80/20). Outer fold i holds out fold i of every dataset at once.
 - **Candidates.** Every configuration of a grid over lab's levers: the index-time context turns
   (2 or 0, two stores), RRF k, and each query-time lever off or at lab's setting: the plain view
   (a memory's text weight split between its contextual and its plain lists), the neighbour
@@ -20,6 +28,9 @@ The procedure, which is what lab tells its users to do with a sweep:
 - **A lever's gain.** On each held-out question: the chosen configuration's score minus the same
   configuration with that lever off (0 where the fold did not choose it), paired over every
   question of a dataset (bootstrap 95% CI, randomization p).
+- **Adjacency evidence.** Per dataset: how much more similar adjacent memories (consecutive turns
+  of an episode, as lab orders them) are than random pairs of the same namespace, the cosine of
+  their plain-text vectors, averaged over namespaces.
 - **The rule.** A lever enters the default when it is chosen in most outer folds (3 of 5), its
   gain is not significantly negative on any dataset (the CI's upper end >= 0 for recall@10 and
   nDCG@10) and it earns its place: significantly positive on at least one dataset (the CI's
@@ -53,6 +64,7 @@ from _common import DATASETS, report  # noqa: E402
 
 from lab.config import AnalysisConfig, SaveConfig, SearchConfig  # noqa: E402
 from lab.eval.candidate_cache import candidate_table, prepared_for  # noqa: E402
+from lab.eval.dataset_ref import DatasetRef  # noqa: E402
 from lab.eval.goldens import load_dataset  # noqa: E402
 from lab.eval.metrics import bootstrap_ci, paired_randomization_test  # noqa: E402
 from lab.eval.runner import EvalOptions, evaluate  # noqa: E402
@@ -126,13 +138,90 @@ def simplicity(point: dict, names: list[str]) -> tuple:
     return (sum(bool(point[n]) for n in names), sum(point[n] for n in names), point["k"], point["context_turns"] != 2)
 
 
+LME = "longmemeval-s-dev"
+LME_MODEL = "minilm-int8"
+
+
+def shuffled_locomo(dataset, seed: int = SEED):
+    """The adjacency-free control: each conversation's turns in a seeded random order. A turn keeps
+    its id, text, speaker, session and date (``created_at``), and takes the episode and turn number
+    of the slot it lands in; lab orders an episode's turns by time, so a slot-episode holds turns of
+    many sessions and its neighbours are unrelated turns."""
+    rng = np.random.default_rng(seed)
+    by_ns: dict[str, list[dict]] = {}
+    for m in dataset.memories:
+        by_ns.setdefault(m["namespace"], []).append(m)
+    memories = []
+    for ns in sorted(by_ns):
+        turns = by_ns[ns]
+        for slot, source in zip(turns, rng.permutation(len(turns))):
+            moved = dict(turns[source])
+            moved["metadata"] = {**turns[source]["metadata"], "episode": slot["metadata"]["episode"],
+                                 "turn": slot["metadata"]["turn"]}
+            memories.append(moved)
+    return replace(dataset, name="locomo-shuffled", memories=memories)
+
+
+def load(name: str):
+    """A dataset of the benchmark by name (the control and LongMemEval's half are built here)."""
+    if name == "locomo-shuffled":
+        return shuffled_locomo(load_dataset("locomo", DATASETS))
+    if name == LME:
+        return DatasetRef(LME, DATASETS).load()
+    return load_dataset(name, DATASETS)
+
+
+def adjacency_evidence(dataset, retriever) -> dict:
+    """How much more alike adjacent memories are than random pairs of their namespace: the mean
+    cosine of consecutive turns of an episode (by time, as lab orders them) against as many seeded
+    random pairs, each memory by its first chunk's vector in ``retriever``'s store, averaged over
+    namespaces."""
+    rng = np.random.default_rng(SEED)
+    by_ns: dict[str, list[dict]] = {}
+    for m in dataset.memories:
+        if (m.get("metadata") or {}).get("episode"):
+            by_ns.setdefault(m["namespace"], []).append(m)
+    lifts, adjacent, random_ = [], [], []
+    for ns, members in sorted(by_ns.items()):
+        index = retriever.snapshot(ns).index
+        labels = np.flatnonzero(index.live)
+        owners = np.asarray(index.memory_of, dtype=object)[labels].astype(str)
+        first = {}
+        for label, owner in zip(labels.tolist(), owners.tolist()):
+            first.setdefault(owner, label)
+        members = [m for m in members if m["id"] in first]
+        members.sort(key=lambda m: (m["metadata"]["episode"], str(m["created_at"]), m["id"]))
+        pairs = [(a["id"], b["id"]) for a, b in zip(members, members[1:])
+                 if a["metadata"]["episode"] == b["metadata"]["episode"]]
+        if len(members) < 3 or not pairs:
+            continue
+        ids = [m["id"] for m in members]
+        vectors = np.asarray(index.chunk_vectors(np.asarray([first[i] for i in ids])), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        at = {i: n for n, i in enumerate(ids)}
+        a = np.asarray([at[x] for x, _ in pairs])
+        b = np.asarray([at[y] for _, y in pairs])
+        ra, rb = rng.integers(0, len(ids), len(pairs)), rng.integers(0, len(ids), len(pairs))
+        keep = ra != rb
+        adj = float(np.mean(np.sum(vectors[a] * vectors[b], axis=1)))
+        rnd = float(np.mean(np.sum(vectors[ra[keep]] * vectors[rb[keep]], axis=1)))
+        adjacent.append(adj)
+        random_.append(rnd)
+        lifts.append(adj - rnd)
+    if not lifts:
+        return {"namespaces": 0}
+    return {"namespaces": len(lifts), "adjacent_cosine": round(float(np.mean(adjacent)), 4),
+            "random_pair_cosine": round(float(np.mean(random_)), 4), "lift": round(float(np.mean(lifts)), 4),
+            "lift_min_namespace": round(float(np.min(lifts)), 4)}
+
+
 def has_episodes(dataset) -> bool:
     return any((m.get("metadata") or {}).get("episode") for m in dataset.memories)
 
 
 def folds_of(dataset, questions: list[str]) -> np.ndarray:
     """LoCoMo: the question's conversation; otherwise a seeded assignment to FOLDS folds."""
-    if dataset.name == "locomo":
+    if dataset.name in ("locomo", "locomo-shuffled"):
         ns = dict(dataset.questions.select("qid", "namespace").iter_rows())
         names = sorted(set(ns.values()))
         return np.asarray([names.index(ns[q]) for q in questions])
@@ -142,14 +231,16 @@ def folds_of(dataset, questions: list[str]) -> np.ndarray:
     return fold
 
 
-def store_config(ctx: int, encoders: bool) -> SaveConfig:
+def store_config(ctx: int, encoders: bool, model: str | None = None) -> SaveConfig:
     save = save_config(context_turns=ctx, views=("plain",) if ctx else ())
+    if model:
+        save = replace(save, embed=replace(save.embed, model=model))
     return replace(save, index=replace(save.index, models=("e5",))) if encoders else save
 
 
 def score_dataset(name: str, points: list[dict], encoders: bool) -> dict:
     """Per grid point and question: recall@10 and nDCG@10 on the batch scorer."""
-    dataset = load_dataset(name, DATASETS)
+    dataset = load(name)
     episodes = has_episodes(dataset)
     questions = sorted(set(dataset.questions["qid"].to_list()))
     out = {"dataset": dataset, "questions": questions, "folds": folds_of(dataset, questions),
@@ -161,7 +252,8 @@ def score_dataset(name: str, points: list[dict], encoders: bool) -> dict:
         # without episodes the context turns change nothing: the default store serves both
         store_ctx = ctx if episodes else CONTEXT_TURNS[0]
         if store_ctx not in out["retrievers"]:
-            out["retrievers"][store_ctx] = eval_retriever(dataset, store_config(store_ctx, encoders), progress=True)
+            out["retrievers"][store_ctx] = eval_retriever(
+                dataset, store_config(store_ctx, encoders, LME_MODEL if name == LME else None), progress=True)
         retriever = out["retrievers"][store_ctx]
         at = [i for i, p in enumerate(points) if p["context_turns"] == ctx]
         started = time.perf_counter()
@@ -173,6 +265,9 @@ def score_dataset(name: str, points: list[dict], encoders: bool) -> dict:
         print(f"  {name}: context turns {ctx}: {len(at)} configurations in {time.perf_counter() - started:.1f} s",
               flush=True)
     out["objective"] = (out["recall@10"] + out["ndcg@10"]) / 2
+    # the plain-text store (no context turns): context would make neighbours alike by construction
+    out["adjacency"] = adjacency_evidence(dataset, out["retrievers"][CONTEXT_TURNS[-1] if episodes else CONTEXT_TURNS[0]])
+    print(f"  {name}: adjacency evidence {out['adjacency']}", flush=True)
     return out
 
 
@@ -189,7 +284,7 @@ def key_of(point: dict) -> tuple:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", nargs="+", default=["locomo", "scifact", "demo"])
+    ap.add_argument("--datasets", nargs="+", default=["locomo", "scifact", "demo", LME, "locomo-shuffled"])
     ap.add_argument("--encoders", choices=("e5",), help="add e5's vector list as a lever (stores carrying e5)")
     args = ap.parse_args()
     encoders = args.encoders == "e5"
@@ -209,7 +304,7 @@ def main() -> int:
         for name, d in data.items():
             held = d["folds"] == fold
             row[name] = {m: round(float(d[m][best, held].mean()), 4) for m in ("recall@10", "ndcg@10")}
-            if name == "locomo":
+            if name in ("locomo", "locomo-shuffled"):
                 row[name]["held_out"] = sorted(set(d["dataset"].questions["namespace"].to_list()))[fold]
                 for cat in ("multi-hop", "temporal"):
                     row[name][f"{cat} recall@10"] = round(float(d["recall@10"][best, held & (d["categories"] == cat)].mean()), 4)
@@ -237,6 +332,7 @@ def main() -> int:
         per_fold = [float(est["recall@10"][d["folds"] == f].mean()) for f in range(FOLDS)]
         results["datasets"][name] = {
             "questions": len(d["questions"]),
+            "adjacency_evidence": d["adjacency"],
             "outer_fold": {m: round(float(v.mean()), 4) for m, v in est.items()},
             "outer_fold_recall@10_spread": {"min": round(min(per_fold), 4), "max": round(max(per_fold), 4),
                                             "sd": round(float(np.std(per_fold)), 4)},

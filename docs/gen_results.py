@@ -79,6 +79,8 @@ def benchmark(path: Path) -> list[str]:
         return lines + model_servers_table(data)
     if path.stem == "adapt_cv" and isinstance(data, dict) and "datasets" in data:
         return lines + adapt_cv_tables(data)
+    if path.stem == "finetune_cv" and isinstance(data, dict) and "settings" in data:
+        return lines + finetune_cv_tables(data)
     if path.stem == "longmemeval_s" and isinstance(data, dict):
         return lines + longmemeval_s_tables(data)
     if path.stem.startswith("default_cv") and isinstance(data, dict) and "levers" in data:
@@ -195,12 +197,17 @@ def default_cv_tables(data: dict[str, Any]) -> list[str]:
     in how many folds it was chosen, its held-out gain per dataset and whether it entered."""
     names = list(data["datasets"])
     lines = [f"Default found: `{data['default']}`", "",
-             "| dataset | questions | outer-fold recall@10 | nDCG@10 | recall@10 per fold (min-max) | vs RRF k 2 (recall@10) |",
-             "|---|---|---|---|---|---|"]
+             "| dataset | questions | outer-fold recall@10 | nDCG@10 | recall@10 per fold (min-max) | vs RRF k 2 (recall@10) "
+             "| vs RRF k 2 (nDCG@10) | adjacency lift |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, d in data["datasets"].items():
-        spread, vs = d["outer_fold_recall@10_spread"], d["outer_fold_vs_rrf_k2"]["recall@10"]
+        spread, vs = d["outer_fold_recall@10_spread"], d["outer_fold_vs_rrf_k2"]
+        lift = (d.get("adjacency_evidence") or {}).get("lift", "-")
+        cells = " | ".join(f"{vs[m]['delta']:+} [{vs[m]['ci95'][0]}, {vs[m]['ci95'][1]}]" for m in ("recall@10", "ndcg@10"))
         lines.append(f"| {name} | {d['questions']} | {d['outer_fold']['recall@10']} | {d['outer_fold']['ndcg@10']} | "
-                     f"{spread['min']}-{spread['max']} | {vs['delta']:+} [{vs['ci95'][0]}, {vs['ci95'][1]}] |")
+                     f"{spread['min']}-{spread['max']} | {cells} | {lift} |")
+    lines += ["", "Adjacency lift: the mean cosine of adjacent memories (consecutive turns of an episode) minus that of "
+              "random pairs of their namespace (plain-text vectors); `-` where memories have no episodes."]
     lines += ["", "| lever | chosen in folds | setting | " + " | ".join(f"gain on {n} (recall@10; nDCG@10)" for n in names)
               + " | enters |", "|---" * (len(names) + 4) + "|"]
     for lever, e in data["levers"].items():
@@ -387,6 +394,29 @@ def model_servers_table(data: dict[str, Any]) -> list[str]:
     if "server_vs_in_process_max_abs_diff" in data:
         lines += ["", f"Largest difference between the server's vectors and the in-process model's: "
                       f"{data['server_vs_in_process_max_abs_diff']:.2e}."]
+    return lines + [""]
+
+
+def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
+    """The fine-tuned model on held-out LoCoMo conversations: base against fine-tuned, alone and in `lab`."""
+    st = data["settings"]
+    lines = [f"LoCoMo dev, leave one conversation out; {st['epochs']} epoch(s), batch {st['batch_size']}, learning rate "
+             f"{st['learning_rate']}, {st['hard_negatives']} in-namespace hard negative(s). Paired over every held-out "
+             "question.", "", "| preset | metric | base | fine-tuned | delta [95% CI] | p |", "|---|---|---|---|---|---|"]
+    for preset in ("vector", "lab"):
+        for metric, r in (data.get(preset) or {}).items():
+            lines.append(f"| {preset} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['delta']:+.4f} "
+                         f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} |")
+    lines += ["", "| held out | questions | triplets | train | store built again | vector recall@10 (base -> tuned) |",
+              "|---|---|---|---|---|---|"]
+    for f in data.get("folds", []):
+        lines.append(f"| {f['fold']} | {f['questions']} | {f['triplets']} | {f['train_s']} s | {f['embed_s']} s | "
+                     f"{f['vector_recall@10'][0]:.4f} -> {f['vector_recall@10'][1]:.4f} |")
+    if "timed" in data:
+        t = data["timed"]
+        lines += ["", f"Trained on all of LoCoMo dev's gold in {t['train_on_all_s']} s and every memory embedded again "
+                      f"in {t['re_embed_s']} s: {t['total_min']} min (load average {data['load_average_at_start']:.1f} "
+                      f"at the start, {data.get('load_average_at_end', 0):.1f} at the end)."]
     return lines + [""]
 
 
