@@ -1,4 +1,5 @@
-"""`lab datasets`: the datasets lab knows, where it looked, whether they are there, and how to place them."""
+"""`lab datasets`: the datasets lab knows, where it looked, whether they are there, and how to place
+them; `lab datasets export`: one of them in a standard IR format (BEIR, TREC)."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +40,23 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_datasets_export(args: argparse.Namespace) -> int:
+    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
+    from lab.eval.ir_export import export_dataset
+
+    ws = command_workspace(args.datasets)
+    dataset = DatasetRef(args.name, split=args.split, options=DatasetOptions(granularity=args.granularity)).at(
+        ws.datasets_root, ws.project).load()
+    done = export_dataset(dataset, args.out, args.format)
+    if args.json:
+        print_json(done)
+        return 0
+    print(f"{done['dataset']} as {done['format']}: {done['documents']} documents in {done['namespaces']} namespace(s), "
+          f"{done['queries']} queries, {done['qrels']} relevance judgements -> {done['out']}")
+    print(f"  files: {', '.join(done['files'])}; each query is asked of its own namespace (metadata.namespace)")
+    return 0
+
+
 def cmd_goldens_check(args: argparse.Namespace) -> int:
     from lab.eval.goldens import describe_golden
 
@@ -65,8 +83,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("file", help="the golden .yaml (its dataset: a folder relative to it, or a name in datasets/)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_goldens_check)
-    p = sub.add_parser("datasets", help="the known datasets: where lab looks, found or not, source, licence, how to place them")
+    p = sub.add_parser("datasets", help="the known datasets: where lab looks, found or not, source, licence, how to place "
+                                        "them; `lab datasets export` writes one as BEIR or TREC files")
     p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     p.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the files")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_datasets)
+    dsub = p.add_subparsers(dest="datasets_command")
+    e = dsub.add_parser("export", help="a dataset lab reads as a BEIR folder or TREC files (qrels, topics, corpus), "
+                                       "for MTEB, ranx, pyserini or trec_eval")
+    e.add_argument("name", help="locomo, longmemeval-s-dev, scifact, demo, a golden .yaml, a LoCoMo or LongMemEval "
+                                ".json or a BEIR folder")
+    e.add_argument("--format", required=True, choices=["beir", "trec"],
+                   help="beir: corpus.jsonl, queries.jsonl, qrels/test.tsv; trec: qrels.trec, topics.tsv, corpus.jsonl")
+    e.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    e.add_argument("--granularity", choices=["turn", "session"], default=None,
+                   help="a LongMemEval file's memories: turns (default) or sessions")
+    e.add_argument("--split", default="train", help="a BEIR dataset's qrels split (default train)")
+    e.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_datasets_export)

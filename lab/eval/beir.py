@@ -49,14 +49,13 @@ def load_beir(folder: str | Path, split: str = "train", namespace: str | None = 
             raise ValidationError(f"BEIR folder {folder} lacks {name} (it needs corpus.jsonl, queries.jsonl "
                                   "and qrels/<split>.tsv)")
     corpus = _jsonl(folder / "corpus.jsonl")
-    memories = [
-        {"id": str(d["_id"]), "namespace": namespace, "title": str(d.get("title") or ""),
-         "content": str(d.get("text") or "") or str(d.get("title") or ""), "type": "semantic",
-         "source": "beir", "created_at": BEIR_TIME}
-        for d in corpus
-    ]
+    memories = [_memory(d, namespace) for d in corpus]
     doc_ids = {m["id"] for m in memories}
-    queries = {str(q["_id"]): str(q.get("text") or "") for q in _jsonl(folder / "queries.jsonl")}
+    query_rows = _jsonl(folder / "queries.jsonl")
+    queries = {str(q["_id"]): str(q.get("text") or "") for q in query_rows}
+    # a folder `lab datasets export` wrote keeps each query's namespace and category in its metadata
+    placed = {str(q["_id"]): (str(_meta(q).get("namespace") or namespace), str(_meta(q).get("category") or "all"))
+              for q in query_rows}
     rels: list[tuple[str, str, int]] = []
     unknown_docs, unknown_queries = 0, 0
     with qrels_path.open(encoding="utf-8", newline="") as fh:
@@ -81,7 +80,7 @@ def load_beir(folder: str | Path, split: str = "train", namespace: str | None = 
                 continue
             rels.append((qid, did, rel))
     with_gold = sorted({q for q, _, _ in rels}, key=lambda q: (len(q), q))
-    questions = [(q, namespace, queries[q], "all") for q in with_gold if queries[q].strip()]
+    questions = [(q, *placed[q][:1], queries[q], placed[q][1]) for q in with_gold if queries[q].strip()]
     return EvalDataset(
         name=folder.name, memories=memories, source=str(folder.resolve()),
         questions=pl.DataFrame(questions, schema=QUESTIONS_SCHEMA, orient="row"),
@@ -91,3 +90,23 @@ def load_beir(folder: str | Path, split: str = "train", namespace: str | None = 
         report={"split": split, "queries_in_file": len(queries), "queries_without_qrels": len(queries) - len(with_gold),
                 "qrels_unknown_document": unknown_docs, "qrels_unknown_query": unknown_queries},
     )
+
+
+def _meta(rec: dict) -> dict:
+    meta = rec.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _memory(doc: dict, namespace: str) -> dict:
+    """A corpus document as a memory: a plain BEIR document is a ``semantic`` memory of the folder's
+    namespace at ``BEIR_TIME``; one `lab datasets export` wrote brings back its namespace, type,
+    time and lab metadata."""
+    meta = _meta(doc)
+    memory = {"id": str(doc["_id"]), "namespace": str(meta.get("namespace") or namespace),
+              "title": str(doc.get("title") or ""),
+              "content": str(doc.get("text") or "") or str(doc.get("title") or ""),
+              "type": str(meta.get("type") or "semantic"), "source": str(meta.get("source") or "beir"),
+              "created_at": meta.get("created_at") or BEIR_TIME}
+    if isinstance(meta.get("lab"), dict):
+        memory["metadata"] = meta["lab"]
+    return memory

@@ -23,11 +23,22 @@ from lab.search.presets import checked, resolve
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr", "hit@10", "recall@100")
 
 
+TREC_SCORE_STEP = 1e-6  # the written scores' resolution (six decimals)
+
+
 def write_trec_run(run: pl.DataFrame, path: Path, tag: str) -> None:
-    """TREC run format: ``qid Q0 docid rank score tag`` (ranx and trec_eval read it)."""
+    """TREC run format: ``qid Q0 docid rank score tag`` (ranx and trec_eval read it). trec_eval
+    orders a query's documents by score and breaks ties by document id, not by the rank column, so
+    the written scores fall strictly with the rank: a score tied with (or above) the one before it
+    is written one step (``TREC_SCORE_STEP``) below that one. Every reader then sees lab's ranking."""
     with path.open("w", encoding="utf-8") as fh:
+        last_qid, last = None, 0.0
         for qid, mid, rank, score in run.sort("qid", "rank").select("qid", "memory_id", "rank", "score").iter_rows():
-            fh.write(f"{qid} Q0 {mid} {rank} {score:.6f} {tag}\n")
+            written = round(float(score), 6)
+            if qid == last_qid and written >= last:
+                written = round(last - TREC_SCORE_STEP, 6)
+            fh.write(f"{qid} Q0 {mid} {rank} {written:.6f} {tag}\n")
+            last_qid, last = qid, written
 
 
 def write_trec_qrels(qrels: pl.DataFrame, path: Path) -> None:
