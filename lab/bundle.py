@@ -28,6 +28,7 @@ BUNDLE_FORMAT = 1  # manifest.json's "format"; a bundle without one was written 
 CONFIG, ASSEMBLE, SAVE, MANIFEST = "config.json", "assemble.json", "save.json", "manifest.json"
 PACKED_STORE = "store"  # the packed copy of the judged store, inside the bundle folder
 PACKED_QUERY_MODEL = "query_model"  # the packed copy of the candidate's query model's files (a query adapter)
+PACKED_MODELS = "models"  # packed copies of local model folders (a fine-tuned model: st:PATH), one per fingerprint
 PACK_LIMIT_BYTES = 512 * 2**20  # stores up to this size travel inside the bundle
 _NOT_PACKED = (WRITE_LOCK, "__pycache__")  # process state, not data
 
@@ -50,6 +51,12 @@ class Bundle:
     def store(self) -> dict[str, Any]:
         """The store the gate judged: ``{"path", "uri", "version", "packed"}`` (empty for a hand-made bundle)."""
         return self.manifest.get("store") or {}
+
+    @property
+    def packed_models(self) -> dict[str, Path]:
+        """Local embedding models (``st:``/``onnx:`` folders, e.g. a fine-tuned model) by recorded
+        id -> the copy of their folder packed into the bundle."""
+        return {model_id: self.folder / rel for model_id, rel in (self.manifest.get("packed_models") or {}).items()}
 
     @property
     def query_model(self) -> str | None:
@@ -119,6 +126,21 @@ def pack_store(folder: str | Path, store: str | Path, version: str, *,
         shutil.copytree(store, target, ignore=shutil.ignore_patterns(*_NOT_PACKED))
         record["packed"] = PACKED_STORE
     return record
+
+
+def pack_models(folder: str | Path, local: dict[str, Path]) -> dict[str, str]:
+    """Copies of ``local`` model folders (recorded id -> folder) packed into the bundle ``folder``
+    under ``models/FINGERPRINT``; returns id -> the copy's path inside the bundle. The bundle, and
+    the MLflow model that carries it, then load those models where the original folders are not."""
+    target = Path(folder) / PACKED_MODELS
+    if target.exists():
+        shutil.rmtree(target)  # a bundle rewritten in place packs its models anew
+    packed = {}
+    for model_id, source in sorted(local.items()):
+        rel = f"{PACKED_MODELS}/{model_id.rsplit('#', 1)[-1]}"
+        shutil.copytree(source, Path(folder) / rel)
+        packed[model_id] = rel
+    return packed
 
 
 def pack_query_model(folder: str | Path, model_id: str | None, files: Path | None) -> dict[str, Any] | None:

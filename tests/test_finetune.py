@@ -105,3 +105,43 @@ def test_lab_adapt_finetune_refuses_gold_too_small(tmp_path, capsys):
                  "--out", str(tmp_path / "m"), "--no-track"]) != 0
     assert "gold too small to fine-tune on: demo has 5 questions with gold, at least 8 needed" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+def test_a_gated_candidate_on_a_local_model_packs_it_so_the_champion_loads_where_the_folder_is_not(tmp_path):
+    """A fine-tuned model is a local st:PATH folder: the exported bundle carries a copy, and the
+    pyfunc model (a fresh process) loads it with the original folder gone, under its recorded id."""
+    import os
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from lab.embed.st import model_dir
+    from lab.gate.checks import load_gate
+    from lab.gate.run import JudgeOptions, run_gate
+
+    local = tmp_path / "tuned"
+    shutil.copytree(model_dir(), local)  # stands in for `lab adapt --kind finetune`'s folder
+    candidate = tmp_path / "best.yaml"
+    candidate.write_text(yaml.safe_dump({"name": "tuned", "save": {"embed": {"model": f"st:{local}"}}}))
+    gate_file = tmp_path / "gate.yaml"
+    gate_file.write_text(yaml.safe_dump({"model": "lab-tuned", "suites": {"demo": {"dataset": "demo",
+                                                                                   "min": {"recall@10": 0.1}}}}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    report = run_gate(load_gate(gate_file), str(candidate), judging=JudgeOptions(root=tmp_path / "eval"),
+                      out_root=tmp_path / "gate", uri=uri, export=True)
+    assert report.verdict == "GO"
+    bundle = Path(report.export.bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (model_id,) = manifest["packed_models"]
+    assert model_id.startswith(f"st:{local.resolve()}#") and (bundle / manifest["packed_models"][model_id]).is_dir()
+    shutil.rmtree(local)  # from here on only the bundle's copy exists
+    code = ("import mlflow, pandas as pd; m = mlflow.pyfunc.load_model('models:/lab-tuned@champion'); "
+            "r = m.unwrap_python_model().retriever; "
+            "out = m.predict(pd.DataFrame({'query': ['billing service failure'], 'namespace': ['atlas'], 'k': [3]})); "
+            "print(r.embedder.model_id, len(out.iloc[0]['memory_ids']))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.split()[-2:] == [model_id, "3"]  # the recorded id, read from the packed copy

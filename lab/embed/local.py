@@ -83,6 +83,11 @@ def local_embedder(name: str, config: EmbedConfig) -> Embedder:
     return OnnxEmbedder(onnx, folder, model_id=model_id, batch_size=config.batch_size)
 
 
+def local_model_folder(name: str) -> Path:
+    """The folder the local model ``name`` loads from (checked as `local_model_id` checks it)."""
+    return _checked(name)[1]
+
+
 def local_model_id(name: str) -> str:
     """The id (backend, folder, fingerprint) of the local model ``name``, without loading it;
     a folder that is missing, not a model, or whose files changed since ``name`` was recorded is
@@ -90,8 +95,24 @@ def local_model_id(name: str) -> str:
     return _checked(name)[2]
 
 
+# a recorded local model id -> a copy of its folder (a bundle's packed one), read where the folder
+# the id names is not there; the id stays the recorded one, so the stores it made still match
+_PACKED: dict[str, Path] = {}
+
+
+def use_packed_copy(model_id: str, folder: str | Path) -> None:
+    """Let the local model ``model_id`` (``st:/abs/path#fingerprint``, as a store or bundle records
+    it) load from ``folder`` wherever its own folder is missing. The copy must hold the recorded
+    fingerprint's files: it is checked like the original when the model is opened."""
+    _PACKED[model_id] = Path(folder).resolve()
+
+
 def _checked(name: str) -> tuple[str, Path, str]:
     backend, folder, recorded = _split(name)
+    if not folder.is_dir() and name in _PACKED:
+        _, copy, model_id = _checked(f"{backend + ':' if backend else ''}{_PACKED[name]}"
+                                     + (f"#{recorded}" if recorded else ""))
+        return backend or model_id.split(":", 1)[0], copy, name
     if not folder.is_dir():
         raise ValidationError(f"embed.model {name!r}: {folder} is not a folder", field="embed.model")
     folder = folder.resolve()

@@ -26,7 +26,7 @@ from lab.embed.adapter import AdaptedEmbedder, is_adapter_model, read_adapter
 from lab.embed.base import Embedder, MissingExtra, files_fingerprint
 from lab.embed.e5 import E5Embedder, E5SparseEmbedder
 from lab.embed.fake import FakeEmbedder
-from lab.embed.local import local_embedder, local_model_id, looks_local
+from lab.embed.local import local_embedder, local_model_id, looks_local, use_packed_copy
 from lab.embed.onnx import OnnxEmbedder
 from lab.embed.server import ServerEmbedder
 from lab.embed.server_spec import ServerSpec, is_server_model, parse_server_model
@@ -267,9 +267,12 @@ def model_record(model_id: str) -> dict[str, str | None]:
     return {"id": model_id, "sha256": spec.fingerprint() if spec is not None else None}
 
 
-def require_recorded(records: list[dict], where: str) -> None:
+def require_recorded(records: list[dict], where: str, packed: dict[str, Path] | None = None) -> None:
     """Every model ``records`` (a bundle's) names can be loaded here, from the same files: else
-    refused, naming the model, the extra to install or both fingerprints."""
+    refused, naming the model, the extra to install or both fingerprints. ``packed``: copies of
+    local model folders the bundle carries (recorded id -> folder), read where the originals are not."""
+    for model_id, folder in (packed or {}).items():
+        use_packed_copy(model_id, folder)
     for record in records:
         model_id = str(record.get("id"))
         spec = lookup(model_id)

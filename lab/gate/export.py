@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab import track as tracking
-from lab.bundle import bundle_digest, pack_query_model, pack_store, write_bundle
+from lab.bundle import bundle_digest, pack_models, pack_query_model, pack_store, write_bundle
 from lab.config import AssembleConfig, Candidate, to_json
 from lab.embed.adapter import is_adapter_model, read_adapter
+from lab.embed.local import local_model_folder, looks_local
 from lab.embed.registry import lookup, model_record
 from lab.errors import ValidationError
 from lab.gate.checks import GateConfig, candidate_config
@@ -53,12 +54,14 @@ def export(report: GateReport, chosen: Candidate, gate: GateConfig, store: str |
     records = [model_record(m) for m in models]
     packed = pack_store(bundle, store, version)  # a small store travels with the model
     query = _query_model(bundle, chosen.query_model)
+    # a local model folder (a fine-tuned st:PATH) travels with the bundle, so it loads elsewhere too
+    packed_models = pack_models(bundle, {m: local_model_folder(m) for m in models if looks_local(m)})
     digest = bundle_digest(config, assemble, chosen.save, packed, records, query)
     suites = {k: s.as_dict() for k, s in report.suites.items()}
     manifest = {
         "model": gate.model, "candidate": report.candidate, "verdict": report.verdict,
         "store": packed, "digest": digest,
-        "embedding_models": records, "query_model": query,
+        "embedding_models": records, "query_model": query, "packed_models": packed_models,
         "metrics": suites, "gate": [c.as_dict() for c in report.checks], "gate_config": gate.path,
         "dataset_fingerprints": {k: s.dataset_fingerprint for k, s in report.suites.items()},
         "lab_version": __version__, "git_commit": tracking.git_commit(), "run_id": report.run_id,

@@ -51,7 +51,7 @@ def load_bundle(folder: str | Path, source: str | None = None) -> Served:
     name = bundle_name(folder)
     # its embedding models load here, from the files it was gated with (a bundle written before
     # bundles recorded them names none)
-    require_recorded(bundle.manifest.get("embedding_models") or [], f"bundle {name}")
+    require_recorded(bundle.manifest.get("embedding_models") or [], f"bundle {name}", bundle.packed_models)
     return Served(bundle.search, bundle.assemble, bundle.save, bundle.manifest, source or f"bundle {name}",
                   Path(folder), bundle.query_model)
 

@@ -49,7 +49,8 @@ class LabModel(mlflow.pyfunc.PythonModel):
         from lab.retriever import Retriever  # heavy: numba
 
         bundle = read_bundle(Path(context.artifacts["bundle"]))
-        require_recorded(bundle.manifest.get("embedding_models") or [], "the registered model's bundle")
+        require_recorded(bundle.manifest.get("embedding_models") or [], "the registered model's bundle",
+                         bundle.packed_models)
         self.manifest = bundle.manifest
         index = bundle.save.index if bundle.save is not None else None  # the candidate's own, when it had them
         # the store packed into the bundle (a small one travels with the model), else the path it
