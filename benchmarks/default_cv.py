@@ -286,6 +286,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", nargs="+", default=["locomo", "scifact", "demo", LME, "locomo-shuffled"])
     ap.add_argument("--encoders", choices=("e5",), help="add e5's vector list as a lever (stores carrying e5)")
+    ap.add_argument("--results", default=None, help="the results file's name (default default_cv, with --encoders "
+                                                    "default_cv_e5): a run over other datasets is kept apart from the "
+                                                    "one the `lab` preset was chosen by")
     args = ap.parse_args()
     encoders = args.encoders == "e5"
     names = list(levers(encoders))
@@ -379,7 +382,7 @@ def main() -> int:
             failed.append(f"{name}: evaluate and the batch scorer differ by {gap:.3g}")
         results["datasets"][name]["default"] = row
         print(f"default on {name}: {row}", flush=True)
-    report("default_cv_e5" if encoders else "default_cv", results)
+    report(args.results or ("default_cv_e5" if encoders else "default_cv"), results)
     for f in failed:
         print(f"FAIL: {f}", file=sys.stderr)
     return 1 if failed else 0

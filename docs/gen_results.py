@@ -196,7 +196,7 @@ def default_cv_tables(data: dict[str, Any]) -> list[str]:
     """The nested selection of the default: the outer-fold estimate per dataset, then each lever:
     in how many folds it was chosen, its held-out gain per dataset and whether it entered."""
     names = list(data["datasets"])
-    lines = [f"Default found: `{data['default']}`", "",
+    lines = ([data["note"], ""] if data.get("note") else []) + [f"Default found: `{data['default']}`", "",
              "| dataset | questions | outer-fold recall@10 | nDCG@10 | recall@10 per fold (min-max) | vs RRF k 2 (recall@10) "
              "| vs RRF k 2 (nDCG@10) | adjacency lift |",
              "|---|---|---|---|---|---|---|---|"]
