@@ -270,3 +270,24 @@ def test_a_yaml_date_time_as_reference_time_is_read_as_iso_text_both_ways(tmp_pa
     assert describe_golden(golden)["reference_time"] == "2026-03-14T18:00:00Z"
     assert parse_time(load_golden(golden).reference_time, "reference_time") == parse_time(
         load_golden(ROOT / "goldens" / "demo.yaml").reference_time, "reference_time")
+
+
+def _build_demo_store(root: str) -> str:
+    from lab.eval.goldens import load_golden
+    from lab.eval.stores import eval_store
+
+    return str(eval_store(load_golden(ROOT / "goldens" / "demo.yaml"), root=Path(root), embedder=FakeEmbedder()))
+
+
+def test_two_processes_asking_for_one_evaluation_store_build_it_once(tmp_path):
+    """Two test workers or evaluations at once: the second waits for the first's build (without the
+    lock both saved every memory, and the store held each twice)."""
+    import multiprocessing
+
+    from lab.store.store import Store
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        paths = pool.map(_build_demo_store, [str(tmp_path / "eval")] * 2)
+    assert paths[0] == paths[1]
+    stored = Store.open(paths[0], read_only=True).memories_table.stored()
+    assert stored.height == stored["id"].n_unique() > 300

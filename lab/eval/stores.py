@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from lab.config import ChunkConfig, SaveConfig, to_dict
 from lab.embed import canonical, make_embedder
@@ -94,19 +96,39 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
     path = eval_store_path(dataset, config, root=root, embedder=embedder)
     if is_built(path):
         return path
-    if path.exists():
-        shutil.rmtree(path)  # a build that did not finish: start over
-    with Pipeline.open(path, config, embedder=embedder, create=True,
-                       cache_dir=embeddings_dir(root, embeddings), engine=engine,
-                       settings=settings) as pipe:
-        pipe.save_many(dataset.memories, progress=progress)
-        if dataset.edges:
-            pipe.add_edges(dataset.edges)
-        pipe.build()
-        if dataset.saves:
-            pipe.save_many([dataset.saves[q] for q in sorted(dataset.saves)], progress=False)
-    (path / READY).write_text(json.dumps({"dataset": dataset.summary()}, default=str, indent=2), encoding="utf-8")
+    # two processes asking for the same store (two evaluations, two test workers) build it once:
+    # without the lock both saved every memory into it, and it held each twice
+    with _building(path):
+        if is_built(path):  # built by the other process while this one waited
+            return path
+        if path.exists():
+            shutil.rmtree(path)  # a build that did not finish: start over
+        with Pipeline.open(path, config, embedder=embedder, create=True,
+                           cache_dir=embeddings_dir(root, embeddings), engine=engine,
+                           settings=settings) as pipe:
+            pipe.save_many(dataset.memories, progress=progress)
+            if dataset.edges:
+                pipe.add_edges(dataset.edges)
+            pipe.build()
+            if dataset.saves:
+                pipe.save_many([dataset.saves[q] for q in sorted(dataset.saves)], progress=False)
+        (path / READY).write_text(json.dumps({"dataset": dataset.summary()}, default=str, indent=2), encoding="utf-8")
     return path
+
+
+@contextmanager
+def _building(path: Path) -> Iterator[None]:
+    """An exclusive lock on building the store at ``path`` (flock on a lock file beside it; a
+    killed holder releases it, and the next build starts the unfinished one over)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent / f".{path.name}.building", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, root: Path | None = None,
