@@ -118,12 +118,15 @@ def eval_store(dataset: EvalDataset, config: SaveConfig | None = None, *, root: 
 
 @contextmanager
 def _building(path: Path) -> Iterator[None]:
-    """An exclusive lock on building the store at ``path`` (flock on a lock file beside it; a
-    killed holder releases it, and the next build starts the unfinished one over)."""
+    """An exclusive lock on building the store at ``path`` (flock on a file under the evaluation
+    root's ``locks``, so the stores folder holds stores only; a killed holder releases it, and the
+    next build starts the unfinished one over)."""
     import fcntl
 
+    locks = path.parent.parent / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent / f".{path.name}.building", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(locks / f"{path.name}.building", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
