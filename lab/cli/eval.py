@@ -7,6 +7,8 @@ import sys
 from dataclasses import replace
 
 from lab.cli.common import check_tracking, command_engine, command_workspace, engine_args, print_json
+from lab.config import COMPARISON_FAMILY as DEFAULT_FAMILY
+from lab.config import CORRECTIONS as CORRECTION_CHOICES
 from lab.config import DEFAULT_KS, AssembleConfig
 
 DEFAULT_BUDGET = AssembleConfig().budget  # declared once, with the setting (lab.config)
@@ -46,6 +48,21 @@ def _check_before_loading(args: argparse.Namespace) -> None:
         if args.system:
             raise ValidationError("--abstention measures lab's own evidence (the best candidate's cosine); "
                                   "a --system run has none: evaluate a --preset or --config instead")
+    if args.system and len(args.system) > 1 and args.family:
+        _check_family(args.family, args.k)
+
+
+def _check_family(family: list[str], ks: list[int]) -> None:
+    """A systems table's family must be metrics the runs will have: refused before any system runs."""
+    from lab.errors import ValidationError
+
+    known = ("recall", "hit", "precision", "ndcg")
+    for metric in family:
+        name, _, k = metric.partition("@")
+        if metric == "mrr" or (name in known and k.isdigit() and int(k) in ks):
+            continue
+        raise ValidationError(f"--family metric {metric!r} is not one these runs report (cutoffs {sorted(ks)}; "
+                              f"metrics mrr or {'|'.join(known)}@K): pass --family or --k to match", field="family")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -129,7 +146,7 @@ def eval_systems(args: argparse.Namespace) -> int:
             if system.outcome.result is not None:
                 done[system.outcome.result.system["system"]] = system.outcome.result
     if len(done) > 1 and not args.json:
-        _systems_table(done, args.baseline)
+        _systems_table(done, args.baseline, args.correction, args.family)
     return 6 if failed else 0
 
 
@@ -140,21 +157,21 @@ def _dataset_ref(args: argparse.Namespace):
                                                                               args.granularity, args.corpus))
 
 
-def _systems_table(done: dict, baseline: str | None) -> None:
-    """The systems side by side, changes against the first (or --baseline) corrected for every
-    comparison; speeds marked as measured one after another."""
+def _systems_table(done: dict, baseline: str | None, correction: str, family: list[str] | None) -> None:
+    """The systems side by side, changes against the first (or --baseline) corrected over the
+    declared family (every other system x the family's metrics, whichever are shown); speeds marked
+    as measured one after another."""
     from lab.errors import ValidationError
     from lab.eval.comparison import compare_many, render, speed_of
-    from lab.eval.report import HEADLINE
 
     tables = {name: r.per_query for name, r in done.items()}
-    metrics = [m for m in ("recall@10", "ndcg@10", "mrr") if all(m in t.columns for t in tables.values())] or \
-        [m for m in HEADLINE if all(m in t.columns for t in tables.values())][:3]
+    family = family or default_family(tables)
+    metrics = [m for m in ("recall@10", "ndcg@10", "mrr") if m in family] or family[:3]
     if baseline and baseline not in done:
         raise ValidationError(f"--baseline {baseline!r} is not one of the systems evaluated: {sorted(done)}")
     speeds = {name: speed_of(r.metrics) for name, r in done.items()}
     print()
-    print(render(compare_many(tables, metrics, baseline, speeds=speeds)), end="")
+    print(render(compare_many(tables, metrics, baseline, speeds=speeds, correction=correction, family=family)), end="")
 
 
 def _report_system(args: argparse.Namespace, dataset, system) -> int:
@@ -194,11 +211,12 @@ def _longmemeval_line(metrics: dict) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Two runs: the paired deltas with their CIs, the test, the paired questions and how many each
-    run wins; any number: one table (lab.eval.comparison) as text, markdown or LaTeX."""
+    """Two runs: the paired deltas with their CIs, the tests, the corrected p-values, the effect
+    sizes and how many questions each run wins; any number: one table (lab.eval.comparison) as
+    text, markdown or LaTeX. Corrected over the declared family (--family, --correction)."""
     from lab.errors import ValidationError
-    from lab.eval.comparison import TEST, compare_many, render, two_run_lines
-    from lab.eval.report import HEADLINE, compare, load_run
+    from lab.eval.comparison import compare_many, render
+    from lab.eval.report import load_run
 
     if len(args.runs) < 2:
         raise ValidationError(f"lab compare needs two or more run folders, got {len(args.runs)}")
@@ -211,31 +229,61 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(datasets) > 1:
         raise ValidationError(f"runs are on different datasets: {sorted(datasets)}")
     tables = {n: t for n, (_, t) in loaded.items()}
-    shared = [c for c in HEADLINE if all(c in t.columns for t in tables.values())]
-    metrics = args.metric or shared
+    family = args.family or default_family(tables)
+    metrics = args.metric or family
     baseline = _run_label(args.baseline, {}) if args.baseline else None
-    if len(args.runs) == 2 and args.format == "text" and not baseline:
-        table = compare(args.runs[0], args.runs[1], args.metric or None)
-        if args.json:
-            print_json(table.to_dicts())
-            return 0
-        print(f"{'metric':<12} {'A':>8} {'B':>8} {'B-A':>8}  {'95% CI of B-A':<19} {'p':>7}")
-        for r in table.iter_rows(named=True):
-            print(f"{r['metric']:<12} {r['mean_a']:8.4f} {r['mean_b']:8.4f} {r['delta']:+8.4f}  "
-                  f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] {r['p_value']:7.4f}")
-        counted = compare_many(tables, list(table["metric"]))
-        print(f"\nA = {counted.names[0]}, B = {counted.names[1]}; p: {TEST}; {counted.questions} paired questions")
-        for line in two_run_lines(counted):
-            print(line)
-        return 0
-    result = compare_many(tables, metrics, baseline, speeds=_speeds(loaded))
+    result = compare_many(tables, metrics, baseline, speeds=_speeds(loaded), correction=args.correction,
+                          family=family)
     if args.json:
         print_json({"baseline": result.baseline, "questions": result.questions, "test": result.test,
-                    "correction": result.correction, "metrics": result.metrics,
-                    "means": result.means, "changes": result.changes, "speeds": result.speeds})
+                    "correction": result.correction, "family": result.family, "family_size": result.family_size,
+                    "metrics": result.metrics, "means": result.means, "changes": result.changes,
+                    "speeds": result.speeds, "small_n": result.small_n})
+        return 0
+    if len(args.runs) == 2 and args.format == "text" and not baseline:
+        _two_runs(args.runs, result)
         return 0
     print(render(result, args.format), end="")
     return 0
+
+
+def default_family(tables: dict) -> list[str]:
+    """The family a comparison corrects over unless --family says: the default family's metrics
+    every run has (fixed by the runs, never by which metrics are shown)."""
+    from lab.errors import ValidationError
+
+    family = [m for m in DEFAULT_FAMILY if all(m in t.columns for t in tables.values())]
+    if not family:
+        raise ValidationError(f"the runs share none of the default family's metrics ({', '.join(DEFAULT_FAMILY)}): "
+                              "pass --family with metrics every run has", field="family")
+    return family
+
+
+def _two_runs(runs: list[str], c) -> None:
+    """Two runs as one line per metric: B - A with its CI, its own p, the corrected p and d_z."""
+    from lab.eval.comparison import two_run_lines
+    from lab.eval.multiple import CORRECTIONS
+    from lab.eval.report import compare
+
+    table = {r["metric"]: r for r in compare(runs[0], runs[1], c.metrics).iter_rows(named=True)}
+    (other,) = c.changes
+    print(f"{'metric':<12} {'A':>8} {'B':>8} {'B-A':>8}  {'95% CI of B-A':<19} {'p':>7} {'p corr':>7}  {'d_z [95% CI]':<22} test")
+    for m in c.metrics:
+        r, ch = table[m], c.changes[other][m]
+        e = ch["effect"]
+        effect = "-" if e["d_z"] is None else f"{e['d_z']:+.2f}" + (
+            "" if e["low"] is None else f" [{e['low']:+.2f}, {e['high']:+.2f}]")
+        print(f"{m:<12} {r['mean_a']:8.4f} {r['mean_b']:8.4f} {r['delta']:+8.4f}  "
+              f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] {ch['p']:7.4f} {ch['p_corrected']:7.4f}  {effect:<22} "
+              f"{ch['test']}" + (f" ({ch['mcnemar']['only_a']} only A, {ch['mcnemar']['only_b']} only B)"
+                                 if "mcnemar" in ch else ""))
+    print(f"\nA = {c.names[0]}, B = {c.names[1]}; {c.questions} paired questions; p: {c.test} (McNemar's exact test "
+          f"where a metric is binary); p corr: {CORRECTIONS[c.correction]} over a declared family of {c.family_size} "
+          f"comparisons ({', '.join(c.family)}); d_z: paired effect size")
+    for line in two_run_lines(c):
+        print(line)
+    for why in c.small_n:
+        print(f"warning: {why}")
 
 
 def _run_label(run: str, taken: dict) -> str:
@@ -271,6 +319,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="with several --system: the one the others are compared with (default: the first)")
     p.add_argument("--system-settings", dest="system_settings", metavar="JSON",
                    help="a built-in system's knobs, e.g. '{\"weights\": 0.7}' for txtai's hybrid weight")
+    correction_args(p)
     p.add_argument("--config", help="a .yaml/.json SearchConfig instead of a preset")
     p.add_argument("-k", "--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cutoffs")
     p.add_argument("--respect-top-k", action="store_true", help="cut at each preset's own top_k, as served")
@@ -314,5 +363,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", default=None, help="the run the others are compared with (default: the first)")
     p.add_argument("--format", choices=["text", "markdown", "latex"], default="text",
                    help="the table as aligned text, markdown or LaTeX")
+    correction_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+
+def correction_args(p: argparse.ArgumentParser) -> None:
+    """--correction and --family: the multiple-comparison correction and the family it runs over."""
+    p.add_argument("--correction", choices=list(CORRECTION_CHOICES), default="maxT",
+                   help="correction of the p-values over the family: maxT (permutation, family-wise; the default), "
+                        "holm (family-wise), bh (false discovery rate) or none")
+    p.add_argument("--family", nargs="+", default=None, metavar="METRIC",
+                   help="the metrics the correction counts, each against the baseline (default: those of "
+                        f"{' '.join(DEFAULT_FAMILY)} every run has); the shown metrics must be among them")

@@ -9,7 +9,7 @@ from __future__ import annotations
 # check_number and from_dict are lab.fields', imported from here by code that reads configs
 from lab.fields import check_declared, check_number, from_dict, setting  # noqa: F401
 
-from lab.config.names import (DEFAULT_KS, DEFAULT_MODEL, DERIVED_FACTS, ENCODERS, FAKE_MODEL,  # noqa: F401
+from lab.config.names import (COMPARISON_FAMILY, CORRECTIONS, DEFAULT_KS, DEFAULT_MODEL, DERIVED_FACTS, ENCODERS, FAKE_MODEL,  # noqa: F401
                               INDEX_VIEWS, VIEW_SIGNALS, VIEWS)
 from lab.config.reading import (YAML_ALIAS_NODES, from_yaml, load_config, parse_time, parse_yaml,  # noqa: F401
                                 read_config_file, read_config_mapping, read_yaml, to_dict, to_json, to_yaml)

@@ -5,6 +5,10 @@ from __future__ import annotations
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # the cutoffs every evaluation reports unless told otherwise (CLI, runner and metrics share them)
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
+# the multiple-comparison corrections `lab compare`, `lab eval --system` and the gate take
+# (lab.eval.multiple), and the metrics a comparison's correction counts unless --family says
+CORRECTIONS: tuple[str, ...] = ("maxT", "holm", "bh", "none")
+COMPARISON_FAMILY: tuple[str, ...] = ("recall@5", "recall@10", "ndcg@10", "mrr", "hit@10", "recall@100")
 FAKE_MODEL = "fake-hash-256"
 # Extra ways of indexing a memory (ChunkConfig.views), each its own vector and lexical index.
 INDEX_VIEWS: tuple[str, ...] = ("plain",)

@@ -1,5 +1,8 @@
-"""Many comparisons at once, corrected: the permutation max-statistic (Westfall and Young's
-single-step maxT) over paired per-question differences. The same random sign flips are applied to
+"""Many comparisons at once, corrected over a declared family (`CORRECTIONS`): the permutation
+max-statistic (Westfall and Young's single-step maxT, the default), Holm's step-down, Benjamini and
+Hochberg's step-up (false discovery rate, not family-wise error), or none.
+
+maxT works on the paired per-question differences themselves. The same random sign flips are applied to
 every comparison at once, and a comparison's corrected p-value is the share of flips whose
 *largest* statistic over all comparisons reaches its own: the family-wise error over every
 comparison made, keeping their correlation (which Bonferroni or Holm would ignore and pay for).
@@ -17,9 +20,62 @@ import itertools
 
 import numpy as np
 
+from lab.config import CORRECTIONS as CORRECTION_NAMES
 from lab.errors import ValidationError
 
 METHOD = "permutation max-statistic (Westfall-Young single-step maxT, two-sided)"
+# the choices `--correction` and a gate file's `correction` take, and what each is called in a table's notes
+CORRECTIONS = dict(zip(CORRECTION_NAMES, (
+    METHOD,
+    "Holm's step-down (family-wise error)",
+    "Benjamini-Hochberg step-up (false discovery rate)",
+    "no correction (each p as if it were the only test)",
+), strict=True))
+
+
+def check_correction(name: str, where: str = "--correction") -> str:
+    """``name`` when it is one of `CORRECTIONS`, else a ValidationError naming it."""
+    if name not in CORRECTIONS:
+        raise ValidationError(f"{where} must be one of {', '.join(CORRECTIONS)}, got {name!r}")
+    return name
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error, any dependence)."""
+    p = np.asarray(p, dtype=np.float64)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out = np.empty(m)
+    out[order] = np.minimum(adjusted, 1.0)
+    return out
+
+
+def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
+    """Benjamini and Hochberg's step-up adjusted p-values (false discovery rate)."""
+    p = np.asarray(p, dtype=np.float64)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = p[order] * m / np.arange(1, m + 1)
+    adjusted = np.minimum.accumulate(scaled[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(adjusted, 1.0)
+    return out
+
+
+def corrected_pvalues(raw: np.ndarray, diffs: np.ndarray, method: str, n_resamples: int = 2000,
+                      seed: int = 0) -> np.ndarray:
+    """One corrected p-value per comparison of the family: ``raw`` are the comparisons' own
+    p-values (what holm, bh and none adjust), ``diffs`` their paired differences (questions x
+    comparisons, what maxT permutes)."""
+    method = check_correction(method)
+    if method == "maxT":
+        return maxt_pvalues(diffs, n_resamples, seed)
+    if method == "holm":
+        return holm(raw)
+    if method == "bh":
+        return benjamini_hochberg(raw)
+    return np.asarray(raw, dtype=np.float64)
 
 
 def _signs(n: int, n_resamples: int, seed: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from lab.config import Candidate, SearchConfig, to_yaml
+from lab.config import COMPARISON_FAMILY, Candidate, SearchConfig, to_yaml
 from lab.config import load_candidate
 from lab.errors import NotFoundError, ValidationError
 from lab.eval.failures import bucket_markdown, bucket_plot
@@ -20,7 +20,7 @@ from lab.eval.run_folder import read_json_file, read_made_by
 from lab.eval.runner import EvalResult
 from lab.search.presets import checked, resolve
 
-HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr", "hit@10", "recall@100")
+HEADLINE = COMPARISON_FAMILY  # what a report and a comparison lead with
 
 
 TREC_SCORE_STEP = 1e-6  # the written scores' resolution (six decimals)
@@ -120,6 +120,9 @@ def report_markdown(result: EvalResult) -> str:
     for name in sorted(means, key=lambda c: (c.split("@")[0], int(c.split("@")[1]) if "@" in c else 0)):
         lo, hi = ci.get(name, [None, None])
         lines.append(f"| {name} | {means[name]:.4f} | {lo:.4f} – {hi:.4f} |")
+    said = [*(m.get("warnings") or []), *(m.get("small_n") or [])]
+    if said:  # what a reader must know before trusting the table: a hybrid that never fused, too few questions
+        lines += ["", "## Warnings", "", *[f"- {line}" for line in said]]
     if m.get("by_category"):
         cols = [c for c in ("recall@5", "recall@10", "ndcg@10", "mrr") if c in m["by_category"][0]]
         lines += ["", "## By category", "", "| category | n | " + " | ".join(cols) + " |",

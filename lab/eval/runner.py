@@ -25,10 +25,13 @@ from lab.eval.failures import DEPTH, bucket_summary, failure_buckets
 from lab.eval.health import fused_warnings, list_health, list_warnings, signal_health
 from lab.eval.longmemeval_metrics import longmemeval_metrics
 from lab.eval.metrics import DEFAULT_KS, bootstrap_cis
+from lab.eval.paired import small_n_lines
 from lab.eval.ragas_adapter import ragas_metrics
 from lab.retriever import Retriever
 from lab.search.fusion import PreparedCandidates, fuse
 from lab.search.rerank import memory_text, reranked
+
+SMALL_N_METRICS = ("recall@10", "ndcg@10")  # the figures a run is read by, checked for small n
 
 
 @dataclass
@@ -137,7 +140,9 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
     # a "hybrid" that never fused: each a `warning:` line, and recorded
     out["warnings"] = (list_warnings(cands, per_query.height, (*config.signals, *config.encoders))
                        + fused_warnings(cands, run, dict(config.fusion.weights)))
-    for line in out["warnings"]:
+    # a figure the questions are too few to hold (lab.eval.paired): a warning line, and recorded
+    out["small_n"] = small_n_lines(per_query.height, out["ci95"], SMALL_N_METRICS)
+    for line in out["warnings"] + out["small_n"]:
         warnings.warn(LabWarning(f"{dataset.name} / {config.name}: {line}"), stacklevel=2)
     # where each question's gold ended up, from a run at least as deep as the buckets' 100
     deep = run if options.respect_top_k or max(options.ks) >= DEPTH else fused_run(

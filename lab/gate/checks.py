@@ -6,6 +6,7 @@ threshold and verdict; the candidate is GO only when every check passes.
 
     model: lab-memory            # registered model whose @champion the candidate is held against
     alpha: 0.05                  # significance of a drop against the champion
+    correction: none             # over a suite's non_regression metrics: none, holm, bh or maxT
     suites:
       demo:
         dataset: demo
@@ -31,7 +32,10 @@ from lab.config import Candidate
 from lab.config import read_yaml
 from lab.embed.adapter import is_adapter_model, read_adapter
 from lab.errors import LabWarning, ValidationError
+from lab.eval.comparison import compare_many
 from lab.eval.metrics import compare_runs
+from lab.eval.multiple import check_correction
+from lab.eval.paired import small_n
 
 _SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_search", "observations", "abstention"}
 # abstention (lab.eval.abstention): the recall@10 the fitted threshold may cost on tune, minimums of
@@ -39,7 +43,9 @@ _SUITE_KEYS = {"dataset", "min", "non_regression", "signal_health", "save_then_s
 _ABSTENTION_KEYS = {"max_cost", "precision", "recall", "auroc", "cost"}
 # what `lab adapt` judges an adapter on, over its held-out folds (lab.tune.adapt.cross_validate_adapter)
 ADAPTER_METRICS = ("recall@10", "ndcg@10")
-_GATE_KEYS = ("adapter_beats_base", "alpha", "model", "seed", "suites")
+_GATE_KEYS = ("adapter_beats_base", "alpha", "correction", "model", "seed", "suites")
+# a non-regression check left uncorrected refuses more candidates, not fewer: the cautious default
+DEFAULT_CORRECTION = "none"
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class GateConfig:
     seed: int = 0
     path: str = ""
     adapter_beats_base: tuple[str, ...] = ()  # metrics a query adapter's held-out gain must be significant on
+    correction: str = DEFAULT_CORRECTION  # over each suite's non_regression metrics (lab.eval.multiple)
 
 
 @dataclass(frozen=True)
@@ -125,31 +132,32 @@ def load_gate(path: str | Path) -> GateConfig:
     alpha = float(data.get("alpha", 0.05))
     if not 0 < alpha < 1:
         raise ValidationError(f"{p}: alpha must be in (0, 1), got {alpha}")
+    correction = check_correction(str(data.get("correction", DEFAULT_CORRECTION)), f"{p}: correction")
     return GateConfig(str(data.get("model", "lab-memory")), tuple(suites), alpha, int(data.get("seed", 0)), str(p),
-                      tuple(beats))
+                      tuple(beats), correction)
 
 
-def suite_checks(suite: Suite, result: Any, dataset: Any, champion: Any | None, alpha: float, seed: int) -> list[Check]:
-    """The checks of one suite, from the candidate's evaluation (and the champion's, when there is one)."""
+def suite_checks(suite: Suite, result: Any, dataset: Any, champion: Any | None, alpha: float, seed: int,
+                 correction: str = DEFAULT_CORRECTION) -> list[Check]:
+    """The checks of one suite, from the candidate's evaluation (and the champion's, when there is
+    one); the non-regression p-values corrected by ``correction`` over the suite's metrics."""
     checks: list[Check] = []
     metrics, ci = result.metrics["metrics"], result.metrics["ci95"]
     for name, minimum in sorted(suite.minimums.items()):
         if name not in ci:
             raise ValidationError(f"gate suite {suite.name}: unknown metric {name!r}; known: {sorted(ci)}")
         low = float(ci[name][0])
+        loose = small_n({name: (low, float(ci[name][1]))}, result.metrics["questions"])
+        if loose:  # judged all the same: the gate's file chose the suite and its minimum
+            warnings.warn(LabWarning(f"gate suite {suite.name}: {loose}"), stacklevel=2)
         checks.append(Check(suite.name, f"min {name} (95% CI low)", low, f">= {minimum:g}", low >= minimum,
-                            f"mean {metrics[name]:.4f}"))
+                            f"mean {metrics[name]:.4f}" + (f"; {loose}" if loose else "")))
     if suite.non_regression:
         if champion is None:
             checks.append(Check(suite.name, "non-regression vs champion", None, f"no significant drop (p < {alpha:g})",
                                 True, "no champion registered yet: nothing to regress against"))
         else:
-            table = compare_runs(champion.per_query, result.per_query, list(suite.non_regression), seed=seed)
-            for r in table.iter_rows(named=True):
-                dropped = r["delta"] < 0 and r["p_value"] < alpha
-                checks.append(Check(suite.name, f"non-regression {r['metric']}", round(r["delta"], 6),
-                                    f"no significant drop (p < {alpha:g})", not dropped,
-                                    f"champion {r['mean_a']:.4f} -> candidate {r['mean_b']:.4f}, p {r['p_value']:.4f}"))
+            checks += _non_regression(suite, result, champion, alpha, seed, correction)
     health = result.metrics.get("signal_health", {}).get("signals", {})
     enabled = set(result.config.signals)
     for signal, share in sorted(suite.signal_health.items()):
@@ -171,6 +179,25 @@ def suite_checks(suite: Suite, result: Any, dataset: Any, champion: Any | None, 
             checks.append(Check(suite.name, f"save-then-search {name}", got, f">= {minimum:g}", got >= minimum,
                                 f"{pq.height} questions asked right after their memory was saved"))
     return checks + abstention_checks(suite, result.metrics.get("abstention"))
+
+
+def _non_regression(suite: Suite, result: Any, champion: Any, alpha: float, seed: int, correction: str) -> list[Check]:
+    """One check per non-regression metric: the candidate's paired change against the champion,
+    failed by a drop whose p-value, corrected over the suite's metrics, is below ``alpha``."""
+    family = list(suite.non_regression)
+    table = compare_runs(champion.per_query, result.per_query, family, seed=seed)
+    paired = compare_many({"champion": champion.per_query, "candidate": result.per_query}, family, "champion",
+                          correction=correction, seed=seed).changes["candidate"]
+    out = []
+    for r in table.iter_rows(named=True):
+        ch = paired[r["metric"]]
+        p = ch["p_corrected"]
+        said = f"p {ch['p']:.4f} ({ch['test']})" + ("" if correction == "none" else
+                                                    f", corrected ({correction}, {len(family)} metrics) {p:.4f}")
+        out.append(Check(suite.name, f"non-regression {r['metric']}", round(r["delta"], 6),
+                         f"no significant drop (p < {alpha:g})", not (r["delta"] < 0 and p < alpha),
+                         f"champion {r['mean_a']:.4f} -> candidate {r['mean_b']:.4f}, {said}"))
+    return out
 
 
 def abstention_checks(suite: Suite, measured: dict[str, Any] | None) -> list[Check]:

@@ -88,7 +88,7 @@ def _judge_suite(gate: GateConfig, suite: Suite, chosen: Candidate, champion: Ch
                                                                 query_model=champion.query_model)
         champion_result = _PerQuery(evaluate(champ_retriever, dataset, champion.search, EvalOptions(),
                                              root=opts.root).per_query)
-    checks = suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed)
+    checks = suite_checks(suite, result, dataset, champion_result, gate.alpha, gate.seed, gate.correction)
     if drift:
         checks = [replace(c, note=(c.note + "; " if c.note else "") + f"rebaselined: {drift}")
                   if c.name.startswith("non-regression") else c for c in checks]
