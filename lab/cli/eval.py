@@ -48,6 +48,9 @@ def _check_before_loading(args: argparse.Namespace) -> None:
         if args.system:
             raise ValidationError("--abstention measures lab's own evidence (the best candidate's cosine); "
                                   "a --system run has none: evaluate a --preset or --config instead")
+    if getattr(args, "errata", None) and (args.system or args.check):
+        raise ValidationError("--errata scores lab's presets or a --config on the corrected labels; with "
+                              f"{'--system' if args.system else '--check'} it has nothing to score", field="errata")
     if args.system and len(args.system) > 1 and args.family:
         _check_family(args.family, args.k)
 
@@ -90,10 +93,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     candidate = EvalCandidate(tuple(args.preset or ()), None if args.preset else args.config)
     overrides = Overrides(args.context_turns, args.time_in_text, args.model, tuple(args.encoders or ()),
                           args.counter, args.budget, args.query_model)
+    errata = None
+    if args.errata:
+        from lab.eval.errata import load_errata
+
+        errata = load_errata(args.errata)  # its format checked before the dataset is loaded
     workspace = command_workspace(args.datasets, args.tracking_uri)
     with command_engine(args, workspace=workspace) as engine:
         for done in evaluate(candidate, overrides, _dataset_ref(args), options, workspace, out=args.out,
-                             tracked=not args.no_track, progress=not args.quiet, engine=engine):
+                             tracked=not args.no_track, progress=not args.quiet, engine=engine, errata=errata):
             metrics = done.result.metrics
             if args.json:
                 print_json({"run": str(done.folder), "mlflow_run_id": done.run_id, **metrics})
@@ -103,7 +111,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"{done.dataset:<10} {done.config.name:<12} {metrics['questions']:>5} q  {head}  -> {done.folder}")
             _longmemeval_line(metrics)
             _abstention_line(metrics)
+            _errata_line(metrics)
     return 0
+
+
+def _errata_line(metrics: dict) -> None:
+    e = metrics.get("errata")
+    if not e:
+        return
+    figures = "  ".join(f"{m} {v:.4f} -> {e['corrected'][m]:.4f}" for m, v in e["official"].items()
+                        if m in ("recall@10", "ndcg@10"))
+    print(f"{'':<10} errata: {e['corrections']} correction(s), {e['questions_changed']} question(s) scored "
+          f"differently; official -> corrected: {figures}")
 
 
 def _abstention_line(metrics: dict) -> None:
@@ -349,6 +368,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "reported on held-out ones (docs/abstention.md)")
     p.add_argument("--abstention-cost", dest="abstention_cost", type=float, default=0.01, metavar="COST",
                    help="recall@10 the abstention threshold may cost answerable tune questions (default 0.01)")
+    p.add_argument("--errata", metavar="OVERLAY_YAML", default=None,
+                   help="also score the labels an errata overlay corrects, beside the official ones "
+                        "(datasets/errata/; docs: evaluation.md)")
     p.add_argument("--check", metavar="REGRESSIONS_YAML", help="run every condition; OK / OKISH / FAIL, exit 1 on FAIL")
     p.add_argument("--out", default="runs", help="folder for run folders (default runs/)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: env, else .lab/mlflow)")

@@ -12,6 +12,7 @@ import polars as pl
 from lab.config import COMPARISON_FAMILY, Candidate, SearchConfig, to_yaml
 from lab.config import load_candidate
 from lab.errors import NotFoundError, ValidationError
+from lab.eval.errata import errata_lines
 from lab.eval.failures import bucket_markdown, bucket_plot
 from lab.eval.longmemeval_metrics import report_lines
 from lab.eval.metrics import compare_runs
@@ -63,6 +64,8 @@ def write_run(result: EvalResult, qrels: pl.DataFrame, out: Path) -> Path:
         result.failures.write_parquet(out / "failures.parquet")
         bucket_plot(result.metrics["failure_buckets"], out / "failure_buckets.png",
                     f"{result.dataset} / {result.config.name}: where the gold ended up")
+    if result.errata is not None:
+        result.errata.write_parquet(out / "errata.parquet")
     if result.abstention is not None:
         result.abstention.write_parquet(out / "abstention.parquet")
         abstention_plot(result.abstention, result.metrics["abstention"], out / "abstention.png",
@@ -123,6 +126,8 @@ def report_markdown(result: EvalResult) -> str:
     said = [*(m.get("warnings") or []), *(m.get("small_n") or [])]
     if said:  # what a reader must know before trusting the table: a hybrid that never fused, too few questions
         lines += ["", "## Warnings", "", *[f"- {line}" for line in said]]
+    if m.get("errata"):  # the corrected labels' figures beside the official ones
+        lines += errata_lines(m["errata"], result.errata)
     if m.get("by_category"):
         cols = [c for c in ("recall@5", "recall@10", "ndcg@10", "mrr") if c in m["by_category"][0]]
         lines += ["", "## By category", "", "| category | n | " + " | ".join(cols) + " |",

@@ -56,6 +56,7 @@ class EvalResult:
     info: dict[str, Any] = field(default_factory=dict)
     abstention: pl.DataFrame | None = None  # per question asked, with --abstention (lab.eval.abstention)
     failures: pl.DataFrame | None = None  # per question with gold: its failure bucket (lab.eval.failures)
+    errata: pl.DataFrame | None = None  # per correction of an errata overlay, both figures (lab.eval.errata)
 
 
 def fused_run(prepared: PreparedCandidates | pl.DataFrame, config: SearchConfig, options: EvalOptions,

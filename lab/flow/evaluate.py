@@ -20,6 +20,7 @@ from lab.eval.runner import EvalOptions, EvalResult
 from lab.eval.runner import evaluate as run_evaluation
 from lab.eval.candidate_cache import candidate_table
 from lab.eval.dataset import EvalDataset
+from lab.eval.errata import Errata, apply_errata, score_errata
 from lab.eval.regressions import run_regressions
 from lab.eval.runs import write_run_folder
 from lab.eval.stores import eval_retriever, save_config
@@ -102,19 +103,24 @@ def plan(candidate: EvalCandidate, overrides: Overrides, options: EvalOptions) -
 
 def evaluate(candidate: EvalCandidate, overrides: Overrides, data: DatasetRef, options: EvalOptions,
              workspace: Workspace, *, out: str | Path = "runs", tracked: bool = True, progress: bool = False,
-             embedder: Any = None, engine: Engine | None = None) -> Iterator[Evaluated]:
+             embedder: Any = None, engine: Engine | None = None, errata: Errata | None = None) -> Iterator[Evaluated]:
     """Evaluate each configuration of ``candidate`` (``overrides`` merged in) on ``data``, yielding
     each as its run folder is written (and its MLflow run logged in the workspace's tracking store,
     when ``tracked``). Its stores and vectors are the workspace's evaluation root and embedding
     cache; ``embedder``: an embedder already loaded (the demo's), else the store's own; ``engine``:
-    where a store built for it embeds its texts (None: in this process)."""
+    where a store built for it embeds its texts (None: in this process); ``errata``: an overlay
+    whose corrected labels are scored beside the official ones (lab.eval.errata)."""
     chosen = plan(candidate, overrides, options)
     data = data.at(workspace.datasets_root, workspace.project)  # named no root: the workspace's
     dataset = data.load()
+    # an overlay that does not fit the data is refused before the store is built (the long part)
+    corrected = apply_errata(dataset, errata) if errata is not None else None
     retriever = eval_retriever(dataset, chosen.save, root=workspace.eval_root, embedder=embedder, progress=progress,
                                query_model=chosen.query_model, embeddings=workspace.eval_embeddings,
                                engine=engine)
     for result in _results(chosen, data, dataset, retriever, workspace, chosen.query_model, engine):
+        if corrected is not None:
+            result = score_errata(result, retriever, *corrected, errata, root=workspace.eval_root)
         folder = write_run_folder(result, retriever, dataset, out, data.options)
         run_id = None
         if tracked:

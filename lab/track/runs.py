@@ -152,6 +152,11 @@ def log_eval(result: Any, folder: Path, *, dataset: Any, store_version: str, uri
             for name, value in abstention[part].items():
                 if isinstance(value, (int, float)):
                     metrics[f"abstention.{part}.{name}"] = value
+    errata = m.get("errata") or {}
+    for name, value in (errata.get("corrected") or {}).items():  # an overlay's labels: beside, never instead
+        metrics[f"corrected.{name}"] = value
+    if errata:
+        extra_tags = {**(extra_tags or {}), "errata": errata["file"], "errata_sha256": errata["sha256"]}
     tags = {"dataset": dataset.name, "dataset_fingerprint": dataset.fingerprint(), "store_version": store_version,
             "preset": result.config.name, "run_folder": str(Path(folder).resolve()), **(extra_tags or {})}
     with run(f"{kind} {dataset.name} {result.config.name}", kind, params=flatten(to_dict(result.config)),
