@@ -124,6 +124,14 @@ def test_eval_on_ray_gives_the_local_run_files_and_metrics(tmp_path):
                               capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert "engine: ray (a local Ray started for this command, 2 workers)" in proc.stderr or os.cpu_count() != 2
+    # Ray's core writes its start-up lines to stderr itself: they go to the engine's log and each run
+    # folder's engine.log, not between lab's lines; what the workers warned is said by the driver
+    ray_log = tmp_path / "ray" / "logs" / "ray.log"
+    assert f"its own output: {ray_log}" in proc.stderr and "logging.cc" not in proc.stderr
+    assert "logging.cc" in ray_log.read_text()
+    assert "logging.cc" in (tmp_path / "ray" / "runs" / "demo+fake-lab" / "engine.log").read_text()
+    assert not (tmp_path / "local" / "runs" / "demo+fake-lab" / "engine.log").exists()
+    assert "warning: demo / bm25: 120 questions hold these figures" in proc.stderr
     folders = sorted(p.name for p in (tmp_path / "local" / "runs").iterdir())
     assert len(folders) == 3 and folders == sorted(p.name for p in (tmp_path / "ray" / "runs").iterdir())
     for folder in folders:

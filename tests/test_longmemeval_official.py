@@ -134,6 +134,11 @@ def test_the_official_population_leaves_out_abstention_and_assistant_only_eviden
     run = pl.DataFrame({"qid": ["q0"], "memory_id": ["lme-q0:answer_x#0"], "rank": [1]})
     got = longmemeval_metrics(run, info)
     assert got["questions"] == 1 and got["excluded"] == {"abstention": 1, "no_target": 1, "gold_warnings": 0}
+    assert got["excluded_ids"] == {"abstention": ["q2_abs"], "no_target": ["q1"]}
+    from lab.eval.longmemeval_metrics import report_lines
+
+    assert ("Left out of the means, as the official scoring does: abstention (`_abs`) q2_abs; no target turn q1."
+            in report_lines(got))
     assert got["turn"]["recall_any@1"] == 1.0 and got["session"]["recall_all@1"] == 1.0
     assert got["headline"]["turn"] == {n: got["turn"][n] for n in ("recall_all@5", "ndcg_any@5", "recall_all@10",
                                                                      "ndcg_any@10", "recall_all@50", "ndcg_any@50")}

@@ -57,6 +57,35 @@ def cmd_datasets_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_datasets_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the file loads and its gold is whole, 1 when it loads with problems (named), 2
+    when it cannot be read as a dataset (the loader's error, naming the line and the field)."""
+    from lab.eval.dataset_check import describe_dataset
+    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
+
+    ws = command_workspace(args.datasets)
+    dataset = DatasetRef(args.file, split=args.split, options=DatasetOptions(granularity=args.granularity)).at(
+        ws.datasets_root, ws.project).load()
+    d = describe_dataset(dataset, args.file)
+    if args.json:
+        print_json(d)
+        return 1 if d["problems"] else 0
+    print(f"{'FAIL' if d['problems'] else 'OK'} {d['file']}: {d['format']} dataset {d['name']!r} (read from {d['read']})")
+    print(f"  memories   {d['memories']} in {d['memory_namespaces']} namespace(s), {d['edges']} edge(s)")
+    cats = ", ".join(f"{c} {n}" for c, n in d["by_category"].items())
+    print(f"  questions  {d['questions']} in {d['namespaces']} namespace(s) ({cats}); {d['unanswerable']} unanswerable")
+    g = d["gold_per_question"]
+    print(f"  gold       {g['min']}-{g['max']} memory id(s) per question (mean {g['mean']})")
+    now = (f"{d['reference_times']} namespace(s) with their own" if d["reference_times"] else d["reference_time"]
+           or "not set (time signals use the moment of the search)")
+    print(f"  now        {now}")
+    for line in d["loader"]:
+        print(f"  loader     {line}")
+    for line in d["problems"]:
+        print(f"  problem    {line}")
+    return 1 if d["problems"] else 0
+
+
 def cmd_goldens_check(args: argparse.Namespace) -> int:
     from lab.eval.goldens import describe_golden
 
@@ -103,3 +132,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_datasets_export)
+    c = dsub.add_parser("check", help="any dataset file lab reads, checked: what it holds, what the loader "
+                                      "repaired or dropped, gold outside its question's namespace (exit 1)")
+    c.add_argument("file", help="a LoCoMo or LongMemEval .json (.json.gz), a conversations .jsonl, a golden .yaml, "
+                                "a BEIR folder, or a name: locomo, longmemeval-s-dev, scifact, demo")
+    c.add_argument("--granularity", choices=["turn", "session"], default=None,
+                   help="a LongMemEval file's memories: turns (default) or sessions")
+    c.add_argument("--split", default="train", help="a BEIR dataset's qrels split (default train)")
+    c.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_datasets_check)

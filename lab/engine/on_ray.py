@@ -15,6 +15,7 @@ import math
 import os
 import queue
 import threading
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -26,6 +27,7 @@ from lab.embed.registry import make_embedder
 from lab.engine.address import HINT, HeadWatch, RayAddress, check_address
 from lab.errors import LabError, ValidationError
 from lab.progress import progress as progress_bar
+from lab.engine.output import EngineLog
 from lab.workspace import Workspace, install, set_library_env
 
 BATCH = 128  # texts per model call on a worker: big enough to keep a core busy, small enough to spread
@@ -33,6 +35,12 @@ LOCAL_OBJECT_STORE = 200 * 1024**2  # a small /dev/shm would make Ray spill to d
 ASK_TIMEOUT_S = 5.0  # Ray's GCS answers its first call in milliseconds
 RETRIES = 2  # runs of a task whose worker died, after the first
 POLL_S = 1.0  # how often a driver waiting on a cluster asks whether its head still listens
+
+
+def engine_log_path(workspace: Workspace) -> Path:
+    """Where Ray's own output of a command goes: ``logs/ray.log`` beside the evaluation root
+    (``.lab/logs/ray.log`` by default), appended to by each command."""
+    return Path(workspace.eval_root).parent / "logs" / "ray.log"
 
 
 def _ray() -> Any:
@@ -186,16 +194,19 @@ class RayEngine:
             if parsed is not None:
                 _ask_cluster(parsed)
                 self._watch = HeadWatch(parsed)
-        if not ray.is_initialized():
-            if address:
-                _connect(ray, address)
-            else:
-                # "local": a new Ray of this machine's cores, whatever RAY_ADDRESS or a running one say
-                ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                         object_store_memory=LOCAL_OBJECT_STORE,
-                         logging_level=logging.ERROR, log_to_driver=False)
-            self._started = True
-        import ray.data  # noqa: F401  (its import configures its logger: quiet it after, not before)
+        # what Ray's core prints to this process's stderr as it starts goes to a log, not between lab's lines
+        self.log = EngineLog(engine_log_path(workspace or Workspace()))  # none: the defaults
+        with self.log.capturing():
+            if not ray.is_initialized():
+                if address:
+                    _connect(ray, address)
+                else:
+                    # "local": a new Ray of this machine's cores, whatever RAY_ADDRESS or a running one say
+                    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                             object_store_memory=LOCAL_OBJECT_STORE,
+                             logging_level=logging.ERROR, log_to_driver=False)
+                self._started = True
+            import ray.data  # noqa: F401  (its import configures its logger: quiet it after, not before)
 
         for name in ("ray", "ray.data"):  # its progress lines and notices would bury lab's own output
             logging.getLogger(name).setLevel(logging.ERROR)
@@ -286,7 +297,7 @@ class RayEngine:
 
     def describe(self) -> str:
         where = self.address or "a local Ray started for this command"
-        return f"ray ({where}, {self.workers} worker{'s' if self.workers != 1 else ''})"
+        return f"ray ({where}, {self.workers} worker{'s' if self.workers != 1 else ''}); its own output: {self.log.path}"
 
     def close(self) -> None:
         if self._started and not self._head_lost:

@@ -7,6 +7,7 @@ import polars as pl
 
 from lab.config import read_yaml
 from lab.errors import ValidationError
+from lab.eval.conversations import load_conversations_jsonl
 from lab.eval.beir import load_beir
 from lab.eval.dataset import QRELS_SCHEMA, QUESTIONS_SCHEMA, EvalDataset, checked_reference_time
 from lab.eval.locomo import load_locomo
@@ -147,6 +148,8 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
         return read_tables(p)
     if p.suffix in (".yaml", ".yml"):
         return load_golden(p, project=project)
+    if p.is_file() and p.suffix == ".jsonl":  # your conversations and questions (lab.eval.conversations)
+        return load_conversations_jsonl(p)
     if p.is_dir():
         if not (p / "corpus.jsonl").is_file():
             raise ValidationError(f"{p} is a folder without corpus.jsonl: a BEIR folder holds corpus.jsonl, "
@@ -157,6 +160,6 @@ def load_dataset(name: str, datasets: str | Path | None = None, *, split: str = 
             return load_longmemeval(p)
         return load_locomo(p, observations=observations, summaries=summaries)
     raise ValidationError(
-        f"unknown dataset {name!r}: use locomo, scifact, demo, a golden .yaml, a LoCoMo or LongMemEval .json "
-        "or a BEIR folder"
+        f"unknown dataset {name!r}: use locomo, scifact, demo, a golden .yaml, a LoCoMo or LongMemEval .json, "
+        "a conversations .jsonl or a BEIR folder"
     )

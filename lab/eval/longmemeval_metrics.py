@@ -130,7 +130,9 @@ def longmemeval_metrics(run: pl.DataFrame, info: dict[str, Any]) -> dict[str, An
     return {"protocol": {"granularity": granularity, "corpus": info["corpus_roles"], "ks": list(KS)},
             "questions": len(per_q), **overall, "headline": headline, "by_type": by_type,
             "excluded": {"abstention": len(info["abstention"]), "no_target": len(excluded & set(rankings)),
-                         "gold_warnings": len(info.get("gold_warnings") or {})}}
+                         "gold_warnings": len(info.get("gold_warnings") or {})},
+            "excluded_ids": {"abstention": sorted(info["abstention"]),
+                             "no_target": sorted(excluded & set(rankings))}}
 
 
 def headline_lines(lme: dict[str, Any]) -> list[str]:
@@ -155,6 +157,11 @@ def report_lines(lme: dict[str, Any]) -> list[str]:
         if lme["headline"].get(level):
             lines.append(f"| {level} | " + " | ".join(f"{lme[level][n]:.4f}" if n in HEADLINE[level] else "" for n in
                                                       HEADLINE["turn"]) + " |")
+    ids = lme.get("excluded_ids") or {}
+    if ids.get("abstention") or ids.get("no_target"):  # which questions the official means leave out
+        lines += ["", "Left out of the means, as the official scoring does: "
+                  f"abstention (`_abs`) {', '.join(ids.get('abstention') or []) or 'none'}; "
+                  f"no target turn {', '.join(ids.get('no_target') or []) or 'none'}."]
     level = lme["protocol"]["granularity"]
     names = HEADLINE["session"]
     lines += ["", f"By question type ({level} level):", "", "| type | n | " + " | ".join(names) + " |",

@@ -59,18 +59,21 @@ def record_models(result: EvalResult, retriever: Retriever) -> tuple[str, str]:
 
 
 def write_run_folder(result: EvalResult, retriever: Retriever, dataset: EvalDataset, out_root: str | Path,
-                     loaded: DatasetOptions = DatasetOptions()) -> Path:
-    """Write the run folder of ``result`` (evaluated here or on a worker over the same store)."""
+                     loaded: DatasetOptions = DatasetOptions(), engine_log: str = "") -> Path:
+    """Write the run folder of ``result`` (evaluated here or on a worker over the same store);
+    ``engine_log``: what the engine's own libraries printed for this command (its ``engine.log``)."""
     config, options = result.config, result.options
     chunk = retriever.store.recorded_config().chunk
     store_model, query_model = record_models(result, retriever)
     out = Path(out_root) / run_name(dataset.name, chunk, config.name, options, loaded,
                                     models_suffix(store_model, query_model, config.encoders))
     made = maker("search configuration", config.name, dataset.name, dataset.source, to_dict(chunk))
-    return publish(out, made, lambda folder: _write(result, dataset, folder))
+    return publish(out, made, lambda folder: _write(result, dataset, folder, engine_log))
 
 
-def _write(result: EvalResult, dataset: EvalDataset, folder: Path) -> None:
+def _write(result: EvalResult, dataset: EvalDataset, folder: Path, engine_log: str = "") -> None:
     write_run(result, dataset.qrels, folder)
+    if engine_log:
+        (folder / "engine.log").write_text(engine_log, encoding="utf-8")
     if "longmemeval" in dataset.report:  # the official retrieval log beside lab's files
         write_official_log(folder, result.run, dataset.report["longmemeval"], dataset.source)

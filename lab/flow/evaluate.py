@@ -6,6 +6,7 @@ with; an override changes one field of them and leaves the rest as the candidate
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,6 +15,7 @@ from lab import track
 from lab.config import ENCODERS, SaveConfig, SearchConfig
 from lab.embed.registry import check_models
 from lab.engine import Engine
+from lab.errors import LabWarning
 from lab.eval.dataset_ref import DatasetRef
 from lab.eval.report import candidate_from, config_from
 from lab.eval.runner import EvalOptions, EvalResult
@@ -121,7 +123,8 @@ def evaluate(candidate: EvalCandidate, overrides: Overrides, data: DatasetRef, o
     for result in _results(chosen, data, dataset, retriever, workspace, chosen.query_model, engine):
         if corrected is not None:
             result = score_errata(result, retriever, *corrected, errata, root=workspace.eval_root)
-        folder = write_run_folder(result, retriever, dataset, out, data.options)
+        engine_log = engine.log.text() if getattr(engine, "log", None) is not None else ""
+        folder = write_run_folder(result, retriever, dataset, out, data.options, engine_log)
         run_id = None
         if tracked:
             run_id = track.log_eval(result, folder, dataset=dataset, store_version=str(retriever.version),
@@ -151,6 +154,9 @@ def _results(chosen: EvalPlan, data: DatasetRef, dataset: EvalDataset, retriever
     done: dict[int, EvalResult] = {}
     wanted = 0
     for position, result in zip(order, run_eval_units(units, engine)):
+        # said on the worker, where no one reads it: said again here, as a local evaluation says it
+        for line in result.metrics.get("warnings", []) + result.metrics.get("small_n", []):
+            warnings.warn(LabWarning(f"{dataset.name} / {result.config.name}: {line}"), stacklevel=2)
         done[position] = result
         while wanted in done:  # the plan's order, as soon as each is ready
             yield done.pop(wanted)
