@@ -123,15 +123,29 @@ def test_a_gated_candidate_on_a_local_model_packs_it_so_the_champion_loads_where
 
     local = tmp_path / "tuned"
     shutil.copytree(model_dir(), local)  # stands in for `lab adapt --kind finetune`'s folder
+    # its held-out judgement, as `lab adapt --kind finetune` records it: the gate's adapter_beats_base reads it
+    held_out = [{"metric": "recall@10", "n": 120, "mean_a": 0.52, "mean_b": 0.61, "delta": 0.09, "delta_low": 0.04,
+                 "delta_high": 0.13, "p_value": 0.001},
+                {"metric": "ndcg@10", "n": 120, "mean_a": 0.40, "mean_b": 0.39, "delta": -0.01, "delta_low": -0.03,
+                 "delta_high": 0.01, "p_value": 0.4}]
+    (local / "lab-finetune.json").write_text(json.dumps({"format": 1, "kind": "finetune", "trained": {
+        "dataset": "locomo", "held_out": held_out}}))
     candidate = tmp_path / "best.yaml"
     candidate.write_text(yaml.safe_dump({"name": "tuned", "save": {"embed": {"model": f"st:{local}"}}}))
     gate_file = tmp_path / "gate.yaml"
-    gate_file.write_text(yaml.safe_dump({"model": "lab-tuned", "suites": {"demo": {"dataset": "demo",
-                                                                                   "min": {"recall@10": 0.1}}}}))
+    gate_file.write_text(yaml.safe_dump({"model": "lab-tuned", "adapter_beats_base": ["ndcg@10"], "suites": {
+        "demo": {"dataset": "demo", "min": {"recall@10": 0.1}}}}))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    refused = run_gate(load_gate(gate_file), str(candidate), judging=JudgeOptions(root=tmp_path / "eval"),
+                       out_root=tmp_path / "gate-refused", uri=uri, export=True)
+    (beats,) = [c for c in refused.checks if c.suite == "fine-tune"]
+    assert refused.verdict == "NO-GO" and not beats.passed and beats.value == -0.03
+    assert beats.name == "fine-tune beats base ndcg@10 (held out)" and "held-out questions of locomo" in beats.note
+    gate_file.write_text(yaml.safe_dump({"model": "lab-tuned", "adapter_beats_base": ["recall@10"], "suites": {
+        "demo": {"dataset": "demo", "min": {"recall@10": 0.1}}}}))
     report = run_gate(load_gate(gate_file), str(candidate), judging=JudgeOptions(root=tmp_path / "eval"),
                       out_root=tmp_path / "gate", uri=uri, export=True)
-    assert report.verdict == "GO"
+    assert report.verdict == "GO" and [c.value for c in report.checks if c.suite == "fine-tune"] == [0.04]
     bundle = Path(report.export.bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
     (model_id,) = manifest["packed_models"]

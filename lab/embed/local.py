@@ -16,6 +16,7 @@ from lab.embed.st import SentenceTransformerEmbedder
 from lab.errors import ConflictError, ValidationError
 
 PREFIXES = ("st:", "onnx:")
+FINETUNE_META = "lab-finetune.json"  # what `lab adapt --kind finetune` writes beside a model's weights
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 

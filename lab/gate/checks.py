@@ -15,11 +15,12 @@ threshold and verdict; the candidate is GO only when every check passes.
         signal_health: {vector: 0.95, lexical: 0.80}   # share of questions with candidates
         save_then_search: {recall@10: 0.5}             # questions whose memory was just saved
         abstention: {max_cost: 0.01, auroc: 0.9, precision: 0.9, cost: 0.02}   # held-out questions
-    adapter_beats_base: [recall@10]  # a candidate's query adapter must have beaten its base model on
+    adapter_beats_base: [recall@10]  # a candidate's query adapter or fine-tuned model must have beaten its base on
                                      # the held-out folds `lab adapt` judged it on (95% CI low > 0)
 """
 from __future__ import annotations
 
+import json
 import warnings
 
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import polars as pl
 from lab.config import Candidate
 from lab.config import read_yaml
 from lab.embed.adapter import is_adapter_model, read_adapter
+from lab.embed.local import FINETUNE_META, local_model_folder, looks_local
 from lab.errors import LabWarning, ValidationError
 from lab.eval.comparison import compare_many
 from lab.eval.metrics import compare_runs
@@ -223,31 +225,55 @@ def abstention_checks(suite: Suite, measured: dict[str, Any] | None) -> list[Che
     return out
 
 
-def adapter_checks(gate: GateConfig, query_model: str | None) -> list[Check]:
-    """The gate's ``adapter_beats_base``: a candidate whose queries a query adapter encodes must
-    show, on the held-out folds `lab adapt` judged it on (its adapter.json records them), a gain over
-    its base model whose 95% CI lies above zero on each listed metric. The suites cannot judge
-    this: an adapter trained on a suite's own gold would be scored on what it learnt."""
+def finetune_record(model: str | None) -> dict[str, Any] | None:
+    """The ``lab-finetune.json`` of a model `lab adapt --kind finetune` wrote (an ``st:`` folder),
+    or None for any other model."""
+    if not model or not model.startswith("st:") or not looks_local(model):
+        return None
+    meta = local_model_folder(model) / FINETUNE_META
+    if not meta.is_file():
+        return None
+    try:
+        return json.loads(meta.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ValidationError(f"{meta}: the fine-tuned model's record is not JSON: train it again") from None
+
+
+def adapter_checks(gate: GateConfig, query_model: str | None, store_model: str | None = None) -> list[Check]:
+    """The gate's ``adapter_beats_base``: a candidate whose queries a query adapter encodes, or whose
+    store a fine-tuned model embeds, must show, on the held-out folds `lab adapt` judged it on (its
+    adapter.json or lab-finetune.json records them), a gain over its base model whose 95% CI lies
+    above zero on each listed metric. The suites cannot judge this: a model trained on a suite's own
+    gold would be scored on what it learnt."""
     if not gate.adapter_beats_base:
         return []
-    if query_model is None or not is_adapter_model(query_model):
+    adapted = []
+    if query_model is not None and is_adapter_model(query_model):
+        adapted.append(("adapter", read_adapter(query_model).trained))
+    record = finetune_record(store_model)
+    if record is not None:
+        adapted.append(("fine-tune", record.get("trained") or {}))
+    if not adapted:
         return [Check("adapter", "adapter beats its base (held out)", None, "95% CI low of the gain > 0", True,
-                      "no query adapter: the store's model encodes the candidate's queries")]
-    adapter = read_adapter(query_model)
-    pooled = {row["metric"]: row for row in (adapter.trained.get("held_out") or [])}
+                      "no query adapter and no fine-tuned model: the base model encodes the candidate")]
+    return [check for kind, trained in adapted for check in _beats_base(gate, kind, trained)]
+
+
+def _beats_base(gate: GateConfig, kind: str, trained: dict[str, Any]) -> list[Check]:
+    pooled = {row["metric"]: row for row in (trained.get("held_out") or [])}
     checks = []
     for metric in gate.adapter_beats_base:
         row = pooled.get(metric)
-        name = f"adapter beats base {metric} (held out)"
+        name = f"{kind} beats base {metric} (held out)"
         if row is None:
             why = ("it was trained with --no-cv, so no held-out judgement is recorded: train it again without "
                    "--no-cv" if not pooled else f"its held-out judgement has no {metric} (it has {sorted(pooled)})")
-            checks.append(Check("adapter", name, None, "95% CI low of the gain > 0", False, why))
+            checks.append(Check(kind, name, None, "95% CI low of the gain > 0", False, why))
             continue
         low = float(row["delta_low"])
-        checks.append(Check("adapter", name, low, "95% CI low of the gain > 0", low > 0,
+        checks.append(Check(kind, name, low, "95% CI low of the gain > 0", low > 0,
                             f"base {row['mean_a']:.4f} -> adapted {row['mean_b']:.4f}, vector-only, on {row['n']} "
-                            f"held-out questions of {adapter.trained.get('dataset')}"))
+                            f"held-out questions of {trained.get('dataset')}"))
     return checks
 
 

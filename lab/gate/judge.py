@@ -48,7 +48,7 @@ def judge(gate: GateConfig, chosen: Candidate, name: str, champion: Champion | N
         suite_result, suite_checks_ = _judge_suite(gate, suite, chosen, champion, folder, opts)
         suites[suite.name] = suite_result
         checks += suite_checks_
-    checks += adapter_checks(gate, chosen.query_model)
+    checks += adapter_checks(gate, chosen.query_model, chosen.save.embed.model if chosen.save else None)
     return GateReport(verdict(checks), name, tuple(checks), suites, champion, folder, selection=selection,
                       query_model=chosen.query_model)
 

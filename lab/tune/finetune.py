@@ -32,7 +32,7 @@ import polars as pl
 from lab.config import DEFAULT_MODEL, FinetuneConfig
 from lab.embed.adapter import move_into_place
 from lab.embed.base import MissingExtra
-from lab.embed.local import local_model_id, looks_local
+from lab.embed.local import FINETUNE_META, local_model_id, looks_local
 from lab.embed.st import model_dir
 from lab.errors import ValidationError
 from lab.eval.runner import EvalOptions, score_run
@@ -41,7 +41,7 @@ from lab.tune.adapt import MIN_TRAIN_QUESTIONS, GoldVectors, exact_run, gold_vec
 from lab.tune.learn import CrossValidation, fold_groups
 from lab.workspace import set_library_env
 
-META = "lab-finetune.json"
+META = FINETUNE_META  # the gate reads it too (lab.gate.checks.finetune_record)
 RUN_DEPTH = 100
 
 
