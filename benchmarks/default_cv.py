@@ -19,7 +19,8 @@ The procedure, which is what lab tells its users to do with a sweep:
   (2 or 0, two stores), RRF k, and each query-time lever off or at lab's setting: the plain view
   (a memory's text weight split between its contextual and its plain lists), the neighbour
   boost, the coverage bonus, intent gating, a boost for the last 24 hours, the recency, frequency,
-  graph, entity, temporal and hop (second-hop) lists, and
+  graph, entity, temporal, hop (second vector hop) and bridge (second BM25 hop by the first hits'
+  rare names) lists, and
   with ``--encoders e5`` e5's vector list beside MiniLM's (a store carrying both).
 - **Selection inside the fold.** On the other four folds, the configuration with the best mean
   over datasets of (recall@10 + nDCG@10) / 2 is chosen (ties: fewer levers on, then the smaller
@@ -77,7 +78,7 @@ K_VALUES = (1.0, 2.0, 5.0, 10.0, 60.0)
 # lever -> its settings when on (off is 0): lab's own setting and, for the levers lab leans on, a
 # stronger one; a list lever's setting is the weight of its list
 LIST_LEVERS = {"recency": (0.05,), "frequency": (0.1,), "graph": (0.3,), "entity": (0.3,), "temporal": (0.5, 1.0),
-               "hop": (0.1,)}
+               "hop": (0.1,), "bridge": (0.3,)}
 FUSION_LEVERS = {"plain_view": (0.5,), "neighbour_boost": (0.3, 0.5), "coverage_bonus": (0.1,),
                  # LMA's weights scaled by the query's intent; StackMemory's x1.2 for the last 24 hours
                  # (the lever's setting is the multiplier's excess over 1)

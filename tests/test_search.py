@@ -256,6 +256,30 @@ def test_the_hop_signal_reaches_what_resembles_the_first_hits_more_than_the_ques
         HopConfig(mix=1.5)
 
 
+def test_the_bridge_signal_asks_again_with_the_rare_names_of_the_first_hits_and_leaves_them_out(pipe):
+    """"Where does the group Caroline joined meet?": the first hit names the group (Rainbow Circle),
+    the question does not; the memory saying where Rainbow Circle meets shares no word with the
+    question but the group's name. A speaker named everywhere bridges to nothing."""
+    filler = [{"id": f"f{i}", "namespace": "b", "content": f"Mel: filler chat number {i} about the weather"}
+              for i in range(40)]
+    pipe.save_many([
+        {"id": "first", "namespace": "b", "content": "Mel: Caroline joined a group called Rainbow Circle"},
+        {"id": "second", "namespace": "b", "content": "Mel: Rainbow Circle gathers at the Elm Street library"},
+        {"id": "noise", "namespace": "b", "content": "Mel: the library closes early on Sundays"},
+        *filler,
+    ], progress=False)
+    bridge = SearchConfig(signals=("vector", "lexical", "bridge"), hop=HopConfig(seeds=1),
+                          fusion=FusionConfig(weights={"vector": 0.0, "lexical": 1.0, "bridge": 1.0},
+                                              superseded="keep"))
+    table = pipe.retriever.candidates([Query("q", "Where does the group Caroline joined meet?", "b")], bridge)
+    lexical = table.filter(table["signal"] == "lexical").sort("rank")["memory_id"].to_list()
+    listed = table.filter(table["signal"] == "bridge").sort("rank")["memory_id"].to_list()
+    assert lexical[0] == "first" and "second" not in lexical[:1]
+    assert listed[0] == "second" and "first" not in listed  # the seed is the other lists' to rank
+    # "Mel" heads every memory (over 5% of the namespace): not a bridge, so the filler stays out of it
+    assert not any(m.startswith("f") for m in listed[:2])
+
+
 def test_on_locomo_dev_a_when_question_is_helped_by_its_dated_first_hits():
     from tests.conftest import require_dataset
 

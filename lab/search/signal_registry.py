@@ -11,13 +11,14 @@ from datetime import datetime
 from typing import Callable
 
 import numpy as np
+import polars as pl
 
 from lab.config import SIGNALS as SIGNAL_NAMES
 from lab.config import VIEW_SIGNALS, SearchConfig
 from lab.errors import ValidationError
 from lab.index.namespace import NamespaceIndex
 from lab.search import signals as sig
-from lab.search.analysis import QueryAnalysis
+from lab.search.analysis import QueryAnalysis, entities
 from lab.search.view import NamespaceView
 
 Ranked = sig.Ranked
@@ -127,6 +128,34 @@ def _hop(q: SignalInput) -> Ranked | None:
     return _from_hits(q.view, q.index.search_vector(moved, q.depth, q.allowed_labels))
 
 
+BRIDGE_MAX_SHARE = 0.05  # a name in more of the namespace than this bridges to nothing in particular (a speaker)
+
+
+def _bridge(q: SignalInput) -> Ranked | None:
+    """The second hop of a multi-hop question, seeded by the names of the first hits rather than
+    their vectors: the rare names and codes the top hits mention and the question does not (the
+    other half's subject: "Caroline's support group" -> the group's name) are added to the question,
+    BM25 is asked again, and the first hits themselves are left out (the other lists have them)."""
+    seeds = [p for p, _ in sorted(_seeds(q, q.config.hop.seeds).items(), key=lambda kv: (-kv[1], kv[0]))
+             ][: q.config.hop.seeds]
+    if not seeds:
+        return None
+    asked = {e.lower() for e in q.analysis.entities}
+    texts = q.view.rows[seeds].select(pl.concat_str([pl.col("title"), pl.lit("\n"), pl.col("content")]))
+    found = dict.fromkeys(e for text in texts.to_series().to_list() for e in entities(text)
+                          if e.lower() not in asked and len(e) >= 3)
+    names = tuple(dict.fromkeys(e.lower() for e in found))
+    if not names:
+        return None
+    rare = [n for n, hit in zip(names, q.view.contains_all(names)) if hit.mean() <= BRIDGE_MAX_SHARE]
+    if not rare:
+        return None
+    hits = q.index.search_lexical(f"{q.text} {' '.join(rare)}", q.depth + len(seeds), q.allowed_labels)
+    own = set(seeds)
+    kept = [(m, s) for m, s in hits if q.view.pos[m] not in own][: q.depth]
+    return _from_hits(q.view, kept) if kept else None
+
+
 def _unit(v: np.ndarray) -> np.ndarray:
     return v / max(float(np.linalg.norm(v)), 1e-12)
 
@@ -142,6 +171,8 @@ for _signal in (
            "then); for a 'when' question, the first hits that hold a time expression"),
     Signal("graph", _graph, "breadth-first walk over typed edges from the top vector and lexical hits"),
     Signal("hop", _hop, "a second vector search, the query moved toward its top vector and lexical hits"),
+    Signal("bridge", _bridge, "a second BM25 search, the query joined by the rare names its top hits mention "
+           "(the first hits left out)"),
 ):
     register(_signal)
 
