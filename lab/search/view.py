@@ -98,6 +98,8 @@ class NamespaceView:
             room = min(1024, max(1, CONTAINS_MEMO_BYTES // max(len(self.ids), 1)))
             if len(self._contains) + len(missing) > room:
                 self._contains.clear()
+                # the needles memoised before are gone too: scan every one asked for
+                missing = list(dict.fromkeys(needles))
             scanned = pl.DataFrame({"text": self.text_lower}).select(
                 pl.col("text").str.contains(needle, literal=True).alias(str(i)) for i, needle in enumerate(missing))
             for i, needle in enumerate(missing):
