@@ -141,7 +141,7 @@ def test_the_manuals_gold_set_example_checks_and_evaluates_from_its_own_folder(t
     import sys
 
     page = (ROOT / "docs" / "evaluation.md").read_text()
-    section = page[page.index("## Your own gold set"):page.index("## How an evaluation runs")]
+    section = page[page.index("## Your own gold set"):page.index("## Your own conversations")]
     memories, edges = _blocks(section, "json")
     (tmp_path / "mine" / "data").mkdir(parents=True)
     (tmp_path / "mine" / "data" / "memories.jsonl").write_text(memories)
