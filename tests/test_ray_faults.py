@@ -71,7 +71,9 @@ def test_a_two_node_cluster_with_token_auth_runs_a_lab_job_and_refuses_a_bad_tok
         # the token alone, as docs/scale.md says: lab turns the driver's token mode on
         code, lines, _ = lab_eval(cluster.address, tmp_path / "ok", {"RAY_AUTH_TOKEN": token}, timeout=300)
         assert code == 0, lines[-20:]
-        assert f"engine: ray ({cluster.address}, 2 workers)" in lines and (tmp_path / "ok" / "demo+fake-lab" / "run.trec").is_file()
+        # the engine line also names the log Ray's own start-up output goes to
+        assert any(line.startswith(f"engine: ray ({cluster.address}, 2 workers); its own output: ") for line in lines)
+        assert (tmp_path / "ok" / "demo+fake-lab" / "run.trec").is_file()
         token_file = tmp_path / "token"
         token_file.write_text(token)
         code, lines, _ = lab_eval(cluster.address, tmp_path / "ok-file", {"RAY_AUTH_TOKEN_PATH": str(token_file)},
