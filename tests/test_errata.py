@@ -58,9 +58,15 @@ def test_lab_eval_scores_the_official_and_the_corrected_labels_side_by_side_on_l
     require_dataset("locomo")
     ws = Workspace(eval_root=tmp_path / "eval", embed_cache=tmp_path / "cache")
     (done,) = evaluate(EvalCandidate(("bm25",)), Overrides(model=FAKE_MODEL), DatasetRef("locomo"), EvalOptions(),
-                       ws, out=tmp_path / "runs", tracked=False, errata=load_errata(SHIPPED))
+                       ws, out=tmp_path / "runs", tracked=True, errata=load_errata(SHIPPED))
     metrics = json.loads((done.folder / "metrics.json").read_text())
     e = metrics["errata"]
+    import mlflow  # tracked: the corrected figures beside the official ones, never instead
+
+    logged = mlflow.MlflowClient().get_run(done.run_id).data
+    assert logged.metrics["recall_at_10"] == pytest.approx(metrics["metrics"]["recall@10"])
+    assert logged.metrics["corrected.recall_at_10"] == pytest.approx(e["corrected"]["recall@10"])
+    assert logged.tags["lab.errata_sha256"] == e["sha256"]
     assert e["official"]["recall@10"] == metrics["metrics"]["recall@10"]  # the official figure stays the figure
     table = pl.read_parquet(done.folder / "errata.parquet")
     assert table.height == 3 and {"recall@10", "recall@10_corrected", "source", "verified"} <= set(table.columns)

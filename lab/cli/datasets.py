@@ -41,12 +41,9 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets_export(args: argparse.Namespace) -> int:
-    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
     from lab.eval.ir_export import export_dataset
 
-    ws = command_workspace(args.datasets)
-    dataset = DatasetRef(args.name, split=args.split, options=DatasetOptions(granularity=args.granularity)).at(
-        ws.datasets_root, ws.project).load()
+    dataset = _load(args, args.name)
     done = export_dataset(dataset, args.out, args.format)
     if args.json:
         print_json(done)
@@ -61,11 +58,8 @@ def cmd_datasets_check(args: argparse.Namespace) -> int:
     """Exit 0 when the file loads and its gold is whole, 1 when it loads with problems (named), 2
     when it cannot be read as a dataset (the loader's error, naming the line and the field)."""
     from lab.eval.dataset_check import describe_dataset
-    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
 
-    ws = command_workspace(args.datasets)
-    dataset = DatasetRef(args.file, split=args.split, options=DatasetOptions(granularity=args.granularity)).at(
-        ws.datasets_root, ws.project).load()
+    dataset = _load(args, args.file)
     d = describe_dataset(dataset, args.file)
     if args.json:
         print_json(d)
@@ -84,6 +78,15 @@ def cmd_datasets_check(args: argparse.Namespace) -> int:
     for line in d["problems"]:
         print(f"  problem    {line}")
     return 1 if d["problems"] else 0
+
+
+def _load(args: argparse.Namespace, name: str):
+    """The dataset ``name`` as --granularity, --split and --datasets say (export and check alike)."""
+    from lab.eval.dataset_ref import DatasetOptions, DatasetRef
+
+    ws = command_workspace(args.datasets)
+    return DatasetRef(name, split=args.split, options=DatasetOptions(granularity=args.granularity)).at(
+        ws.datasets_root, ws.project).load()
 
 
 def cmd_goldens_check(args: argparse.Namespace) -> int:
@@ -126,19 +129,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--format", required=True, choices=["beir", "trec"],
                    help="beir: corpus.jsonl, queries.jsonl, qrels/test.tsv; trec: qrels.trec, topics.tsv, corpus.jsonl")
     e.add_argument("--out", required=True, help="the folder to write (new or empty)")
-    e.add_argument("--granularity", choices=["turn", "session"], default=None,
-                   help="a LongMemEval file's memories: turns (default) or sessions")
-    e.add_argument("--split", default="train", help="a BEIR dataset's qrels split (default train)")
-    e.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
-    e.add_argument("--json", action="store_true")
+    _loading_args(e)
     e.set_defaults(func=cmd_datasets_export)
     c = dsub.add_parser("check", help="any dataset file lab reads, checked: what it holds, what the loader "
                                       "repaired or dropped, gold outside its question's namespace (exit 1)")
     c.add_argument("file", help="a LoCoMo or LongMemEval .json (.json.gz), a conversations .jsonl, a golden .yaml, "
                                 "a BEIR folder, or a name: locomo, longmemeval-s-dev, scifact, demo")
-    c.add_argument("--granularity", choices=["turn", "session"], default=None,
-                   help="a LongMemEval file's memories: turns (default) or sessions")
-    c.add_argument("--split", default="train", help="a BEIR dataset's qrels split (default train)")
-    c.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
-    c.add_argument("--json", action="store_true")
+    _loading_args(c)
     c.set_defaults(func=cmd_datasets_check)
+
+
+def _loading_args(p: argparse.ArgumentParser) -> None:
+    """How a dataset named on the command line is loaded (export and check read it alike)."""
+    p.add_argument("--granularity", choices=["turn", "session"], default=None,
+                   help="a LongMemEval file's memories: turns (default) or sessions")
+    p.add_argument("--split", default="train", help="a BEIR dataset's qrels split (default train)")
+    p.add_argument("--datasets", default=None, help="datasets root (env LAB_DATASETS; default ../shared/datasets)")
+    p.add_argument("--json", action="store_true")

@@ -35,7 +35,6 @@ from lab.embed.adapter import is_adapter_model, read_adapter
 from lab.embed.local import FINETUNE_META, local_model_folder, looks_local
 from lab.errors import LabWarning, ValidationError
 from lab.eval.comparison import compare_many
-from lab.eval.metrics import compare_runs
 from lab.eval.multiple import check_correction
 from lab.eval.paired import small_n
 
@@ -187,18 +186,17 @@ def _non_regression(suite: Suite, result: Any, champion: Any, alpha: float, seed
     """One check per non-regression metric: the candidate's paired change against the champion,
     failed by a drop whose p-value, corrected over the suite's metrics, is below ``alpha``."""
     family = list(suite.non_regression)
-    table = compare_runs(champion.per_query, result.per_query, family, seed=seed)
     paired = compare_many({"champion": champion.per_query, "candidate": result.per_query}, family, "champion",
-                          correction=correction, seed=seed).changes["candidate"]
+                          correction=correction, seed=seed)
     out = []
-    for r in table.iter_rows(named=True):
-        ch = paired[r["metric"]]
-        p = ch["p_corrected"]
+    for metric in family:
+        ch, p = paired.changes["candidate"][metric], paired.changes["candidate"][metric]["p_corrected"]
+        before, after = paired.means["champion"][metric][0], paired.means["candidate"][metric][0]
         said = f"p {ch['p']:.4f} ({ch['test']})" + ("" if correction == "none" else
                                                     f", corrected ({correction}, {len(family)} metrics) {p:.4f}")
-        out.append(Check(suite.name, f"non-regression {r['metric']}", round(r["delta"], 6),
-                         f"no significant drop (p < {alpha:g})", not (r["delta"] < 0 and p < alpha),
-                         f"champion {r['mean_a']:.4f} -> candidate {r['mean_b']:.4f}, {said}"))
+        out.append(Check(suite.name, f"non-regression {metric}", round(ch["delta"], 6),
+                         f"no significant drop (p < {alpha:g})", not (ch["delta"] < 0 and p < alpha),
+                         f"champion {before:.4f} -> candidate {after:.4f}, {said}"))
     return out
 
 
