@@ -13,8 +13,9 @@ Per size, each phase in a process of its own so its peak RSS (ru_maxrss) is that
   BM25-only and the fused `lab` preset;
 - served: a real `lab serve` over the store, searches paced at ``--rate`` per second (the server
   embeds each query with the real model, as it does in use);
-- check: `lab store check`; saves: single saves into a copy of the store with its index loaded
-  (what a per-save cost that grows with the store shows in); compact: `lab store compact` on that copy.
+- check: `lab store check`; saves: single saves, then updates and soft deletes, into a copy of the
+  store with its index loaded, each followed by a search (what a per-write cost that grows with the
+  store shows in); compact: `lab store compact` on that copy.
 Growth ratios (figure at one size / figure at the size before) are reported so anything superlinear
 stands out (10x the memories should cost at most about 10x).
 
@@ -225,28 +226,40 @@ def phase_resave(size: int) -> dict:
 
 
 def phase_saves(size: int, n_saves: int) -> dict:
-    """Single saves into the store (a copy) with its index loaded, as a server saves."""
+    """Single saves into the store (a copy) with its index loaded, as a server saves; then as many
+    updates (a new content: re-chunked, re-embedded) and soft deletes of memories already there,
+    each write followed by a `lab` search (which pays for what the write changed in the view)."""
     from lab.pipeline import Pipeline
 
     fresh = [f"a new note {i} about the weekend plans, number {size + i}" for i in range(n_saves)]
-    with Pipeline.open(BENCH / f"scale-{size}-copy", embedder=precomputed(fresh + [r["content"] for r in records(size, range(1))])) as pipe:
+    changed = [f"a changed note {i} about the weekday plans, number {size + i}" for i in range(n_saves)]
+    texts = fresh + changed + [r["content"] for r in records(size, range(1))]
+    with Pipeline.open(BENCH / f"scale-{size}-copy", embedder=precomputed(texts)) as pipe:
         started = time.perf_counter()
         pipe.index(NAMESPACE)
         load_s = time.perf_counter() - started
         pipe.retriever.search_response(fresh[0], NAMESPACE, 10, query_vector=pipe.embedder.embed(fresh[:1])[0])
-        saves, searches = [], []
-        for text in fresh:
+
+        def timed(write, query: str) -> tuple[float, float]:
             started = time.perf_counter()
-            pipe.save(text, namespace=NAMESPACE)
-            saves.append(time.perf_counter() - started)
-            # the next search pays for what the save changed (the memories' array view is rebuilt)
-            vector = pipe.embedder.embed([text])[0]
+            write()
+            wrote = time.perf_counter() - started
+            vector = pipe.embedder.embed([query])[0]
             started = time.perf_counter()
-            pipe.retriever.search_response(text, NAMESPACE, 10, query_vector=vector)
-            searches.append(time.perf_counter() - started)
+            pipe.retriever.search_response(query, NAMESPACE, 10, query_vector=vector)
+            return wrote, time.perf_counter() - started
+
+        saved = [timed(lambda t=text: pipe.save(t, namespace=NAMESPACE), text) for text in fresh]
+        # memories of the built store, spread over its ids (every position of the view moves)
+        targets = pipe.store.memories(NAMESPACE)["id"].sort().gather_every(max(1, size // n_saves))[:n_saves].to_list()
+        updated = [timed(lambda m=m, t=t: pipe.update(m, content=t), t) for m, t in zip(targets, changed)]
+        deleted = [timed(lambda m=m: pipe.delete(m), fresh[0]) for m in targets]
         started = time.perf_counter()
-    return {"load_s": round(load_s, 2), "single_save": percentiles(saves),
-            "lab_search_right_after_a_save": percentiles(searches),
+    column = lambda pairs, i: percentiles([p[i] for p in pairs])  # noqa: E731
+    return {"load_s": round(load_s, 2), "single_save": column(saved, 0),
+            "lab_search_right_after_a_save": column(saved, 1),
+            "single_update": column(updated, 0), "lab_search_right_after_an_update": column(updated, 1),
+            "single_soft_delete": column(deleted, 0), "lab_search_right_after_a_delete": column(deleted, 1),
             "close_s": round(time.perf_counter() - started, 2), "peak_rss_gb": peak_gb()}
 
 
@@ -355,6 +368,8 @@ FIGURES = {  # name -> path in a size's results
     "served_p99_ms": ("served", "search_paced", "p99_ms"), "served_ready_s": ("served", "start_to_ready_s"),
     "check_s": ("check", "seconds"), "single_save_p50_ms": ("saves", "single_save", "p50_ms"),
     "search_after_save_p50_ms": ("saves", "lab_search_right_after_a_save", "p50_ms"),
+    "search_after_update_p50_ms": ("saves", "lab_search_right_after_an_update", "p50_ms"),
+    "search_after_delete_p50_ms": ("saves", "lab_search_right_after_a_delete", "p50_ms"),
     "compact_s": ("compact", "seconds"), "library_peak_rss_gb": ("library", "peak_rss_gb"),
     "build_peak_rss_gb": ("build", "peak_rss_gb"), "server_peak_rss_gb": ("served", "server_peak_rss_gb"),
 }

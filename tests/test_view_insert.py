@@ -1,6 +1,7 @@
-"""A namespace view moved on by saves and logged accesses (lab.search.view_insert) equals one built
-from scratch after every step of random sequences of saves, accesses, updates, deletes and edges;
-and a plain save moves the view rather than rebuilding it."""
+"""A namespace view moved on by saves, updates, deletes and logged accesses (lab.search.view_insert,
+lab.search.view_remove) equals one built from scratch after every step of random sequences of saves,
+accesses, updates, soft and hard deletes and edges; and those writes move the view rather than
+rebuilding it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -36,6 +37,7 @@ step = st.one_of(
     st.tuples(st.just("access"), st.integers(0, 50)),
     st.tuples(st.just("update"), st.integers(0, 50)),
     st.tuples(st.just("delete"), st.integers(0, 50)),
+    st.tuples(st.just("hard_delete"), st.integers(0, 50)),
     st.tuples(st.just("edge"), st.integers(0, 50)),
 )
 
@@ -109,6 +111,8 @@ def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, ste
                 n += 1
             elif kind == "delete" and len(ids) > 1:
                 pipe.delete(ids[arg % len(ids)])
+            elif kind == "hard_delete" and len(ids) > 1:
+                pipe.delete(ids[arg % len(ids)], hard=True)
             elif kind == "edge" and len(ids) > 1:
                 pipe.add_edge(ids[arg % len(ids)], ids[(arg + 1) % len(ids)], "contradicts")
             moved = pipe.retriever.view(NS)
@@ -123,7 +127,7 @@ def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, ste
                 assert got == want, config.name
 
 
-def test_a_save_moves_the_view_and_an_update_builds_it_again(pipe, monkeypatch):
+def test_saves_updates_and_deletes_move_the_view_and_an_edge_builds_it_again(pipe, monkeypatch):
     pipe.save_many([{"namespace": NS, "content": f"note {i} about the river"} for i in range(20)], progress=False)
     pipe.search("river", NS)
     built = []
@@ -133,7 +137,30 @@ def test_a_save_moves_the_view_and_an_update_builds_it_again(pipe, monkeypatch):
     assert pipe.search("quokka zebrafish canary deploy", NS, k=1, preset="bm25")[0].memory_id == saved
     pipe.writer.record_access([saved])
     assert pipe.retriever.view(NS).access[pipe.retriever.view(NS).pos[saved]] == 1
-    assert built == []  # moved, twice
     pipe.update(saved, content="quokka zebrafish canary rollback")
+    assert pipe.search("quokka zebrafish canary rollback", NS, k=1, preset="bm25")[0].memory_id == saved
+    other = pipe.store.memories(NS).sort("id")["id"][3]
+    pipe.delete(other)  # soft: kept, marked invalid
+    assert not pipe.retriever.view(NS).valid[pipe.retriever.view(NS).pos[other]]
+    pipe.delete(other, hard=True)
+    assert other not in pipe.retriever.view(NS).pos
+    assert built == []  # moved, every time
+    ids = pipe.store.memories(NS).sort("id")["id"].to_list()
+    pipe.add_edge(ids[0], ids[1], "contradicts")
     pipe.search("quokka", NS)
     assert built == [1]
+
+
+def test_another_process_rewrite_builds_the_view_again(pipe, tmp_path, monkeypatch):
+    """A reader does not know which ids another process's rewrite touched: it reads every row."""
+    pipe.save_many([{"namespace": NS, "content": f"note {i} about the river"} for i in range(10)], progress=False)
+    reader = Retriever.open(tmp_path / "store", embedder=FakeEmbedder())
+    held = reader.view(NS)
+    built = []
+    real = view_insert.build_view
+    monkeypatch.setattr(view_insert, "build_view", lambda *a, **k: built.append(1) or real(*a, **k))
+    target = sorted(held.ids)[2]
+    pipe.update(target, content="quokka rollback checklist")
+    view = reader.view(NS)
+    assert built == [1]
+    assert view.text_lower[view.pos[target]].endswith("quokka rollback checklist")

@@ -73,6 +73,18 @@ class SortedIds(Sequence[str]):
         grown = SortedIds(self.base, list(merge(self.added, new_ids)))
         return SortedIds(grown.tolist()) if len(grown.added) > MERGE_FROM else grown
 
+    def removed(self, gone: set[str]) -> "SortedIds":
+        """These ids without those in ``gone`` (each one here); this object unchanged. Ids inserted
+        beside the base leave that short list; a base id costs one copy of the base list."""
+        added = [m for m in self.added if m not in gone]
+        at = sorted(bisect_left(self.base, m) for m in gone if m not in self.added)
+        if not at:
+            return SortedIds(self.base, added)
+        base = list(self.base)
+        for p in reversed(at):
+            del base[p]
+        return SortedIds(base, added)
+
     def tolist(self) -> list[str]:
         """The merged list (slices of the base between the added ids: copies at C speed)."""
         if not self.added:

@@ -1,13 +1,16 @@
-"""A namespace view moved on by the memories saved (and the accesses logged) since it was made,
-instead of rebuilt whole.
+"""A namespace view moved on by the memories saved, updated and deleted (and the accesses logged)
+since it was made, instead of rebuilt whole.
 
 A view is rebuilt from the namespace's every row: at a million memories that cost two seconds, paid
 by the first search after each save. The usual write only appends rows (a save of new memories, an
-access logged), and the memories table says so (``MemoriesTable.appended_since``). Then the new
+access logged), and the memories table says so (``MemoriesTable.changed_since``). Then the new
 memories are put in their places, by id as a build orders them, into copies of the arrays, and
 what the old view had worked out is carried over, shifted to the new positions: label maps and
-groupings, text matches, time expressions, episode order. Anything else (an update, a delete, an
-edge, a compaction, a bulk load of more than ``INSERT_AT_MOST``) builds the view anew. A moved view
+groupings, text matches, time expressions, episode order. An update or a delete of ours rewrites
+rows: the memories table says which ids each of our commits wrote (``MemoriesTable.changed_since``),
+and those are taken out of the view (``lab.search.view_remove``) and their current rows put in.
+Anything else (an edge, another process's rewrite, a compaction, a change of more than
+``INSERT_AT_MOST`` memories) builds the view anew. A moved view
 equals a view built from scratch (tests/test_view_insert.py holds it on random sequences). The old
 view is never changed: a search still holding it answers from it.
 """
@@ -21,6 +24,7 @@ import polars as pl
 
 from lab.search import timex
 from lab.search.view import NamespaceView, Positions, build_view, text_of
+from lab.search.view_remove import relabelled, removed_view
 from lab.store.records import episode_expr
 from lab.store.store import Store
 
@@ -45,25 +49,37 @@ def current_view(store: Store, namespace: str, key: tuple, held: NamespaceView |
 
 
 def moved_view(view: NamespaceView, store: Store, namespace: str, key: tuple) -> NamespaceView | None:
-    """``view`` with the memories appended and accesses logged since it was made; None when
-    anything else changed."""
+    """``view`` with the memories saved, updated and deleted and the accesses logged since it was
+    made; None when anything else changed."""
     if key[1] != view.key[1]:
         return None  # the edges changed
-    change = store.memories_table.appended_since(view.source, namespace)
+    change = store.memories_table.changed_since(view.source, namespace, INSERT_AT_MOST)
     if change is None:
         return None
-    added, accessed, mark = change
-    if added.height > INSERT_AT_MOST or (added.height and _edges_touch(store, namespace, added["id"])):
+    added = change.rows
+    if added.height and _edges_touch(store, namespace, added["id"]):
         return None
+    base = view
+    if change.gone:  # rewritten or deleted: out first (a rewritten memory comes back with ``added``)
+        gone = sorted(p for p in (view.pos.get(m) for m in change.gone) if p is not None)
+        if gone:
+            base = removed_view(view, np.asarray(gone, dtype=np.int64))
+            if base is None:
+                return None
     added = added.sort("id")
     new_ids = added["id"].to_list()
-    ins = np.asarray([view.ids.insertion_point(m) for m in new_ids], dtype=np.int64)
-    if any(a < len(view.ids) and view.ids[a] == m for a, m in zip(ins.tolist(), new_ids)):
+    ins = np.asarray([base.ids.insertion_point(m) for m in new_ids], dtype=np.int64)
+    if any(a < len(base.ids) and base.ids[a] == m for a, m in zip(ins.tolist(), new_ids)):
         return None  # an appended row of a memory already here: not a plain insert
-    moved = _inserted(view, added, ins) if len(new_ids) else _copy(view)
-    if accessed.height:
-        _accessed(moved, accessed)
-    moved.key, moved.source = key, mark
+    if new_ids:
+        moved = _inserted(base, added, ins)
+        if base is not view:
+            relabelled(view, moved, np.asarray(gone, dtype=np.int64))
+    else:
+        moved = base if base is not view else _copy(view)
+    if change.accessed.height:
+        _accessed(moved, change.accessed)
+    moved.key, moved.source = key, change.mark
     return moved
 
 

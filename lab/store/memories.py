@@ -13,21 +13,65 @@ from lab.schema import MEMORIES, MEMORY_TYPES
 from lab.store.access import AccessLog
 from lab.store.keys import ColumnHashes
 from lab.store.records import utcnow, validate_id
-from lab.store.table import DeltaFrame, frame_marked
+from lab.store.table import DeltaFrame, frame_marked, in_list
 
 CHUNKS_VERSION_KEY = "lab.chunks_version"  # a memories commit's metadata: the chunks version it saw
+
+
+WRITES_KEPT = 256  # our own last commits whose memory ids are remembered (``MemoriesTable.changed_since``)
 
 
 @dataclass(frozen=True)
 class RowsMark:
     """Where a reader of the memories and access log tables stood: each table's rows generation and
-    row count (``lab.store.table.frame_marked``). While both generations stay, everything since is
-    appended rows (``MemoriesTable.appended_since``)."""
+    row count (``lab.store.table.frame_marked``), and the memories table's version. While both
+    generations stay, everything since is appended rows; across a rewrite of ours, the ids our
+    commits wrote say what changed (``MemoriesTable.changed_since``)."""
 
     generation: int
     rows: int
     log_generation: int
     log_rows: int
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a namespace's memories gained since a mark: ``rows`` (accesses folded in) are the
+    memories to put in their places, after the memories ``gone`` (ids) are taken out: a memory
+    rewritten is in both, one deleted only in ``gone``. ``accessed``: the access log's new rows for
+    memories not in ``rows``."""
+
+    rows: pl.DataFrame
+    gone: frozenset[str]
+    accessed: pl.DataFrame
+    mark: RowsMark
+
+
+class WrittenIds:
+    """Version -> the memory ids that commit of ours wrote (appended, replaced or deleted): a reader
+    that saw the table before a rewrite of ours moves on by those ids alone, where a version missing
+    here (another process's commit, a compaction) makes it read everything."""
+
+    def __init__(self) -> None:
+        self._by_version: dict[int, frozenset[str]] = {}
+
+    def note(self, before: int, after: int, ids: Iterable[str]) -> None:
+        """Our commit moved the table from version ``before`` to ``after``, writing ``ids``. A commit
+        that changed nothing leaves the version where it was (nothing to note); versions between
+        are other processes' and stay unknown."""
+        if after > before:
+            self._by_version[after] = frozenset(ids)
+            if len(self._by_version) > WRITES_KEPT:
+                del self._by_version[min(self._by_version)]
+
+    def between(self, since: int, now: int) -> frozenset[str] | None:
+        """The ids written by the commits after version ``since`` up to ``now``; None when one of
+        them is not ours (or too old to be remembered)."""
+        written = [self._by_version.get(v) for v in range(since + 1, now + 1)]
+        if since < 0 or any(ids is None for ids in written):
+            return None
+        return frozenset().union(*written)
 
 
 class MemoriesTable:
@@ -48,6 +92,7 @@ class MemoriesTable:
         # memories took two seconds to build on a process's first save and after every rewrite
         self._id_hashes = ColumnHashes(delta, "id")
         self._content_hashes = ColumnHashes(delta, "content_hash")
+        self.written = WrittenIds()
 
     # ----------------------------------------------------------------- reads
     def stored(self) -> pl.DataFrame:
@@ -63,25 +108,37 @@ class MemoriesTable:
 
     def live_marked(self, namespace: str) -> tuple[pl.DataFrame, RowsMark]:
         """``live(namespace)`` and where the tables stood when it was read."""
-        stored, generation = frame_marked(self.delta)
-        log, log_generation = frame_marked(self.access.delta)
+        stored, generation, version = frame_marked(self.delta)
+        log, log_generation, _ = frame_marked(self.access.delta)
         frame = self.access.fold(stored.filter(pl.col("namespace") == namespace), log)
-        return frame, RowsMark(generation, stored.height, log_generation, log.height)
+        return frame, RowsMark(generation, stored.height, log_generation, log.height, version)
 
-    def appended_since(self, mark: RowsMark, namespace: str) -> tuple[pl.DataFrame, pl.DataFrame, RowsMark] | None:
-        """What the tables gained in ``namespace`` since ``mark``: the memories appended (accesses
-        folded in, as ``live`` has them), the access log's new rows, and the mark now. None when
-        anything else changed (a row rewritten, a compaction): the caller reads ``live`` again."""
-        stored, generation = frame_marked(self.delta)
-        log, log_generation = frame_marked(self.access.delta)
-        if (generation, log_generation) != (mark.generation, mark.log_generation) \
-                or stored.height < mark.rows or log.height < mark.log_rows:
+    def changed_since(self, mark: RowsMark, namespace: str, at_most: int) -> Change | None:
+        """What the tables gained in ``namespace`` since ``mark``: rows appended, or rewritten and
+        deleted by our own commits (at most ``at_most`` ids of them). None when anything else
+        changed (another process's rewrite, a compaction, the access log rewritten, more ids than
+        ``at_most``): the caller reads ``live`` again."""
+        stored, generation, version = frame_marked(self.delta)
+        log, log_generation, _ = frame_marked(self.access.delta)
+        if log_generation != mark.log_generation or log.height < mark.log_rows:
             return None
-        added = stored.slice(mark.rows).filter(pl.col("namespace") == namespace)
+        in_namespace = pl.col("namespace") == namespace
+        if generation == mark.generation and stored.height >= mark.rows:  # appends only
+            gone: frozenset[str] = frozenset()
+            added = stored.slice(mark.rows).filter(in_namespace)
+        else:  # rewritten since: by our commits alone, each of which says which ids it wrote
+            gone = self.written.between(mark.version, version)
+            if gone is None or len(gone) > at_most:
+                return None
+            added = stored.filter(in_namespace & pl.col("id").is_in(sorted(gone))) if gone else stored.clear()
+        if added.height > at_most:
+            return None
         if added.height:  # accesses logged for them, if any (the log's rows of these ids alone)
             added = self.access.fold(added, log.filter(pl.col("memory_id").is_in(added["id"].to_list())))
-        accessed = log.slice(mark.log_rows).filter(pl.col("namespace") == namespace)
-        return added, accessed, RowsMark(generation, stored.height, log_generation, log.height)
+        accessed = log.slice(mark.log_rows).filter(in_namespace)
+        if added.height and accessed.height:  # already folded into the rows above
+            accessed = accessed.filter(~pl.col("memory_id").is_in(added["id"].to_list()))
+        return Change(added, gone, accessed, RowsMark(generation, stored.height, log_generation, log.height, version))
 
     def get(self, memory_id: str) -> dict[str, Any]:
         validate_id(memory_id)
@@ -180,8 +237,9 @@ class MemoriesTable:
 
     def append(self, rows: list[dict[str, Any]]) -> int:
         """Add new memory rows in one commit; returns the new version."""
-        before = self._lookup_version
+        before, known = self._lookup_version, self.delta.known_version
         after = self.delta.append(pa.Table.from_pylist(rows, schema=MEMORIES), self._commit_meta())
+        self.written.note(known, after, (r["id"] for r in rows))
         if after == before + 1:  # nobody else wrote in between: extend the lookups in place
             self._ids.update(r["id"] for r in rows)
             self._hash_index.update({(r["namespace"], r["content_hash"]): r["id"] for r in rows})
@@ -190,11 +248,17 @@ class MemoriesTable:
 
     def upsert(self, rows: list[dict[str, Any]]) -> int:
         """Replace memory rows by id in one MERGE commit; returns the new version."""
-        return self.delta.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._commit_meta())
+        known = self.delta.known_version
+        after = self.delta.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._commit_meta())
+        self.written.note(known, after, (r["id"] for r in rows))
+        return after
 
-    def delete(self, predicate: str) -> int:
-        """Delete the rows matching a SQL predicate in one commit; returns the new version."""
-        return self.delta.delete(predicate, self._commit_meta())
+    def delete_ids(self, ids: Sequence[str]) -> int:
+        """Delete these memories' rows in one commit; returns the new version."""
+        known = self.delta.known_version
+        after = self.delta.delete(in_list("id", list(ids)), self._commit_meta())
+        self.written.note(known, after, ids)
+        return after
 
     def invalidate(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """Soft delete: mark memories invalid in one commit (kept, hidden from valid-only search);

@@ -45,6 +45,10 @@ class FileCache:
             self._reload(dt, version)
         return self._frame
 
+    @property
+    def frame_version(self) -> int:
+        return self._frame_version
+
     def stored_rows(self) -> "StoredRows":
         """Where the rows of the frame last returned are stored (to read a lazy column of some of them)."""
         if self._frame is not None and self.lazy and self.lazy[0] in self._frame.columns:

@@ -191,10 +191,10 @@ class Store:
         present = sorted(self.memories_table.has_ids(ids))
         if not present:
             return 0
-        self.memories_table.delete(in_list("id", present))
-        self._edges.delete(f"{in_list('src', present)} OR {in_list('dst', present)}")
+        self.memories_table.delete_ids(present)
+        _delete_naming(self._edges, ("src", "dst"), present)
         self._chunks.delete(in_list("memory_id", present))
-        self._access.delete(in_list("memory_id", present))
+        _delete_naming(self._access, ("memory_id",), present)
         return len(present)
 
     def delete_namespace(self, name: str) -> dict[str, int]:
@@ -262,3 +262,11 @@ def _drop_index(store: Store, namespace: str) -> None:
     shutil.rmtree(store.root / "indexes" / namespace_folder(namespace), ignore_errors=True)
     if store.location is not None:
         store.location.delete_dir(f"indexes/{namespace_folder(namespace)}")
+
+
+def _delete_naming(table: DeltaFrame, columns: tuple[str, ...], ids: list[str]) -> None:
+    """Delete the rows whose ``columns`` name one of ``ids``, when there are any: a commit that
+    removes nothing would still move the table, and a reader's namespace view would then be built
+    again from every row rather than moved on by the deleted ids."""
+    if table.frame().filter(pl.any_horizontal(pl.col(c).is_in(ids) for c in columns)).height:
+        table.delete(" OR ".join(in_list(c, ids) for c in columns))

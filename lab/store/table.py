@@ -114,6 +114,7 @@ class DeltaFrame:
         return self._rows.stored_rows()
 
     rows_generation = property(lambda self: self._rows.generation)  # see FileCache.clear
+    rows_version = property(lambda self: self._rows.frame_version)  # the version the cached frame is of
 
     def _check_writable(self) -> None:
         if self.pinned:
@@ -274,12 +275,12 @@ def in_list(column: str, values: list[str]) -> str:
     return f"{column} IN ({quoted})"
 
 
-def frame_marked(delta: DeltaFrame) -> tuple[pl.DataFrame, int]:
-    """``delta.frame()`` and the rows generation it belongs to, read together: while the generation
-    stays, later frames begin with this one's rows (another thread may reload in between, so both
-    are read until they agree)."""
+def frame_marked(delta: DeltaFrame) -> tuple[pl.DataFrame, int, int]:
+    """``delta.frame()``, the rows generation it belongs to and the table version it is of, read
+    together: while the generation stays, later frames begin with this one's rows (another thread
+    may reload in between, so all three are read until they agree)."""
     while True:
-        before = delta.rows_generation
+        before = (delta.rows_generation, delta.rows_version)
         frame = delta.frame()
-        if delta.rows_generation == before:
-            return frame, before
+        if (delta.rows_generation, delta.rows_version) == before:
+            return frame, before[0], before[1]
