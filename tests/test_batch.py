@@ -31,9 +31,12 @@ def tables(draw):
                 seen.add(m)
         # turns next to candidates: features, no list (only a neighbour boost makes them live)
         around = set(draw(st.lists(st.integers(0, n_m - 1), unique=True, max_size=2))) - seen
+        lift = draw(st.sampled_from([None, 0.0, 0.1]))  # the namespace's adjacency lift (none: not measured)
         for m in sorted(seen | around):
             feats.append((qid, f"m{m}", "_episode", 0, float(m // 3)))
             feats.append((qid, f"m{m}", "_turn", 0, float(m % 3)))
+            if lift is not None:
+                feats.append((qid, f"m{m}", "_adjacency", 0, lift))
         for m in sorted(seen | around):
             feats.append((qid, f"m{m}", "_coverage", 0, draw(st.sampled_from([0.0, 0.5, 1.0]))))
             feats.append((qid, f"m{m}", "_superseded", 0, draw(st.sampled_from([0.0, 0.0, 1.0]))))
@@ -49,10 +52,10 @@ def tables(draw):
 
 
 configs = st.builds(
-    lambda method, k, w, bonus, boost, sup, factor, gating, neighbour, decay: FusionConfig(
+    lambda method, k, w, bonus, boost, sup, factor, gating, neighbour, decay, min_lift: FusionConfig(
         method=method, k=k, weights=dict(zip(SIGNALS, w)), coverage_bonus=bonus, recent_boost=boost,
         superseded=sup, demote_factor=factor, intent_gating=gating, neighbour_boost=neighbour,
-        episode_decay=decay),
+        episode_decay=decay, neighbour_min_lift=min_lift),
     st.sampled_from(["rrf", "rrf", "weighted_sum", "dbsf", "combmnz"]),
     st.sampled_from([0.0, 1.0, 2.5, 60.0]),
     st.tuples(*[st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0])] * 3),
@@ -63,6 +66,7 @@ configs = st.builds(
     st.booleans(),
     st.sampled_from([0.0, 0.0, 0.3]),
     st.sampled_from([0.0, 0.0, 0.3]),  # episode decay (outside the batch domain: scored through fuse)
+    st.sampled_from([-1.0, 0.05, 0.1]),  # the neighbour boost's minimum adjacency lift
 )
 
 

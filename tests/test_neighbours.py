@@ -131,3 +131,47 @@ def test_with_a_learned_model_the_episode_decay_diversifies_its_probabilities():
     assert fuse(table(rows), learned)["memory_id"].to_list() == ["a1", "a2", "b1"]  # the model ranks by cosine
     got = fuse(table(rows), FusionConfig(k=1.0, weights={"vector": 1.0}, learned=model, episode_decay=0.5))
     assert got["memory_id"].to_list() == ["a1", "b1", "a2"]
+
+
+def _episodes(pipe, namespace: str, topical: bool) -> None:
+    """Six episodes of six turns. Topical: each turn holds its episode's two topic words beside two
+    of its own (adjacent turns alike, as in a conversation); else four words of its own (no turn
+    more like its neighbour than any other: independent notes)."""
+    t0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    rows = []
+    for e in range(6):
+        for t in range(6):
+            own = [f"{namespace}w{e}x{t}a", f"{namespace}w{e}x{t}b"]
+            words = [f"topic{e}alpha", f"topic{e}beta", *own] if topical else [*own, f"{namespace}w{e}x{t}c", f"{namespace}w{e}x{t}d"]
+            rows.append({"id": f"{namespace}-{e}-{t}", "namespace": namespace, "content": " ".join(words),
+                         "created_at": t0 + timedelta(minutes=10 * e, seconds=30 * t), "metadata": {"episode": f"E{e}"}})
+    pipe.save_many(rows, progress=False)
+
+
+def test_the_neighbour_boost_waits_for_adjacent_memories_to_be_alike(pipe):
+    from lab.search.adjacency import adjacency_lift
+
+    _episodes(pipe, "talk", topical=True)
+    _episodes(pipe, "notes", topical=False)
+    lift = {ns: adjacency_lift(pipe.retriever.view(ns), pipe.retriever.index(ns)) for ns in ("talk", "notes")}
+    assert lift["talk"] > 0.3 and abs(lift["notes"]) < 0.05, lift
+    # the lift rides on every candidate in an episode, the same for the whole namespace
+    cands = pipe.retriever.candidates([Query("q", "notesw0x2a", "notes")], SearchConfig(signals=("lexical",), depth=1))
+    assert set(cands.filter(pl.col("signal") == "_adjacency")["score"].to_list()) == {lift["notes"]}
+
+    def results(ns, query, boost, min_lift):
+        config = SearchConfig(signals=("lexical",), depth=1, fusion=FusionConfig(
+            weights={"lexical": 1.0}, neighbour_boost=boost, neighbour_min_lift=min_lift))
+        return [(h.memory_id, round(h.score, 9)) for h in pipe.search(query, ns, k=5, config=config)]
+
+    # in the notes, a hit's neighbours are lifted only when the boost is told not to wait
+    assert [m for m, _ in results("notes", "notesw0x2a", 0.5, -1.0)] == ["notes-0-2", "notes-0-1", "notes-0-3"]
+    assert results("notes", "notesw0x2a", 0.5, 0.05) == results("notes", "notesw0x2a", 0.0, -1.0)
+    # in the conversation the evidence is there: the boost acts as it always did
+    assert results("talk", "talkw0x2a", 0.5, 0.05) == results("talk", "talkw0x2a", 0.5, -1.0)
+    assert results("talk", "talkw0x2a", 0.5, 0.05) != results("talk", "talkw0x2a", 0.0, -1.0)
+
+
+def test_a_minimum_lift_outside_minus_1_to_1_is_named():
+    with pytest.raises(ValidationError, match="neighbour_min_lift"):
+        FusionConfig(neighbour_min_lift=1.5)

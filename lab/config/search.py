@@ -171,6 +171,11 @@ class FusionConfig:
     # 0..1: a memory gains this share of the better fused score of the turns just before and after
     # it in its episode (metadata "episode"/"session"), so a question and its answer lift each other
     neighbour_boost: float = setting(0.0, low=0, high=1, doc="share of the better neighbouring turn's score")
+    # where memories are independent events, adjacent ones are no more alike than random pairs and
+    # lifting neighbours is noise: the boost waits for that evidence (lab.search.adjacency)
+    neighbour_min_lift: float = setting(-1.0, low=-1, high=1, doc="the neighbour boost applies in namespaces whose "
+                                        "adjacent memories are at least this much more alike (cosine) than random "
+                                        "pairs; -1: everywhere")
     # 0..1: episode diversification; the n-th best candidate of an episode has its score multiplied
     # by (1 - decay) ** (n - 1), so a top k filled from one session makes room for others (evidence
     # spread over sessions, multi-hop). Candidates outside episodes are left as they are. With a

@@ -27,6 +27,7 @@ from lab.index.namespace import NamespaceIndex
 from lab.search.analysis import INTENTS, QueryAnalysis, analyze
 from lab.search.signal_registry import SIGNALS, SignalInput, view_lists
 from lab.search.sorted_ids import SortedIds
+from lab.search.adjacency import adjacency_lift
 from lab.search.view import NamespaceView
 from lab.store.records import parse_time, validate_namespace
 
@@ -122,6 +123,10 @@ def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: Na
         features.append(("_coverage", listed, np.asarray(cover, dtype=np.float64)))
     in_episode = pool[ep_of[pool] >= 0]
     features += [("_episode", in_episode, ep_of[in_episode]), ("_turn", in_episode, turn_of[in_episode])]
+    if len(in_episode):  # what the neighbour boost waits for (FusionConfig.neighbour_min_lift)
+        lift = adjacency_lift(nsview, idx)
+        if lift is not None:
+            features.append(("_adjacency", in_episode, np.full(len(in_episode), lift)))
     for name, positions, values in features:
         _rows(out, q.qid, nsview.ids, name, positions, values, ranked=False)
 

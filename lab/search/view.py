@@ -59,6 +59,7 @@ class NamespaceView:
     _dated: np.ndarray | None = None
     _event_s: np.ndarray | None = None
     _types: np.ndarray | None = None  # `types`, made when a type filter first asks
+    _lift: dict = field(default_factory=dict)  # `lab.search.adjacency.adjacency_lift`, per index
     # where the store's tables stood when this view's rows were read (lab.store.memories.RowsMark):
     # a view can be moved on by what was appended since (lab.search.view_insert)
     source: Any = None

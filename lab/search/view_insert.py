@@ -97,7 +97,8 @@ def _edges_touch(store: Store, namespace: str, ids: pl.Series) -> bool:
 def _copy(view: NamespaceView) -> NamespaceView:
     """A view sharing ``view``'s arrays (never changed in place) and its memos, to be given new keys."""
     return replace(view, _label_maps=dict(view._label_maps), _by_position=dict(view._by_position),
-                   _contains=dict(view._contains), _masks=dict(view._masks), _passing=dict(view._passing))
+                   _contains=dict(view._contains), _masks=dict(view._masks), _passing=dict(view._passing),
+                   _lift={})
 
 
 def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> NamespaceView:

@@ -231,7 +231,7 @@ def _score_query(lo, hi, need, rows, pair_intent, weighting, feats, levers, near
         for j in range(nb):
             lv = settings_of(levers, c0 + j)
             acc, alive = neighbour_lift(score[so + j], alive_at[so + j], values[po + j] if po >= 0 else 0.0,
-                                        values[no + j] if no >= 0 else 0.0, lv)
+                                        values[no + j] if no >= 0 else 0.0, f, lv)
             acc, alive = after_neighbours(acc, alive, f, lv)
             lifted[so + j] = acc if alive else -np.inf
     return lifted

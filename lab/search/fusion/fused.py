@@ -64,7 +64,7 @@ def base_scores(prep: PreparedCandidates, config: FusionConfig) -> tuple[np.ndar
     score = rules.before_neighbours(score, f, lv)
     if config.neighbour_boost:
         # from the scores before the boost, so the order of pairs cannot matter
-        score, alive = rules.neighbour_lift(score, alive, *prep.neighbour_values(rules.masked(score, alive)), lv)
+        score, alive = rules.neighbour_lift(score, alive, *prep.neighbour_values(rules.masked(score, alive)), f, lv)
     score, alive = rules.after_neighbours(score, alive, f, lv)
     if config.episode_decay:
         score = score * episode_decay_factors(prep, score, alive, config.episode_decay)

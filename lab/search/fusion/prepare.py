@@ -12,7 +12,10 @@ from lab.search.fusion.registry import RankedLists
 # a pair without a feature row gets these; a huge age means "not recent" for the recency boost
 FEATURE_DEFAULTS = {"_coverage": 0.0, "_cosine": 0.0, "_superseded": 0.0, "_age_hours": 1e18,
                     # a memory's episode (a number naming it within its namespace) and its turn in it
-                    "_episode": -1.0, "_turn": -1.0}
+                    "_episode": -1.0, "_turn": -1.0,
+                    # the namespace's adjacency lift (lab.search.adjacency); a table made without
+                    # it reads as adjacent enough: the neighbour boost applies as it always did
+                    "_adjacency": 1.0}
 
 
 @dataclass

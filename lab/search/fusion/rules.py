@@ -28,13 +28,13 @@ from lab.search.analysis import INTENT_WEIGHT_SCALES, INTENTS
 
 # the FusionConfig fields the rules read, in the order of `settings` (a lever table's columns)
 SETTINGS = ("intent_gating", "coverage_bonus", "neighbour_boost", "recent_boost", "recent_hours", "superseded",
-            "demote_factor")
-GATED, BONUS, NEIGHBOUR, BOOST, HOURS, MODE, FACTOR = range(len(SETTINGS))
+            "demote_factor", "neighbour_min_lift")
+GATED, BONUS, NEIGHBOUR, BOOST, HOURS, MODE, FACTOR, MIN_LIFT = range(len(SETTINGS))
 KEEP, DEMOTE, HIDE = 0, 1, 2
 SUPERSEDED_MODES = {"keep": KEEP, "demote": DEMOTE, "hide": HIDE}
 # a pair's features, as `features_of` lists them (a feature table has one row each)
-FEATURES = ("_coverage", "_age_hours", "_superseded")
-COVERAGE, AGE, SUPERSEDED = range(3)
+FEATURES = ("_coverage", "_age_hours", "_superseded", "_adjacency")
+COVERAGE, AGE, SUPERSEDED, ADJACENCY = range(4)
 
 
 def settings(config: FusionConfig) -> tuple[float, ...]:
@@ -52,7 +52,8 @@ def settings_of(levers, c):
     """Configuration ``c``'s row of a lever table, as the tuple `settings` gives (compiled code
     reads scalars in a tuple: an array handed to a compiled call costs a reference count; one
     element per entry of `SETTINGS`)."""
-    return (levers[c, 0], levers[c, 1], levers[c, 2], levers[c, 3], levers[c, 4], levers[c, 5], levers[c, 6])
+    return (levers[c, 0], levers[c, 1], levers[c, 2], levers[c, 3], levers[c, 4], levers[c, 5], levers[c, 6],
+            levers[c, 7])
 
 
 def feature_columns(feature) -> tuple[np.ndarray, ...]:
@@ -68,7 +69,7 @@ def feature_table(feature) -> np.ndarray:
 def features_of(table, p):
     """Pair ``p``'s features from a (FEATURES, pairs) table, as the tuple `feature_columns` gives
     for every pair (one element per entry of `FEATURES`)."""
-    return (table[0, p], table[1, p], table[2, p])
+    return (table[0, p], table[1, p], table[2, p], table[3, p])
 
 
 def select(cond, a, b):
@@ -95,13 +96,15 @@ def masked(score, alive):
     return score * alive
 
 
-def neighbour_lift(score, alive, prev_value, next_value, lv):
+def neighbour_lift(score, alive, prev_value, next_value, f, lv):
     """The neighbour boost: plus the boost times the larger of what the previous and the next turn
     of the pair's episode lend (their `masked` scores before this boost; 0 where there is none). A
-    turn next to a live pair becomes live, though no list ranked it."""
+    turn next to a live pair becomes live, though no list ranked it. Only in a namespace whose
+    adjacent memories are alike enough (its adjacency lift at least the minimum; a minimum of -1
+    or less: everywhere); elsewhere neighbours lend nothing."""
     if lv[NEIGHBOUR] == 0:
         return score, alive
-    around = np.maximum(prev_value, next_value)
+    around = select((f[ADJACENCY] >= lv[MIN_LIFT]) | (lv[MIN_LIFT] <= -1.0), np.maximum(prev_value, next_value), 0.0)
     return score + lv[NEIGHBOUR] * around, alive | (around > 0)
 
 
