@@ -10,8 +10,8 @@ from lab.errors import ValidationError
 from lab.fields import check_declared, check_number, setting
 
 
-# "bridge" is in no preset (a lever under measurement: benchmarks/default_cv.py), so its weight is
-# not among the defaults either; a configuration that enables it weighs it 1 unless it says
+# "bridge" is in no preset (the nested selection dropped it: decision 0008), so its weight is not
+# among the defaults either; a configuration that enables it weighs it 1 unless it says
 SIGNALS: tuple[str, ...] = ("vector", "lexical", "recency", "frequency", "graph", "entity", "temporal", "hop",
                             "bridge")
 # every ranked list search can make: the signals, each view's vector and lexical lists, and each

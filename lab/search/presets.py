@@ -73,16 +73,18 @@ PRESETS: dict[str, SearchConfig] = {
     ),
     "lab": SearchConfig(
         name="lab",
-        description="lab's default, chosen by nested cross-validation over LoCoMo dev, SciFact train and the "
-        "demo goldens (docs/decisions/0004): vector + BM25 by RRF k 2, over each memory with its episode context "
-        "and plain (the 'plain' view's own lists; the two share the text's weight); a 'when' question helped "
-        "by its first hits that hold a time expression, a named time window by the memories said or telling "
-        "of then; adjacent turns lift each other; a query-term coverage bonus; superseded memories demoted.",
+        description="lab's default, chosen by nested cross-validation over LoCoMo dev, SciFact train, the "
+        "demo goldens, the LongMemEval-S dev half and LoCoMo with its turns shuffled (docs/decisions/0004, 0008): "
+        "vector + BM25 by RRF k 2, over each memory with its episode context and plain (the 'plain' view's own "
+        "lists; the two share the text's weight); a 'when' question helped by its first hits that hold a time "
+        "expression, a named time window by the memories said or telling of then; adjacent turns lift each "
+        "other where the namespace's adjacent memories are alike (a conversation, not independent notes); a "
+        "query-term coverage bonus; superseded memories demoted.",
         signals=("vector", "lexical", "temporal"),
         views=("plain",),
         analysis=AnalysisConfig(temporal="boost", entities=False),
         fusion=FusionConfig(
-            method="rrf", k=2.0, coverage_bonus=0.1, neighbour_boost=0.3,
+            method="rrf", k=2.0, coverage_bonus=0.1, neighbour_boost=0.3, neighbour_min_lift=0.05,
             # each memory's text weight (1 for vector, 1 for BM25) split evenly between its text with
             # context and its plain text: a memory without context, ranked alike in both, weighs
             # against the temporal list as it would without the view
