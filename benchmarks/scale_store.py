@@ -412,6 +412,9 @@ def main() -> None:
     parser.add_argument("--saves-only", action="store_true",
                         help="only single saves and the search right after each, into a copy of each store "
                              "(written to benchmarks/results/scale_store_saves.json)")
+    parser.add_argument("--results", default=None,
+                        help="the results file's name (default scale_store, with --saves-only scale_store_saves): "
+                             "a run of another shape is kept apart from the full one")
     parser.add_argument("--phase", choices=["build", "library", "saves", "resave"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     KIND["kind"] = args.vectors
@@ -434,7 +437,7 @@ def main() -> None:
             measured.pop("compact")  # not asked for here
             saved[f"memories_{size}"] = {"build": built(size, args), **measured}
             saved["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-            report("scale_store_saves", saved)
+            report(args.results or "scale_store_saves", saved)
         return
     results: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
                      "vectors": ({"real": f"memory i: real MiniLM vector i of the LongMemEval-S user turns "
@@ -457,7 +460,7 @@ def main() -> None:
             results["growth"] = growth(results, args.sizes[:done])
             results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
             results["failures"] = failures
-            report("scale_store", results)
+            report(args.results or "scale_store", results)
     if failures:
         print("correctness checks failed:\n  " + "\n  ".join(failures), file=sys.stderr)
         sys.exit(1)
