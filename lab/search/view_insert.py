@@ -24,12 +24,12 @@ import polars as pl
 
 from lab.search import timex
 from lab.search.view import NamespaceView, Positions, build_view, text_of
+from lab.search.splice import rechunked as _rechunked, spliced as _spliced
 from lab.search.view_remove import relabelled, removed_view
 from lab.store.records import episode_expr
 from lab.store.store import Store
 
 INSERT_AT_MOST = 2048  # memories one move takes in; more (a bulk load): the view is built anew
-MAX_CHUNKS = 256  # polars chunks the spliced row frame may reach before it is made contiguous again
 
 
 def current_view(store: Store, namespace: str, key: tuple, held: NamespaceView | None) -> NamespaceView:
@@ -253,24 +253,6 @@ def _ordered_insert(order: np.ndarray, key: np.ndarray, positions: np.ndarray) -
         placed.append((lo, want, p))
     placed.sort()  # two at one spot: in key order, then by position
     return np.insert(order, [at for at, _, _ in placed], [p for _, _, p in placed])
-
-
-def _spliced(old, ins: np.ndarray, new):
-    """A frame or series with ``new``'s rows put before ``old``'s rows ``ins`` (zero-copy slices)."""
-    pieces, prev = [], 0
-    for j, at in enumerate(ins.tolist()):
-        if at > prev:
-            pieces.append(old.slice(prev, at - prev))
-        pieces.append(new.slice(j, 1))
-        prev = at
-    if prev < len(old):
-        pieces.append(old.slice(prev))
-    return pl.concat(pieces, rechunk=False) if pieces else old
-
-
-def _rechunked(spliced):
-    """Splices leave a frame or series in pieces: past MAX_CHUNKS it is made one piece again."""
-    return spliced.rechunk() if spliced.n_chunks() > MAX_CHUNKS else spliced
 
 
 def _list_inserted(old: list, ins: np.ndarray, values: list) -> list:

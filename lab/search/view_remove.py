@@ -3,7 +3,8 @@
 An update takes the memory out and puts its new row in (``lab.search.view_insert``); a delete only
 takes it out. The arrays are copied without the memories' positions and what the view had worked out
 is carried over, shifted down: label maps, text matches, filter masks, time expressions, episode
-order. Memos that depend on the index's labels being unchanged (the label grouping, the per-label
+order. The row frame and the text columns are slices around the positions taken out
+(``lab.search.splice``), not copies. Memos that depend on the index's labels being unchanged (the label grouping, the per-label
 filter masks) are left to be made again. A memory an edge names is not taken out this way: the
 view is then built anew (its edge structures would move too).
 """
@@ -13,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from lab.search.sorted_ids import Positions
+from lab.search.splice import without
 from lab.search.view import NamespaceView
 
 
@@ -27,18 +29,17 @@ def removed_view(view: NamespaceView, gone: np.ndarray) -> NamespaceView | None:
     keep[gone] = False
     new_pos = np.cumsum(keep) - 1  # old position -> new (for the positions kept)
     new_pos[~keep] = -1
-    kept = pl.Series(keep)
     ids = view.ids.removed({view.ids[p] for p in gone.tolist()})
     shift = lambda p: int(new_pos[p])  # noqa: E731  (edge ends: never a removed position, checked above)
     moved = NamespaceView(
         namespace=view.namespace, ids=ids, pos=Positions(ids),
         created_s=view.created_s[keep], access=view.access[keep], valid=view.valid[keep],
-        tags=view.tags.filter(kept) if isinstance(view.tags, pl.Series) else [t for t, k in zip(view.tags, keep) if k],
-        superseded=view.superseded[keep], text_lower=view.text_lower.filter(kept),
+        tags=without(view.tags, gone) if isinstance(view.tags, pl.Series) else [t for t, k in zip(view.tags, keep) if k],
+        superseded=view.superseded[keep], text_lower=without(view.text_lower, gone),
         neighbours={shift(a): [(shift(b), r, w) for b, r, w in lst] for a, lst in view.neighbours.items()},
         contradicts={shift(a): {shift(b) for b in s} for a, s in view.contradicts.items()},
         derived_from={shift(a): [shift(b) for b in lst] for a, lst in view.derived_from.items()},
-        key=view.key, rows=view.rows.filter(kept),
+        key=view.key, rows=without(view.rows, gone),
         by_newest=_order_without(view.by_newest, keep, new_pos),
         by_access=_order_without(view.by_access, keep, new_pos),
     )
@@ -72,7 +73,7 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, keep: np.ndarray, ne
     if view._types is not None:
         moved._types = view._types[keep]
     if view._episodes is not None:
-        moved._episodes = view._episodes.filter(pl.Series(keep))
+        moved._episodes = without(view._episodes, gone)
     if view._order is not None:
         members, starts = view._order
         group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(members)]).astype(np.int64))

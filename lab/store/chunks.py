@@ -89,12 +89,17 @@ class ChunksTable:
         its old chunks still visible; one killed after it leaves invisible rows that `lab store
         check` reports as orphans and compact or repair removes. Without this every content update
         left its old chunks behind, and check took them for the leftovers of a cut-off save."""
-        current = pl.DataFrame({"memory_id": [r["id"] for r in rows], "current": [r["index_hash"] for r in rows]})
-        stored = self.delta.frame().select("chunk_id", "memory_id", "index_hash")
-        old = stored.join(current, on="memory_id").filter(pl.col("index_hash") != pl.col("current"))
-        ids = old["chunk_id"].unique().sort().to_list()
+        ids = self.superseded(rows)
         if ids:
             self.delta.delete(in_list("chunk_id", ids))
+
+    def superseded(self, rows: list[dict[str, Any]]) -> list[str]:
+        """The stored chunk ids of these memories that their rows' index hashes no longer show."""
+        current = pl.DataFrame({"memory_id": [r["id"] for r in rows], "current": [r["index_hash"] for r in rows]})
+        stored = (self.delta.frame().select("chunk_id", "memory_id", "index_hash")
+                  .filter(pl.col("memory_id").is_in(current["memory_id"].to_list())))
+        old = stored.join(current, on="memory_id").filter(pl.col("index_hash") != pl.col("current"))
+        return old["chunk_id"].unique().sort().to_list()
 
     def orphans(self) -> tuple[list[str], list[str]]:
         """(chunk ids no memory shows, chunk ids stored more than once): what a cut-off save leaves."""

@@ -12,6 +12,7 @@ from lab.errors import NotFoundError, ValidationError
 from lab.schema import MEMORIES, MEMORY_TYPES
 from lab.store.access import AccessLog
 from lab.store.keys import ColumnHashes
+from lab.store.lookups import IdLookups
 from lab.store.records import utcnow, validate_id
 from lab.store.table import DeltaFrame, frame_marked, in_list
 
@@ -83,10 +84,8 @@ class MemoriesTable:
         self.access = access
         self._chunks_version = chunks_version
         # id set and (namespace, content_hash) -> id, for duplicate checks on every save; kept
-        # up to date incrementally across our own inserts, rebuilt after anyone else's write
-        self._ids: set[str] = set()
-        self._hash_index: dict[tuple[str, str], str] = {}
-        self._lookup_version = -1
+        # up to date across our own commits, rebuilt after anyone else's (lab.store.lookups)
+        self.lookups = IdLookups()
         # hashes of both columns, followed by appends: a save of new memories (the usual one) is
         # answered "not stored" from them, without the id set and index above, which a million
         # memories took two seconds to build on a process's first save and after every rewrite
@@ -166,21 +165,18 @@ class MemoriesTable:
         mem = self.stored().select("id", "namespace")
         return dict(zip(mem["id"].to_list(), mem["namespace"].to_list()))
 
-    def _lookups(self) -> None:
+    def _lookups(self) -> IdLookups:
         version = self.delta.version
-        if self._lookup_version != version:
-            frame = self.stored()
-            ids = frame["id"].to_list()
-            self._ids = set(ids)
-            self._hash_index = dict(zip(zip(frame["namespace"].to_list(), frame["content_hash"].to_list()), ids))
-            self._lookup_version = version
+        if not self.lookups.current(version):
+            self.lookups.build(self.stored(), version)
+        return self.lookups
 
     def has_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
         if not self._id_hashes.may_hold(ids):
             return set()
-        self._lookups()
-        return {i for i in ids if i in self._ids}
+        known = self._lookups().ids
+        return {i for i in ids if i in known}
 
     def may_hold_contents(self, digests: list[str]) -> bool:
         """Whether any of these content hashes may be stored (False: certainly none is)."""
@@ -190,8 +186,15 @@ class MemoriesTable:
         """The id of the memory with this content in this namespace, if any (idempotent ingest)."""
         if not self._content_hashes.may_hold([digest]):  # the digest covers the namespace too
             return None
-        self._lookups()
-        return self._hash_index.get((namespace, digest))
+        found = self._lookups().find(namespace, digest, self._content_of)
+        if found is False:  # a memory rewritten or deleted since the lookups were built: build them again
+            self.lookups.build(self.stored(), self.delta.version)
+            found = self.lookups.by_content.get((namespace, digest))
+        return found
+
+    def _content_of(self, memory_id: str) -> tuple[str, str] | None:
+        rows = self.stored().filter(pl.col("id") == memory_id)
+        return (rows["namespace"][0], rows["content_hash"][0]) if rows.height else None
 
     def list(
         self,
@@ -237,20 +240,18 @@ class MemoriesTable:
 
     def append(self, rows: list[dict[str, Any]]) -> int:
         """Add new memory rows in one commit; returns the new version."""
-        before, known = self._lookup_version, self.delta.known_version
+        known = self.delta.known_version
         after = self.delta.append(pa.Table.from_pylist(rows, schema=MEMORIES), self._commit_meta())
         self.written.note(known, after, (r["id"] for r in rows))
-        if after == before + 1:  # nobody else wrote in between: extend the lookups in place
-            self._ids.update(r["id"] for r in rows)
-            self._hash_index.update({(r["namespace"], r["content_hash"]): r["id"] for r in rows})
-            self._lookup_version = after
+        self.lookups.appended(rows, known, after)
         return after
 
     def upsert(self, rows: list[dict[str, Any]]) -> int:
-        """Replace memory rows by id in one MERGE commit; returns the new version."""
+        """Replace memory rows by id in one commit; returns the new version."""
         known = self.delta.known_version
         after = self.delta.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._commit_meta())
         self.written.note(known, after, (r["id"] for r in rows))
+        self.lookups.rewritten(rows, known, after)
         return after
 
     def delete_ids(self, ids: Sequence[str]) -> int:
@@ -258,6 +259,7 @@ class MemoriesTable:
         known = self.delta.known_version
         after = self.delta.delete(in_list("id", list(ids)), self._commit_meta())
         self.written.note(known, after, ids)
+        self.lookups.deleted(ids, known, after)
         return after
 
     def invalidate(self, ids: Sequence[str]) -> list[dict[str, Any]]:

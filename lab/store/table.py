@@ -135,15 +135,18 @@ class DeltaFrame:
         return self._dt.version()
 
     def upsert(self, table: pa.Table, key: str, metadata: dict[str, Any] | None = None) -> int:
-        """Insert or replace rows by ``key`` in one MERGE commit."""
+        """Insert or replace rows by ``key`` (validated ids) in one commit: an overwrite of the rows
+        whose key is one of the new rows' keys. A MERGE did the same by joining every row of the table
+        with the new rows: most of an update's cost at a million memories (benchmarks/scale_store.py,
+        single_update)."""
         self._check_writable()
         if table.num_rows == 0:
             return self.version
         table = table.select(self.schema.names).cast(self.schema)
+        keys = sorted(set(table.column(key).to_pylist()))
         with _reaching(self, "committing to"):
-            self._dt.merge(table, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t",
-                           commit_properties=_commit_props(metadata)
-                           ).when_matched_update_all().when_not_matched_insert_all().execute()
+            write_deltalake(self._dt, table, mode="overwrite", predicate=in_list(key, keys),
+                            commit_properties=_commit_props(metadata))
         return self._dt.version()
 
     def delete(self, predicate: str, metadata: dict[str, Any] | None = None) -> int:
