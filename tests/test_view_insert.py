@@ -36,6 +36,8 @@ step = st.one_of(
     st.tuples(st.just("save"), st.lists(memory, min_size=9, max_size=12)),  # more than a few at once
     st.tuples(st.just("access"), st.integers(0, 50)),
     st.tuples(st.just("update"), st.integers(0, 50)),
+    st.tuples(st.just("retag"), st.integers(0, 50)),  # rewritten where it stands, its text unchanged
+    st.tuples(st.just("move"), st.integers(0, 50)),  # another episode, or another time (out and in again)
     st.tuples(st.just("delete"), st.integers(0, 50)),
     st.tuples(st.just("hard_delete"), st.integers(0, 50)),
     st.tuples(st.just("edge"), st.integers(0, 50)),
@@ -109,6 +111,11 @@ def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, ste
             elif kind == "update":  # numbered: two updates to one content would be refused as duplicates
                 pipe.update(ids[arg % len(ids)], content=f"updated piano tuesday {n}")
                 n += 1
+            elif kind == "retag":
+                pipe.update(ids[arg % len(ids)], tags=["b"] if arg % 2 else ["a"], type="decision" if arg % 3 else "fact")
+            elif kind == "move":
+                pipe.update(ids[arg % len(ids)], **({"metadata": {"session": f"s{arg % 3}"}} if arg % 2 else
+                                                    {"created_at": (START + timedelta(hours=arg)).isoformat()}))
             elif kind == "delete" and len(ids) > 1:
                 pipe.delete(ids[arg % len(ids)])
             elif kind == "hard_delete" and len(ids) > 1:
@@ -137,13 +144,18 @@ def test_saves_updates_and_deletes_move_the_view_and_an_edge_builds_it_again(pip
     assert pipe.search("quokka zebrafish canary deploy", NS, k=1, preset="bm25")[0].memory_id == saved
     pipe.writer.record_access([saved])
     assert pipe.retriever.view(NS).access[pipe.retriever.view(NS).pos[saved]] == 1
+    taken_out = []
+    real_removed = view_insert.removed_view
+    monkeypatch.setattr(view_insert, "removed_view", lambda *a: taken_out.append(1) or real_removed(*a))
     pipe.update(saved, content="quokka zebrafish canary rollback")
     assert pipe.search("quokka zebrafish canary rollback", NS, k=1, preset="bm25")[0].memory_id == saved
     other = pipe.store.memories(NS).sort("id")["id"][3]
     pipe.delete(other)  # soft: kept, marked invalid
     assert not pipe.retriever.view(NS).valid[pipe.retriever.view(NS).pos[other]]
+    assert taken_out == []  # an update and a soft delete rewrite the memory where it stands
     pipe.delete(other, hard=True)
     assert other not in pipe.retriever.view(NS).pos
+    assert taken_out == [1]
     assert built == []  # moved, every time
     ids = pipe.store.memories(NS).sort("id")["id"].to_list()
     pipe.add_edge(ids[0], ids[1], "contradicts")

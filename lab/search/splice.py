@@ -39,3 +39,17 @@ def without(old, gone: np.ndarray):
     if prev < len(old):
         pieces.append(old.slice(prev))
     return rechunked(pl.concat(pieces, rechunk=False)) if pieces else old.clear()
+
+
+def replaced(old, at: np.ndarray, new):
+    """A frame or series with its rows at positions ``at`` (sorted, unique) replaced by ``new``'s
+    rows, in order, from zero-copy slices of the rest."""
+    pieces, prev = [], 0
+    for j, p in enumerate(at.tolist()):
+        if p > prev:
+            pieces.append(old.slice(prev, p - prev))
+        pieces.append(new.slice(j, 1))
+        prev = p + 1
+    if prev < len(old):
+        pieces.append(old.slice(prev))
+    return pl.concat(pieces, rechunk=False) if pieces else old

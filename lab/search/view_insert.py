@@ -7,8 +7,10 @@ access logged), and the memories table says so (``MemoriesTable.changed_since``)
 memories are put in their places, by id as a build orders them, into copies of the arrays, and
 what the old view had worked out is carried over, shifted to the new positions: label maps and
 groupings, text matches, time expressions, episode order. An update or a delete of ours rewrites
-rows: the memories table says which ids each of our commits wrote (``MemoriesTable.changed_since``),
-and those are taken out of the view (``lab.search.view_remove``) and their current rows put in.
+rows: the memories table says which ids each of our commits wrote (``MemoriesTable.changed_since``).
+Memories rewritten where they stand (an update, a soft delete) get their new rows in their places
+(``lab.search.view_replace``); others are taken out of the view (``lab.search.view_remove``) and
+their current rows put in.
 Anything else (an edge, another process's rewrite, a compaction, a change of more than
 ``INSERT_AT_MOST`` memories) builds the view anew. A moved view
 equals a view built from scratch (tests/test_view_insert.py holds it on random sequences). The old
@@ -26,6 +28,7 @@ from lab.search import timex
 from lab.search.view import NamespaceView, Positions, build_view, text_of
 from lab.search.splice import rechunked as _rechunked, spliced as _spliced
 from lab.search.view_remove import relabelled, removed_view
+from lab.search.view_replace import replaced_view
 from lab.store.records import episode_expr
 from lab.store.store import Store
 
@@ -60,6 +63,15 @@ def moved_view(view: NamespaceView, store: Store, namespace: str, key: tuple) ->
     if added.height and _edges_touch(store, namespace, added["id"]):
         return None
     base = view
+    if change.gone and change.gone == frozenset(added["id"].to_list()):  # rewritten in place (an update, a soft delete)
+        at = [view.pos.get(m) for m in sorted(change.gone)]
+        if None not in at:
+            moved = replaced_view(view, np.asarray(at, dtype=np.int64), added.sort("id"))
+            if moved is not None:
+                if change.accessed.height:
+                    _accessed(moved, change.accessed)
+                moved.key, moved.source = key, change.mark
+                return moved
     if change.gone:  # rewritten or deleted: out first (a rewritten memory comes back with ``added``)
         gone = sorted(p for p in (view.pos.get(m) for m in change.gone) if p is not None)
         if gone:
