@@ -235,7 +235,7 @@ def test_compact_merges_files_and_drops_stale_chunks(pipe, monkeypatch):
         pipe.save(f"memory {i}", namespace="alpha")
     pipe.update(pipe.list("alpha")["id"][0], content="changed")
     # an update killed after its memories commit, before it deleted the chunks it replaced
-    monkeypatch.setattr(pipe.store.chunks_table, "drop_superseded", lambda rows: None)
+    monkeypatch.setattr(pipe.store.chunks_table, "drop_superseded", lambda rows, ids=None: None)
     pipe.update(pipe.list("alpha")["id"][1], content="changed again")
     monkeypatch.undo()
     files_before = pipe.store.file_counts()
@@ -290,7 +290,7 @@ def test_an_update_killed_before_it_deleted_the_old_chunks_is_named_by_check(pip
     from lab.write.check import check_store
 
     seed(pipe)
-    monkeypatch.setattr(pipe.store.chunks_table, "drop_superseded", lambda rows: None)  # killed right there
+    monkeypatch.setattr(pipe.store.chunks_table, "drop_superseded", lambda rows, ids=None: None)  # killed right there
     pipe.update("a1", content="the billing service moved to mysql")
     assert pipe.get("a1")["content"] == "the billing service moved to mysql"  # its memories commit landed
     pipe.close()

@@ -82,16 +82,22 @@ class ChunksTable:
         """Which of ``ids`` have a stored row (a scan of every row)."""
         return self.delta.frame().filter(pl.col("chunk_id").is_in(ids))["chunk_id"].unique().sort().to_list()
 
-    def drop_superseded(self, rows: list[dict[str, Any]]) -> None:
+    def drop_superseded(self, rows: list[dict[str, Any]], ids: list[str] | None = None) -> None:
         """Delete the chunk rows of these memories that their new index hash no longer shows.
 
         Only after the memories commit: a process killed before it leaves each memory as it was,
         its old chunks still visible; one killed after it leaves invisible rows that `lab store
         check` reports as orphans and compact or repair removes. Without this every content update
         left its old chunks behind, and check took them for the leftovers of a cut-off save."""
-        ids = self.superseded(rows)
+        ids = self.superseded(rows) if ids is None else ids  # ids: ``superseded(rows)``, read before
         if ids:
-            self.delta.delete(in_list("chunk_id", ids))
+            self.delete(in_list("chunk_id", ids))
+
+    def delete(self, predicate: str) -> None:
+        """Delete the chunk rows matching a SQL predicate in one commit (the chunk id hashes follow)."""
+        self.stored_ids.before_rewrite()
+        known = self.delta.known_version
+        self.stored_ids.rewritten([], known, self.delta.delete(predicate))
 
     def superseded(self, rows: list[dict[str, Any]]) -> list[str]:
         """The stored chunk ids of these memories that their rows' index hashes no longer show."""

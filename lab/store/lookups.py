@@ -8,13 +8,18 @@ append adds its rows; a rewrite (upsert) adds the rows it wrote; a delete takes 
 rewrite or a delete leaves the content index naming a memory whose content may have changed or that
 is gone: those ids are marked *stale*, and a content lookup that lands on one reads that memory's
 row to confirm it (or builds the index again when the row says otherwise). Anyone else's commit
-builds both again on the next lookup.
+builds both again on the next lookup. Until they are first needed for many ids at once (a bulk
+save), a question about a few ids or one content is answered by a scan of the stored columns.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
 import polars as pl
+
+# ids asked about at once that are answered by a scan of the id column when the lookups are not
+# current, rather than by building them (a second and a half at a million memories, for one update)
+SCAN_AT_MOST = 64
 
 
 class IdLookups:
@@ -69,13 +74,26 @@ class IdLookups:
             self.stale.update(ids)
             self.version = after
 
-    def find(self, namespace: str, digest: str, content_of: Callable[[str], tuple[str, str] | None]) -> str | None | bool:
-        """The id stored with this content, None for none; False when a stale entry proved wrong
-        (the caller builds the lookups again). ``content_of(id)`` reads a memory's
-        (namespace, content_hash) from its row, or None when it is gone."""
-        found = self.by_content.get((namespace, digest))
+    def has(self, ids: list[str], stored: Callable[[], pl.DataFrame], version: int) -> set[str]:
+        """Which of ``ids`` are stored in ``stored()`` (the table at ``version``)."""
+        if not self.current(version) and len(ids) <= SCAN_AT_MOST:
+            return set(stored().filter(pl.col("id").is_in(ids))["id"].to_list())
+        if not self.current(version):
+            self.build(stored(), version)
+        return {i for i in ids if i in self.ids}
+
+    def find(self, namespace: str, digest: str, stored: Callable[[], pl.DataFrame], version: int) -> str | None:
+        """The id stored with this content, or None. An entry for a stale id is confirmed from that
+        memory's row in ``stored()`` (the table at ``version``); one proven wrong builds the lookups again."""
+        key = (namespace, digest)
+        if not self.current(version):  # one content: a scan of two columns, not a build of the whole index
+            found = stored().filter((pl.col("content_hash") == digest) & (pl.col("namespace") == namespace))["id"]
+            return found[-1] if len(found) else None  # the last row, as the index built from every row says
+        found = self.by_content.get(key)
         if found is None or found not in self.stale:
             return found
-        if content_of(found) == (namespace, digest):
+        rows = stored().filter(pl.col("id") == found)
+        if rows.height and (rows["namespace"][0], rows["content_hash"][0]) == key:
             return found
-        return False
+        self.build(stored(), version)
+        return self.by_content.get(key)

@@ -165,18 +165,11 @@ class MemoriesTable:
         mem = self.stored().select("id", "namespace")
         return dict(zip(mem["id"].to_list(), mem["namespace"].to_list()))
 
-    def _lookups(self) -> IdLookups:
-        version = self.delta.version
-        if not self.lookups.current(version):
-            self.lookups.build(self.stored(), version)
-        return self.lookups
-
     def has_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
         if not self._id_hashes.may_hold(ids):
             return set()
-        known = self._lookups().ids
-        return {i for i in ids if i in known}
+        return self.lookups.has(ids, self.stored, self.delta.version)
 
     def may_hold_contents(self, digests: list[str]) -> bool:
         """Whether any of these content hashes may be stored (False: certainly none is)."""
@@ -186,15 +179,7 @@ class MemoriesTable:
         """The id of the memory with this content in this namespace, if any (idempotent ingest)."""
         if not self._content_hashes.may_hold([digest]):  # the digest covers the namespace too
             return None
-        found = self._lookups().find(namespace, digest, self._content_of)
-        if found is False:  # a memory rewritten or deleted since the lookups were built: build them again
-            self.lookups.build(self.stored(), self.delta.version)
-            found = self.lookups.by_content.get((namespace, digest))
-        return found
-
-    def _content_of(self, memory_id: str) -> tuple[str, str] | None:
-        rows = self.stored().filter(pl.col("id") == memory_id)
-        return (rows["namespace"][0], rows["content_hash"][0]) if rows.height else None
+        return self.lookups.find(namespace, digest, self.stored, self.delta.version)
 
     def list(
         self,
@@ -246,20 +231,29 @@ class MemoriesTable:
         self.lookups.appended(rows, known, after)
         return after
 
+    def _before_rewrite(self) -> int:
+        self._id_hashes.before_rewrite()
+        self._content_hashes.before_rewrite()
+        return self.delta.known_version
+
     def upsert(self, rows: list[dict[str, Any]]) -> int:
         """Replace memory rows by id in one commit; returns the new version."""
-        known = self.delta.known_version
+        known = self._before_rewrite()
         after = self.delta.upsert(pa.Table.from_pylist(rows, schema=MEMORIES), "id", self._commit_meta())
         self.written.note(known, after, (r["id"] for r in rows))
         self.lookups.rewritten(rows, known, after)
+        self._id_hashes.rewritten([r["id"] for r in rows], known, after)
+        self._content_hashes.rewritten([r["content_hash"] for r in rows], known, after)
         return after
 
     def delete_ids(self, ids: Sequence[str]) -> int:
         """Delete these memories' rows in one commit; returns the new version."""
-        known = self.delta.known_version
+        known = self._before_rewrite()
         after = self.delta.delete(in_list("id", list(ids)), self._commit_meta())
         self.written.note(known, after, ids)
         self.lookups.deleted(ids, known, after)
+        self._id_hashes.rewritten([], known, after)
+        self._content_hashes.rewritten([], known, after)
         return after
 
     def invalidate(self, ids: Sequence[str]) -> list[dict[str, Any]]:

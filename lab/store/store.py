@@ -170,9 +170,9 @@ class Store:
         self.memories_table.append(rows)
         return self.known_version()
 
-    def replace(self, rows: list[dict[str, Any]], chunks: pa.Table | None = None) -> StoreVersion:
-        """Update existing memories (one MERGE commit), after committing their new chunks if any;
-        then the chunk rows the new ones replace are deleted (``ChunksTable.drop_superseded``)."""
+    def replace(self, rows: list[dict[str, Any]], chunks: pa.Table | None = None, superseded: list[str] | None = None) -> StoreVersion:
+        """Update existing memories (one commit), after committing their new chunks if any; then the chunk rows
+        the new ones replace (``superseded``, if read already) are deleted (``ChunksTable.drop_superseded``)."""
         if not rows:
             return self.version()
         missing = sorted({r["id"] for r in rows} - self.memories_table.has_ids(r["id"] for r in rows))
@@ -182,7 +182,7 @@ class Store:
             self.chunks_table.append(chunks)
         self.memories_table.upsert(rows)
         if chunks is not None:
-            self.chunks_table.drop_superseded(rows)
+            self.chunks_table.drop_superseded(rows, superseded)
         return self.known_version()
 
     def hard_delete(self, ids: Sequence[str]) -> int:
@@ -193,7 +193,7 @@ class Store:
             return 0
         self.memories_table.delete_ids(present)
         _delete_naming(self._edges, ("src", "dst"), present)
-        self._chunks.delete(in_list("memory_id", present))
+        self.chunks_table.delete(in_list("memory_id", present))
         _delete_naming(self._access, ("memory_id",), present)
         return len(present)
 

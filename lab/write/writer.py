@@ -269,7 +269,7 @@ class Writer(Upkeep):
             # the chunks the new ones replace, from the memory's stored rows (not a walk over every
             # label of the index, a quarter of a second at a million)
             old_chunks = self.store.chunks_table.superseded([row])
-        version = self.store.replace([row], chunks)
+        version = self.store.replace([row], chunks, old_chunks if chunks is not None else None)
         if chunks is not None:
             self._index_added(pl.from_arrow(chunks), old_chunks, version)
         else:
