@@ -18,13 +18,13 @@ view is never changed: a search still holding it answers from it.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import replace
 
 import numpy as np
 import polars as pl
 
 from lab.search import timex
+from lab.search.episode_order import episode_order_inserted
 from lab.search.view import NamespaceView, Positions, build_view, text_of
 from lab.search.splice import rechunked as _rechunked, spliced as _spliced
 from lab.search.view_remove import relabelled, removed_view
@@ -176,38 +176,12 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new
     if view._episodes is not None:
         moved._episodes = _rechunked(_spliced(view._episodes, ins, added.select(episode_expr()).to_series()))
     if view._order is not None:
-        moved._order = _episode_order_inserted(view, moved, shift, new_pos)
+        moved._order = episode_order_inserted(view, moved, shift, new_pos)
     if view._dated is not None:
         dated = timex.dated(text)
         moved._dated = np.insert(view._dated, ins, dated)
         if view._event_s is not None:
             moved._event_s = np.insert(view._event_s, ins, timex.event_seconds(text, created, dated))
-
-
-def _episode_order_inserted(view: NamespaceView, moved: NamespaceView, shift, new_pos: np.ndarray):
-    """``view``'s episode order (``NamespaceView._episode_order``) with the new memories that have an
-    episode and are valid put in their places: episodes by key, turns by (created_at, position)."""
-    members, starts = view._order
-    members = shift(members)
-    episodes = moved.episodes
-    for p in new_pos.tolist():
-        episode = episodes[p]
-        if episode is None or not moved.valid[p]:
-            continue
-        keys = episodes.gather(members[starts]).to_list() if len(starts) else []
-        g = bisect_left(keys, episode)
-        if g < len(keys) and keys[g] == episode:
-            a = int(starts[g])
-            b = int(starts[g + 1]) if g + 1 < len(starts) else len(members)
-            turns = [(float(moved.created_s[m]), int(m)) for m in members[a:b].tolist()]
-            at = a + bisect_right(turns, (float(moved.created_s[p]), p))
-            members = np.insert(members, at, p)
-            starts = np.where(np.arange(len(starts)) > g, starts + 1, starts)
-        else:  # a new episode: a group of its own, in key order
-            at = int(starts[g]) if g < len(starts) else len(members)
-            members = np.insert(members, at, p)
-            starts = np.insert(np.where(np.arange(len(starts)) >= g, starts + 1, starts), g, at)
-    return members, starts.astype(np.int64)
 
 
 def _accessed(view: NamespaceView, accessed: pl.DataFrame) -> None:

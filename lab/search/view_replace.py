@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from lab.search import timex
+from lab.search.episode_order import episode_order_inserted
 from lab.search.splice import rechunked, replaced
 from lab.search.view import NamespaceView, text_of
 from lab.store.records import episode_expr
@@ -95,8 +96,7 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, at: np.ndarray, adde
 
 def _episode_order_replaced(view: NamespaceView, moved: NamespaceView, at: np.ndarray):
     """The episode order without the rewritten positions, then with those that are valid and have an
-    episode put back in their places (``lab.search.view_insert._episode_order_inserted``)."""
-    from lab.search.view_insert import _episode_order_inserted  # it imports this module
+    episode put back in their places (``lab.search.episode_order.episode_order_inserted``)."""
 
     members, starts = view._order
     group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(members)]).astype(np.int64))
@@ -104,4 +104,4 @@ def _episode_order_replaced(view: NamespaceView, moved: NamespaceView, at: np.nd
     members, group = members[stays], group[stays]
     starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(members) else np.zeros(0, dtype=np.int64)
     moved._order = (members, starts.astype(np.int64))
-    return _episode_order_inserted(moved, moved, lambda p: np.asarray(p), at)
+    return episode_order_inserted(moved, moved, lambda p: np.asarray(p), at)
