@@ -1,7 +1,7 @@
 """Polars frames and series of a namespace view changed by a few rows without copying the rest:
 zero-copy slices around the changed positions, concatenated without a rechunk. A save or an update at a
 million memories copied every row's text otherwise (the view's row frame, its lower-cased text, its
-tags and episodes), a tenth of a second each time."""
+tags and episodes) each time."""
 from __future__ import annotations
 
 import numpy as np

@@ -40,7 +40,7 @@ class ColumnHashes:
         """Our commit moved the table from version ``before`` to ``after``, rewriting or deleting rows
         and writing ``values``: their hashes are added, and those of rows it took out stay (a hash
         kept for a value no longer stored answers "perhaps", never a wrong "no"). Without this a
-        rewrite hashed the whole column again: a tenth of a second of each update at a million rows.
+        rewrite hashed the whole column again, a cost that grows with the table (benchmarks/scale_store.py).
         When another commit may sit in between, the next look hashes the column again."""
         if self._generation < 0 or self._version != before or after != before + 1:
             return

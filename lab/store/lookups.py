@@ -1,7 +1,7 @@
 """The memories table's id set and content index, kept up to date across our own commits.
 
 Every save asks whether its ids or contents are stored already. Built from the table's rows, the id
-set and the (namespace, content_hash) -> id index of a million memories take a second and a half;
+set and the (namespace, content_hash) -> id index take time that grows with the table;
 rebuilt after every update or delete, that was half of each one's cost. So our own commits change
 them in place when nobody else committed in between (the table moved exactly one version): an
 append adds its rows; a rewrite (upsert) adds the rows it wrote; a delete takes its ids out. A
@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import polars as pl
 
 # ids asked about at once that are answered by a scan of the id column when the lookups are not
-# current, rather than by building them (a second and a half at a million memories, for one update)
+# current, rather than by building them (a pass over every row, for one update)
 SCAN_AT_MOST = 64
 
 

@@ -267,7 +267,7 @@ class Writer(Upkeep):
         if row["index_hash"] != current["index_hash"]:
             chunks, _ = self._chunks([row])
             # the chunks the new ones replace, from the memory's stored rows (not a walk over every
-            # label of the index, a quarter of a second at a million)
+            # label of the index, which grows with the namespace)
             old_chunks = self.store.chunks_table.superseded([row])
         version = self.store.replace([row], chunks, old_chunks if chunks is not None else None)
         if chunks is not None:
