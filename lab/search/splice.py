@@ -10,16 +10,24 @@ import polars as pl
 MAX_CHUNKS = 256  # polars chunks a spliced frame may reach before it is made contiguous again
 
 
-def spliced(old, ins: np.ndarray, new):
-    """A frame or series with ``new``'s rows put before ``old``'s rows ``ins`` (zero-copy slices)."""
+def _pieces(old, at: np.ndarray, new, drop: bool) -> list:
+    """Zero-copy slices of ``old`` around positions ``at`` (sorted), with ``new``'s rows (one per
+    position, in order; none when ``new`` is None) before each; the rows at ``at`` left out when ``drop``."""
     pieces, prev = [], 0
-    for j, at in enumerate(ins.tolist()):
-        if at > prev:
-            pieces.append(old.slice(prev, at - prev))
-        pieces.append(new.slice(j, 1))
-        prev = at
+    for j, p in enumerate(at.tolist()):
+        if p > prev:
+            pieces.append(old.slice(prev, p - prev))
+        if new is not None:
+            pieces.append(new.slice(j, 1))
+        prev = p + 1 if drop else p
     if prev < len(old):
         pieces.append(old.slice(prev))
+    return pieces
+
+
+def spliced(old, ins: np.ndarray, new):
+    """A frame or series with ``new``'s rows put before ``old``'s rows ``ins`` (zero-copy slices)."""
+    pieces = _pieces(old, ins, new, drop=False)
     return pl.concat(pieces, rechunk=False) if pieces else old
 
 
@@ -31,25 +39,12 @@ def rechunked(spliced):
 def without(old, gone: np.ndarray):
     """A frame or series without its rows at positions ``gone`` (sorted, unique), from zero-copy
     slices of the rest."""
-    pieces, prev = [], 0
-    for at in gone.tolist():
-        if at > prev:
-            pieces.append(old.slice(prev, at - prev))
-        prev = at + 1
-    if prev < len(old):
-        pieces.append(old.slice(prev))
+    pieces = _pieces(old, gone, None, drop=True)
     return rechunked(pl.concat(pieces, rechunk=False)) if pieces else old.clear()
 
 
 def replaced(old, at: np.ndarray, new):
     """A frame or series with its rows at positions ``at`` (sorted, unique) replaced by ``new``'s
     rows, in order, from zero-copy slices of the rest."""
-    pieces, prev = [], 0
-    for j, p in enumerate(at.tolist()):
-        if p > prev:
-            pieces.append(old.slice(prev, p - prev))
-        pieces.append(new.slice(j, 1))
-        prev = p + 1
-    if prev < len(old):
-        pieces.append(old.slice(prev))
+    pieces = _pieces(old, at, new, drop=True)
     return pl.concat(pieces, rechunk=False) if pieces else old

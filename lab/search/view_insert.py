@@ -59,39 +59,44 @@ def moved_view(view: NamespaceView, store: Store, namespace: str, key: tuple) ->
     change = store.memories_table.changed_since(view.source, namespace, INSERT_AT_MOST)
     if change is None:
         return None
-    added = change.rows
+    added = change.rows.sort("id")
     if added.height and _edges_touch(store, namespace, added["id"]):
         return None
+    moved = _in_place(view, change.gone, added) or _out_and_in(view, change.gone, added)
+    if moved is None:
+        return None
+    if change.accessed.height:
+        _accessed(moved, change.accessed)
+    moved.key, moved.source = key, change.mark
+    return moved
+
+
+def _in_place(view: NamespaceView, gone: frozenset[str], added: pl.DataFrame) -> NamespaceView | None:
+    """``view`` with memories rewritten where they stand (an update, a soft delete: every id
+    rewritten comes back in ``added``, sorted by id); None when that is not the change."""
+    if not gone or gone != frozenset(added["id"].to_list()):
+        return None
+    at = [view.pos.get(m) for m in sorted(gone)]
+    return None if None in at else replaced_view(view, np.asarray(at, dtype=np.int64), added)
+
+
+def _out_and_in(view: NamespaceView, gone_ids: frozenset[str], added: pl.DataFrame) -> NamespaceView | None:
+    """``view`` with the memories ``gone_ids`` taken out and the rows ``added`` (sorted by id) put in."""
     base = view
-    if change.gone and change.gone == frozenset(added["id"].to_list()):  # rewritten in place (an update, a soft delete)
-        at = [view.pos.get(m) for m in sorted(change.gone)]
-        if None not in at:
-            moved = replaced_view(view, np.asarray(at, dtype=np.int64), added.sort("id"))
-            if moved is not None:
-                if change.accessed.height:
-                    _accessed(moved, change.accessed)
-                moved.key, moved.source = key, change.mark
-                return moved
-    if change.gone:  # rewritten or deleted: out first (a rewritten memory comes back with ``added``)
-        gone = sorted(p for p in (view.pos.get(m) for m in change.gone) if p is not None)
-        if gone:
-            base = removed_view(view, np.asarray(gone, dtype=np.int64))
-            if base is None:
-                return None
-    added = added.sort("id")
+    gone = sorted(p for p in (view.pos.get(m) for m in gone_ids) if p is not None)
+    if gone:  # rewritten or deleted: out first (a rewritten memory comes back with ``added``)
+        base = removed_view(view, np.asarray(gone, dtype=np.int64))
+        if base is None:
+            return None
     new_ids = added["id"].to_list()
     ins = np.asarray([base.ids.insertion_point(m) for m in new_ids], dtype=np.int64)
     if any(a < len(base.ids) and base.ids[a] == m for a, m in zip(ins.tolist(), new_ids)):
         return None  # an appended row of a memory already here: not a plain insert
-    if new_ids:
-        moved = _inserted(base, added, ins)
-        if base is not view:
-            relabelled(view, moved, np.asarray(gone, dtype=np.int64))
-    else:
-        moved = base if base is not view else _copy(view)
-    if change.accessed.height:
-        _accessed(moved, change.accessed)
-    moved.key, moved.source = key, change.mark
+    if not new_ids:
+        return base if base is not view else _copy(view)
+    moved = _inserted(base, added, ins)
+    if base is not view:
+        relabelled(view, moved, np.asarray(gone, dtype=np.int64))
     return moved
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from lab.search.episode_order import episode_order_without
 from lab.search.sorted_ids import Positions
 from lab.search.splice import without
 from lab.search.view import NamespaceView
@@ -75,13 +76,7 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, keep: np.ndarray, ne
     if view._episodes is not None:
         moved._episodes = without(view._episodes, gone)
     if view._order is not None:
-        members, starts = view._order
-        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(members)]).astype(np.int64))
-        stays = keep[members]
-        members, group = new_pos[members[stays]], group[stays]
-        starts = (np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(members)
-                  else np.zeros(0, dtype=np.int64))
-        moved._order = (members, starts.astype(np.int64))
+        moved._order = episode_order_without(view._order, keep[view._order[0]], new_pos)
     if view._dated is not None:
         moved._dated = view._dated[keep]
         if view._event_s is not None:

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from lab.search import timex
-from lab.search.episode_order import episode_order_inserted
+from lab.search.episode_order import episode_order_inserted, episode_order_without
 from lab.search.splice import rechunked, replaced
 from lab.search.view import NamespaceView, text_of
 from lab.store.records import episode_expr
@@ -36,6 +36,7 @@ def replaced_view(view: NamespaceView, at: np.ndarray, added: pl.DataFrame) -> N
     if not set(at.tolist()).isdisjoint(view.neighbours):
         return None
     text = text_of(added)
+    rewritten = set(added["id"].to_list())
     moved = replace(
         view,
         valid=_set(view.valid, at, added["valid"].to_numpy().astype(bool)),
@@ -46,7 +47,7 @@ def replaced_view(view: NamespaceView, at: np.ndarray, added: pl.DataFrame) -> N
         rows=rechunked(replaced(view.rows, at, added)),
         _label_maps=dict(view._label_maps), _by_position=dict(view._by_position),
         _contains={}, _masks={}, _passing={}, _lift={},
-        _terms={m: t for m, t in list(view._terms.items()) if m not in set(added["id"].to_list())},
+        _terms={m: t for m, t in list(view._terms.items()) if m not in rewritten},
         _episodes=None, _members=None, _derived_mask=None, _episode_turns=None, _order=None, _adjacent=None,
         _dated=None, _event_s=None, _types=None,
     )
@@ -98,10 +99,5 @@ def _episode_order_replaced(view: NamespaceView, moved: NamespaceView, at: np.nd
     """The episode order without the rewritten positions, then with those that are valid and have an
     episode put back in their places (``lab.search.episode_order.episode_order_inserted``)."""
 
-    members, starts = view._order
-    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(members)]).astype(np.int64))
-    stays = ~np.isin(members, at)
-    members, group = members[stays], group[stays]
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(members) else np.zeros(0, dtype=np.int64)
-    moved._order = (members, starts.astype(np.int64))
+    moved._order = episode_order_without(view._order, ~np.isin(view._order[0], at))
     return episode_order_inserted(moved, moved, lambda p: np.asarray(p), at)
