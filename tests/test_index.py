@@ -193,7 +193,8 @@ def test_the_analyzer_tokenizes_exactly_like_bm25s_on_real_text(stemmer):
             texts.append(doc["title"] + " " + doc["text"])
     conv = json.loads(require_dataset("locomo/locomo10-dev.json").read_text(encoding="utf-8"))[0]["conversation"]
     texts += [t["text"] for turns in conv.values() if isinstance(turns, list) for t in turns]
-    texts += ["", "the and of", "DON'T stop -- me now!!", "Ünïcödé naïve CAFÉ 2023-05-08 x y zz", "running runs ran"]
+    texts += ["", "the and of", "DON'T stop -- me now!!", "Ünïcödé naïve CAFÉ 2023-05-08 x y zz", "running runs ran",
+              "a turn numbered to be unique (#123456), 42 runs of 007", "٣٤ runs ²³ ran 1st 2nd"]
     config = LexicalIndexConfig(stemmer=stemmer)
     want = bm25s.tokenize(texts, stopwords=config.stopwords, stemmer=Stemmer.Stemmer(stemmer) if stemmer else None,
                           return_ids=False, show_progress=False)
@@ -206,6 +207,18 @@ def test_the_analyzer_tokenizes_exactly_like_bm25s_on_real_text(stemmer):
     analyzer.TERM_SET_CACHE = 5  # past the bound the memo starts over, answers unchanged
     assert analyzer.term_sets(texts[40:60]) == [frozenset(w) for w in want[40:60]]
     assert len(analyzer._term_sets) <= 20
+    # numbers skip the stemmer and its cache: ids and counts in texts do not fill it
+    assert not any(w.isascii() and w.isdigit() for w in analyzer._stems)
+
+
+def test_every_snowball_stemmer_leaves_numbers_as_they_are():
+    """The analyzer hands numbers to no stemmer (LexicalAnalyzer._stem): right only while each
+    stemmer returns them unchanged."""
+    import Stemmer
+
+    numbers = [str(i) for i in range(0, 100_000, 37)] + ["0", "00", "0042", "1" * 30]
+    for name in Stemmer.algorithms():
+        assert Stemmer.Stemmer(name).stemWords(numbers) == numbers, name
 
 
 def test_vector_search_of_many_chunked_memories_equals_a_full_fold(tmp_path):

@@ -75,11 +75,19 @@ class LexicalAnalyzer:
         try:
             return [cache[w] for w in words]
         except KeyError:
-            stems = self._stemmer.stemWords(words)
-            if len(cache) > self.STEM_CACHE:
+            pass
+        # Only the words not seen before go to the stemmer, and numbers never do: they are their
+        # own stems, and a store whose texts carry ids or counts would otherwise fill the cache
+        # with one-off words and stem every such text whole (a test holds this equal to PyStemmer)
+        found = {w: cache.get(w) for w in words}  # a local copy: another thread may clear the cache
+        new = [w for w, stem in found.items() if stem is None and not (w.isascii() and w.isdigit())]
+        if new:
+            fresh = dict(zip(new, self._stemmer.stemWords(new)))
+            if len(cache) + len(fresh) > self.STEM_CACHE:
                 cache.clear()
-            cache.update(zip(words, stems))
-            return stems
+            cache.update(fresh)
+            found.update(fresh)
+        return [found[w] or w for w in words]
 
 
 # BM25 variants as bm25s defines them (Kamphuis et al., ECIR 2020): the inverse document frequency

@@ -30,7 +30,7 @@ from lab.index.lexical import BM25_DELTA, CorpusStats, LexicalAnalyzer, LexicalI
 COMMON_SHARE = 0.02  # a term in more than this share of the main segment's chunks is scored last, if at all
 SAFETY = 1e-9  # relative slack on the bound: rounding never decides what is left out
 PROBE = 8  # documents per result scored in full first, for a higher floor
-MOVES = 1  # common terms made rare, one at a time, before every posting is scored instead
+MOVES = 3  # common terms made rare, one at a time, before every posting is scored instead
 
 
 def score_terms(terms: Sequence[str], stats: CorpusStats, parts: list[tuple[LexicalIndex, np.ndarray]]

@@ -60,6 +60,7 @@ class NamespaceView:
     _event_s: np.ndarray | None = None
     _types: np.ndarray | None = None  # `types`, made when a type filter first asks
     _lift: dict = field(default_factory=dict)  # `lab.search.adjacency.adjacency_lift`, per index
+    _latest: tuple[np.ndarray, float] | None = None  # (created_s, its maximum): `latest`
     # where the store's tables stood when this view's rows were read (lab.store.memories.RowsMark):
     # a view can be moved on by what was appended since (lab.search.view_insert)
     source: Any = None
@@ -203,7 +204,12 @@ class NamespaceView:
     def latest(self) -> datetime:
         if not self.ids:
             return datetime.now(timezone.utc)  # an empty namespace has no "now"; nothing ranks anyway
-        return datetime.fromtimestamp(float(self.created_s.max()), tz=timezone.utc)
+        # every search asks (its reference time): the maximum of a million times, taken once per
+        # array (a moved view has arrays of its own; a view sharing this one shares the answer)
+        memo = self._latest
+        if memo is None or memo[0] is not self.created_s:
+            memo = self._latest = (self.created_s, float(self.created_s.max()))
+        return datetime.fromtimestamp(memo[1], tz=timezone.utc)
 
     def label_positions(self, index_id: int, memory_of: list[str]) -> np.ndarray:
         """Index label -> memory position (-1 for labels of memories no longer here)."""
