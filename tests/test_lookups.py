@@ -6,6 +6,7 @@ from lab.embed.fake import FakeEmbedder
 from lab.pipeline import Pipeline
 from lab.store.lookups import SCAN_AT_MOST, IdLookups
 from lab.store.records import content_hash
+from lab.store.store import warm_writes
 
 
 def _seed(pipe: Pipeline) -> None:
@@ -89,3 +90,20 @@ def test_another_process_commit_builds_the_lookups_again(tmp_path):
         assert first.save("the billing service moved to mysql", namespace="alpha").duplicates == ["a1"]
         assert table.lookups.current(table.delta.version)
         assert first.save("the billing service uses postgres", namespace="alpha").duplicates == []
+
+
+def test_warming_the_writes_hashes_the_key_columns_once_and_the_first_save_hashes_no_column(tmp_path):
+    """`lab serve` warms the write path (lab.store.store.warm_writes): the first save then hashes only what it
+    appends, as every later save does."""
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder(), create=True) as pipe:
+        _seed(pipe)
+    with Pipeline.open(tmp_path / "s", embedder=FakeEmbedder()) as pipe:
+        table = pipe.store.memories_table
+        hashes = (table._id_hashes, table._content_hashes, pipe.store.chunks_table.stored_ids)
+        assert [h.rehashes for h in hashes] == [0, 0, 0] and pipe.store._writer._lock is None
+        warm_writes(pipe.store)
+        assert [h.rehashes for h in hashes] == [1, 1, 1] and pipe.store._writer._lock is not None
+        pipe.save("a first note after the warm-up", namespace="alpha")
+        pipe.save("the billing service uses postgres", namespace="alpha")  # a duplicate, found as before
+        assert [h.rehashes for h in hashes] == [1, 1, 1], "the first save hashed a whole column"
+        assert all(hashes[0].may_hold([m]) for m in table.stored()["id"])

@@ -50,7 +50,7 @@ from lab.serve.work import Context, Read, Write
 from lab.store.location import is_uri
 from lab.store.layout import is_store
 from lab.store.settings import StoreSettings
-from lab.store.store import Store
+from lab.store.store import Store, warm_writes
 
 log = logging.getLogger("lab.serve")
 
@@ -168,6 +168,7 @@ class MemoryService:
                 # at most as many as stay open: warming more would close the first ones again (a
                 # store of 10,000 one-user namespaces took twenty minutes to be ready)
                 namespaces = self.store.namespaces()[:self.store.settings.open_namespaces]
+                warm_writes(self.store)  # the first save then costs what the others do
                 analysed = 0
                 for ns in namespaces:  # analysing loads the namespace's index and view first
                     analysed += self.retriever.analyse(ns)

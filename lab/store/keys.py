@@ -25,7 +25,9 @@ class ColumnHashes:
         self._version = -1  # the table version the hashes are of
         self.rehashes = 0  # times the whole column was hashed (tests hold it at one per rewrite)
 
-    def _follow(self) -> None:
+    def follow(self) -> None:
+        """Bring the hashes up to the table's current version (a server warming up calls this, so
+        that its first write does not hash a whole column)."""
         frame = self.delta.frame()
         generation = self.delta.rows_generation
         if generation != self._generation or frame.height < self._rows:
@@ -57,11 +59,11 @@ class ColumnHashes:
         """Follow the table up to now (appended rows alone: cheap) before a rewrite of ours, so that
         ``rewritten`` finds the hashes at the version the rewrite starts from."""
         if self._generation >= 0:
-            self._follow()
+            self.follow()
 
     def may_hold(self, values: Sequence[str]) -> bool:
         """False when no value is stored in the column; True when one may be."""
-        self._follow()
+        self.follow()
         if not len(values) or not len(self._hashes):
             return False
         wanted = _hash(pl.Series(values, dtype=pl.String))

@@ -21,12 +21,16 @@ class WriterLock:
         self.tables = tuple(tables)
         self._lock = None
 
-    def held(self, timeout: float) -> "_Held":
-        from filelock import FileLock
-
+    def load(self) -> Any:
+        """The file lock (its module loaded and the lock made on first use: not at import)."""
         if self._lock is None:
+            from filelock import FileLock
+
             self._lock = FileLock(str(self.root / WRITE_LOCK))
-        return _Held(self._lock, self.root, self.tables, timeout)
+        return self._lock
+
+    def held(self, timeout: float) -> "_Held":
+        return _Held(self.load(), self.root, self.tables, timeout)
 
 
 class _Held:

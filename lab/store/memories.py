@@ -171,6 +171,11 @@ class MemoriesTable:
             return set()
         return self.lookups.has(ids, self.stored, self.delta.version)
 
+    def follow_keys(self) -> None:
+        """Bring the id and content hashes up to the table (what a save looks in first)."""
+        self._id_hashes.follow()
+        self._content_hashes.follow()
+
     def may_hold_contents(self, digests: list[str]) -> bool:
         """Whether any of these content hashes may be stored (False: certainly none is)."""
         return self._content_hashes.may_hold(digests)

@@ -257,6 +257,15 @@ def _open_at(cls: type[Store], location: Location, pin: StoreVersion | None, rea
     return cls(location.folder, info, pin, create_tables=not read_only, location=location, settings=settings)
 
 
+def warm_writes(store: Store) -> None:
+    """Do now what the first write of this process would otherwise do: hash the key columns its
+    duplicate checks look in, and load the writer lock's module (a server warming up calls this; at
+    a million memories the first save cost several times a later one)."""
+    store._writer.load()
+    store.memories_table.follow_keys()
+    store.chunks_table.stored_ids.follow()
+
+
 def _drop_index(store: Store, namespace: str) -> None:
     """The namespace's index snapshot removed, here and (a store at a URI) beside its tables."""
     shutil.rmtree(store.root / "indexes" / namespace_folder(namespace), ignore_errors=True)
