@@ -176,3 +176,21 @@ def test_another_process_rewrite_builds_the_view_again(pipe, tmp_path, monkeypat
     view = reader.view(NS)
     assert built == [1]
     assert view.text_lower[view.pos[target]].endswith("quokka rollback checklist")
+
+
+def test_rows_of_a_view_left_in_pieces_by_saves_read_alike_by_slices_and_by_a_gather(pipe, monkeypatch):
+    """`NamespaceView.rows_at` reads a few rows as one-row slices, many with one gather: the same rows."""
+    import lab.search.view as view_module
+
+    pipe.save_many([{"namespace": NS, "content": f"note {i} about the river", "tags": ["a"] * (i % 3)}
+                    for i in range(30)], progress=False)
+    pipe.search("river", NS)
+    for i in range(4):  # each save splices the row frame: it is left in pieces
+        pipe.save(f"a later note {i}", namespace=NS, tags=["b"])
+    view = pipe.retriever.view(NS)
+    assert view.rows.n_chunks() > 1
+    positions = [33, 0, 17, 5, 33, 29]  # any order, repeats
+    sliced = view.rows_at(positions)
+    monkeypatch.setattr(view_module, "SLICE_AT_MOST", 0)
+    assert sliced == view.rows_at(positions) == [view.rows.row(p, named=True) for p in positions]
+    assert [r["id"] for r in sliced] == [view.ids[p] for p in positions]

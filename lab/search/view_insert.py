@@ -143,8 +143,8 @@ def _inserted(view: NamespaceView, added: pl.DataFrame, ins: np.ndarray) -> Name
         key=view.key, rows=rows,
         by_newest=None, by_access=None,  # set below, from the new times and counts
     )
-    moved.by_newest = _ordered_insert(shift(view.by_newest), -moved.created_s, new_pos)
-    moved.by_access = _ordered_insert(shift(view.by_access), -moved.access.astype(np.float64), new_pos)
+    moved.by_newest = _ordered_insert(shift(view.by_newest), moved.created_s, new_pos)
+    moved.by_access = _ordered_insert(shift(view.by_access), moved.access, new_pos)
     _carry_memos(view, moved, ins, new_pos, added, text, created)
     return moved
 
@@ -208,7 +208,7 @@ def _accessed(view: NamespaceView, accessed: pl.DataFrame) -> None:
         # a clone to scatter into: the old view's frame keeps its own values
         view.rows["accessed_at"].clone().scatter(positions, pl.Series(latest, dtype=dtype)))
     rest = view.by_access[~np.isin(view.by_access, positions)]
-    view.by_access = _ordered_insert(rest, -view.access.astype(np.float64), positions)
+    view.by_access = _ordered_insert(rest, view.access, positions)
 
 
 def shifter(ins: np.ndarray):
@@ -227,17 +227,19 @@ def shifter(ins: np.ndarray):
     return lambda p: p + np.searchsorted(ins, p, side="right")
 
 
-def _ordered_insert(order: np.ndarray, key: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``order`` (positions sorted by ``key``, ties by position) with ``positions`` put in their places."""
+def _ordered_insert(order: np.ndarray, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``order`` (positions by ``values``, largest first, ties by position) with ``positions`` put
+    in their places. The binary search reads only the entries it visits: negating or casting the
+    whole ``values`` array for it cost more than the search at a million memories."""
     order = np.asarray(order, dtype=np.int64)
     placed = []
     for p in np.asarray(positions).tolist():
-        want = (float(key[p]), p)
-        lo, hi = 0, len(order)  # a binary search reading only the entries it visits, not a gather of all
+        want = (-float(values[p]), p)
+        lo, hi = 0, len(order)
         while lo < hi:
             mid = (lo + hi) // 2
             q = int(order[mid])
-            if (float(key[q]), q) < want:
+            if (-float(values[q]), q) < want:
                 lo = mid + 1
             else:
                 hi = mid
