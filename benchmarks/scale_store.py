@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -244,6 +245,8 @@ def phase_saves(size: int, n_saves: int) -> dict:
         started = time.perf_counter()
         warm_writes(pipe.store)  # as `lab serve` warms up: the first save is then like the others
         warm_writes_s = time.perf_counter() - started
+        gc.collect()  # and as it ends its warm-up (MemoryService.warm): the loaded view and indexes
+        gc.freeze()  # out of the collector's full passes, which otherwise stop a search for 0.1 s now and then
 
         def timed(write, query: str) -> tuple[float, float]:
             started = time.perf_counter()
@@ -288,8 +291,9 @@ def run_command(args: list[str], log: Path) -> dict:
             "peak_rss_gb": round(usage.ru_maxrss / 1024 ** 2, 3)}
 
 
-def served(size: int, seconds: float, rate: float) -> dict:
-    """Searches paced at ``rate`` per second against a real `lab serve` (query embedding included)."""
+def served(size: int, seconds: float, rate: float, more_rates: tuple[float, ...] = ()) -> dict:
+    """Searches paced at ``rate`` per second against a real `lab serve` (query embedding included);
+    then, one after another against the same server, at each of ``more_rates`` (``by_rate``)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from serve_load import paced
     from serving import Server, write_bundle
@@ -310,12 +314,17 @@ def served(size: int, seconds: float, rate: float) -> dict:
 
         asyncio.run(paced(srv.url, rate, 3, lambda i: ask(i + 5000)))  # warm-up, not counted
         steady = asyncio.run(paced(srv.url, rate, seconds, ask))
+        by_rate = {}
+        for more in more_rates:
+            time.sleep(2)  # the queue of the rate before drained
+            by_rate[f"{more:g}"] = asyncio.run(paced(srv.url, more, seconds, lambda i: ask(i + 10_000)))
         status = Path(f"/proc/{srv.proc.pid}/status").read_text()
         hwm_kb = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")))
     finally:
         srv.stop()
-    return {"start_to_ready_s": round(ready_s, 1), "search_paced": steady,
-            "server_peak_rss_gb": round(hwm_kb / 1024 ** 2, 3)}
+    out = {"start_to_ready_s": round(ready_s, 1), "search_paced": steady,
+           "server_peak_rss_gb": round(hwm_kb / 1024 ** 2, 3)}
+    return {**out, "by_rate": by_rate} if more_rates else out
 
 
 def built(size: int, args: argparse.Namespace) -> dict:
@@ -420,6 +429,11 @@ def main() -> None:
     parser.add_argument("--results", default=None,
                         help="the results file's name (default scale_store, with --saves-only scale_store_saves): "
                              "a run of another shape is kept apart from the full one")
+    parser.add_argument("--served-only", action="store_true",
+                        help="only the served searches, at --rate and then at each of --more-rates, against one "
+                             "server (written to benchmarks/results/scale_store_served.json)")
+    parser.add_argument("--more-rates", type=float, nargs="*", default=[],
+                        help="with --served-only: more paced rates, each for --served-seconds")
     parser.add_argument("--phase", choices=["build", "library", "saves", "resave"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     KIND["kind"] = args.vectors
@@ -443,6 +457,15 @@ def main() -> None:
             saved[f"memories_{size}"] = {"build": built(size, args), **measured}
             saved["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
             report(args.results or "scale_store_saves", saved)
+        return
+    if args.served_only:
+        out: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+                     "vectors": args.vectors, "seconds_per_rate": args.served_seconds}
+        for size in args.sizes:
+            out[f"memories_{size}"] = {"build": built(size, args),
+                                       "served": served(size, args.served_seconds, args.rate, tuple(args.more_rates))}
+            out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            report(args.results or "scale_store_served", out)
         return
     results: dict = {"sizes": args.sizes, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
                      "vectors": ({"real": f"memory i: real MiniLM vector i of the LongMemEval-S user turns "
