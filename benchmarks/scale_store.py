@@ -246,7 +246,7 @@ def phase_saves(size: int, n_saves: int) -> dict:
         warm_writes(pipe.store)  # as `lab serve` warms up: the first save is then like the others
         warm_writes_s = time.perf_counter() - started
         gc.collect()  # and as it ends its warm-up (MemoryService.warm): the loaded view and indexes
-        gc.freeze()  # out of the collector's full passes, which otherwise stop a search for 0.1 s now and then
+        gc.freeze()  # out of the collector's full passes, which otherwise stop a search now and then
 
         def timed(write, query: str) -> tuple[float, float]:
             started = time.perf_counter()
@@ -436,6 +436,9 @@ def main() -> None:
                         help="with --served-only: more paced rates, each for --served-seconds")
     parser.add_argument("--phase", choices=["build", "library", "saves", "resave"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for name, rate in [("--rate", args.rate)] + [("--more-rates", r) for r in args.more_rates]:
+        if not 0 < rate < float("inf"):  # a rate of 0 paces nothing; NaN fails this too
+            parser.error(f"{name} {rate:g}: searches per second must be a positive number")
     KIND["kind"] = args.vectors
     BENCH.mkdir(parents=True, exist_ok=True)
     if args.phase:  # a child: one phase at one size, its figures as the last line

@@ -194,3 +194,17 @@ def test_rows_of_a_view_left_in_pieces_by_saves_read_alike_by_slices_and_by_a_ga
     monkeypatch.setattr(view_module, "SLICE_AT_MOST", 0)
     assert sliced == view.rows_at(positions) == [view.rows.row(p, named=True) for p in positions]
     assert [r["id"] for r in sliced] == [view.ids[p] for p in positions]
+
+
+def test_the_latest_time_is_memoised_per_array_and_follows_a_save(pipe):
+    """`NamespaceView.latest` (every search's reference time) is taken once per times array: a view
+    moved on by a later memory answers with that memory's time."""
+    pipe.save_many([{"namespace": NS, "content": f"note {i}", "created_at": START + timedelta(hours=i)}
+                     for i in range(5)], progress=False)
+    view = pipe.retriever.view(NS)
+    assert view.latest == START + timedelta(hours=4)
+    assert view._latest[0] is view.created_s
+    pipe.save("a later note", namespace=NS, created_at=START + timedelta(days=3))
+    moved = pipe.retriever.view(NS)
+    assert moved is not view and moved.latest == START + timedelta(days=3)
+    assert view.latest == START + timedelta(hours=4)  # the old view keeps its own answer

@@ -203,7 +203,7 @@ class NamespaceView:
             return []
         if len(positions) <= SLICE_AT_MOST:
             # a search's results are a few rows: one-row slices of a frame a save left in pieces
-            # cost a tenth of a gather, which reassembles every piece of a list column
+            # cost far less than a gather, which reassembles every piece of a list column
             return pl.concat([self.rows.slice(p, 1) for p in positions], rechunk=False).to_dicts()
         return self.rows[positions].to_dicts()
 

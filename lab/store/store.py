@@ -260,7 +260,7 @@ def _open_at(cls: type[Store], location: Location, pin: StoreVersion | None, rea
 def warm_writes(store: Store) -> None:
     """Do now what the first write of this process would otherwise do: hash the key columns its
     duplicate checks look in, and load the writer lock's module (a server warming up calls this; at
-    a million memories the first save cost several times a later one)."""
+    a million memories the first save cost more than any later one)."""
     store._writer.load()
     store.memories_table.follow_keys()
     store.chunks_table.stored_ids.follow()
