@@ -81,3 +81,71 @@ def test_a_bad_request_in_a_batch_is_named(conversations):
     with pytest.raises(ValidationError, match="search request 1: query must be a non-empty string"):
         r.search_many([SearchRequest("what"), SearchRequest("  ")], "c")
     assert search_many(snap, [], config) == []
+
+
+def _prepared_fields(prep) -> dict:
+    rows = prep.rows
+    return {"qids": prep.qids.to_list(), "memory_ids": prep.memory_ids.to_list(), "signals": prep.signals,
+            "pair_q": prep.pair_q.tolist(), "pair_m": prep.pair_m.tolist(), "pair_col": prep.pair_col.tolist(),
+            "rows": [a.tolist() for a in (rows.pair, rows.signal, rows.rank, rows.score, rows.list_id)],
+            "n_lists": rows.n_lists, "intent": prep.intent.tolist(),
+            "features": {k: v.tolist() for k, v in sorted(prep.features.items())}}
+
+
+@pytest.fixture(scope="module")
+def moved_store(tmp_path_factory):
+    """Episodes of turns saved in two rounds with ids in no particular order, so the second round
+    lands in a view moved on by a save (ids inserted between the ones read), and one deleted."""
+    from lab.pipeline import Pipeline
+    from tests.conftest import FakeEmbedder
+    p = Pipeline.open(tmp_path_factory.mktemp("moved") / "store", embedder=FakeEmbedder(), create=True)
+    t0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    rows = [{"id": f"{(e * 37 + t * 11) % 97:02d}-e{e}t{t}", "namespace": "c",
+             "content": f"{topic} (episode {e}, turn {t})", "created_at": t0 + timedelta(days=e, minutes=t),
+             "type": "fact" if t % 3 else "event", "metadata": {"episode": f"E{e}"}}
+            for e in range(4) for t, topic in enumerate(TOPICS)]
+    p.save_many(rows[:16], progress=False)
+    p.retriever.search("puppy", "c")  # the view is read here; the next saves move it on
+    p.save_many(rows[16:], progress=False)
+    p.delete(rows[3]["id"])
+    yield p
+    p.close()
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(preset=st.sampled_from(["lab", "rrf-k2", "bm25", "vector", "stackmemory", "maia"]),
+       picked=st.lists(st.integers(0, len(QUERIES) - 1), min_size=1, max_size=4),
+       k=st.one_of(st.none(), st.integers(1, 30)), threshold=st.sampled_from([None, 0.2, 0.9]))
+def test_a_search_is_what_fusing_its_candidate_table_gives(moved_store, preset, picked, k, threshold):
+    """search_many encodes candidates from view positions, never writing out the table of strings
+    that evaluation fuses: the encoding, the ranking, each result's signals and the abstention's
+    evidence must all be those of the table's own path."""
+    from lab.config import AbstainConfig
+    from lab.search.abstain import best_scores
+    from lab.search.candidates import candidate_codes, candidate_runs
+    from lab.search.fusion import fuse_detailed, prepare
+    from lab.search.fusion.prepare import prepare_codes
+    r = moved_store.retriever
+    config = replace(resolve(preset), abstain=AbstainConfig(threshold=threshold))
+    texts = [QUERIES[i] for i in picked]
+    vectors = r.embed_queries(texts)
+    snap = r.snapshot("c")
+    queries = [Query(f"{i:06d}", t, "c") for i, t in enumerate(texts)]
+    runs = candidate_runs({"c": snap}, queries, vectors, config)
+    table = runs.table()
+    assert _prepared_fields(prepare_codes(candidate_codes(runs))) == _prepared_fields(prepare(table))
+    got = search_many(snap, [SearchRequest(t, v, k) for t, v in zip(texts, vectors)], config)
+    ranked, contrib = fuse_detailed(table, replace(config.fusion, top_k=k or config.fusion.top_k))
+    best = best_scores(table)
+    for q, response in zip(queries, got):
+        want = ranked.filter(ranked["qid"] == q.qid)
+        assert [(h.memory_id, h.rank, h.score) for h in response.results] == list(
+            want.select("memory_id", "rank", "score").iter_rows())
+        for h in response.results:
+            mine = contrib.filter((contrib["qid"] == q.qid) & (contrib["memory_id"] == h.memory_id))
+            assert [(s, d.rank, d.score, d.contribution) for s, d in h.signals.items()] == list(
+                mine.select("signal", "rank", "score", "contribution").iter_rows())
+        assert response.abstention.score == (None if q.qid not in best else round(best[q.qid], 6))

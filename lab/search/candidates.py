@@ -24,6 +24,7 @@ from lab.config import ENCODERS, SearchConfig
 from lab.errors import ValidationError
 from lab.index.encoders import EncoderIndex
 from lab.index.namespace import NamespaceIndex
+from lab.search.fusion.prepare import FEATURE_DEFAULTS, CandidateCodes
 from lab.search.analysis import INTENTS, QueryAnalysis, analyze
 from lab.search.signal_registry import SIGNALS, SignalInput, view_lists
 from lab.search.sorted_ids import SortedIds
@@ -82,14 +83,87 @@ def check_queries(queries: Sequence[Query]) -> None:
         raise ValidationError("query ids must be unique")
 
 
-def _rows(out: dict[str, list], qid: str, ids: SortedIds, signal: str, positions, scores, ranked: bool = True) -> None:
-    """Append one run of rows: a ranked list (ranks 1..n) or a feature (rank 0)."""
-    n = len(positions)
-    out["qid"].extend([qid] * n)
-    out["memory_id"].extend(ids.take(np.asarray(positions, dtype=np.int64).tolist()))
-    out["signal"].extend([signal] * n)
-    out["rank"].extend(range(1, n + 1) if ranked else [0] * n)
-    out["score"].extend(np.asarray(scores, dtype=np.float64).tolist())
+@dataclass(frozen=True)
+class Run:
+    """One run of candidate rows of one query: a ranked list (ranks 1..n) or a feature (rank 0),
+    by view position; or the query's intent (no positions: memory id '')."""
+
+    query: int  # the query's index in its batch
+    signal: str
+    positions: np.ndarray | None  # int64 view positions (None: the intent row)
+    scores: np.ndarray  # float64
+    ranked: bool
+
+
+@dataclass
+class CandidateRuns:
+    """A batch's candidates as runs over view positions: the candidate table before its ids are
+    written out (`table`), or encoded without strings for one namespace (`candidate_codes`)."""
+
+    queries: Sequence[Query]
+    views: list[NamespaceView]  # per query: the view its positions index
+    runs: list[Run] = field(default_factory=list)
+
+    def add(self, query: int, signal: str, positions, scores, ranked: bool = True) -> None:
+        self.runs.append(Run(query, signal, np.asarray(positions, dtype=np.int64),
+                             np.asarray(scores, dtype=np.float64), ranked))
+
+    def table(self) -> pl.DataFrame:
+        """The candidate table ``(qid, memory_id, signal, rank, score)``, rows in run order."""
+        out: dict[str, list] = {"qid": [], "memory_id": [], "signal": [], "rank": [], "score": []}
+        for run in self.runs:
+            n = len(run.scores)
+            out["qid"].extend([self.queries[run.query].qid] * n)
+            out["memory_id"].extend([""] if run.positions is None
+                                    else self.views[run.query].ids.take(run.positions.tolist()))
+            out["signal"].extend([run.signal] * n)
+            out["rank"].extend(range(1, n + 1) if run.ranked else [0] * n)
+            out["score"].extend(run.scores.tolist())
+        return pl.DataFrame(out, schema=CANDIDATE_SCHEMA)
+
+
+def candidate_codes(runs: CandidateRuns) -> CandidateCodes:
+    """The runs of one namespace's batch as the integer codes `prepare` would make of their table,
+    without writing out an id: view positions are in id order, so a position's rank among the
+    candidates' positions is its memory id's code."""
+    views = {id(v) for v in runs.views}
+    if len(views) > 1:
+        raise ValidationError("candidate codes are made for one namespace's batch; these runs span several")
+    qids = [q.qid for q in runs.queries]
+    q_code = np.empty(len(qids), dtype=np.int64)
+    q_code[np.argsort(np.asarray(qids, dtype=object), kind="stable")] = np.arange(len(qids))
+    ranked = [r for r in runs.runs if r.ranked]
+    featured = [r for r in runs.runs if not r.ranked and r.positions is not None]
+    intents = [r for r in runs.runs if r.positions is None]
+    empty = np.zeros(0, dtype=np.int64)
+    positions = np.concatenate([r.positions for r in ranked + featured] or [empty])
+    uniq = np.unique(positions)
+    signals = tuple(sorted({r.signal for r in ranked}))
+    s_of = {s: i for i, s in enumerate(signals)}
+
+    def joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+    def codes_of(rs: list[Run]) -> tuple[np.ndarray, np.ndarray]:
+        return (joined([np.full(len(r.positions), q_code[r.query]) for r in rs], np.int64),  # type: ignore[arg-type]
+                np.searchsorted(uniq, joined([r.positions for r in rs], np.int64)))  # type: ignore[misc]
+
+    rq, rm = codes_of(ranked)
+    features = {}
+    for name in FEATURE_DEFAULTS:
+        of_name = [r for r in featured if r.signal == name]
+        if of_name:
+            fq, fm = codes_of(of_name)
+            features[name] = (fq, fm, joined([r.scores for r in of_name], np.float64))
+    view = runs.views[0] if runs.views else None
+    memory_ids = pl.Series("memory_id", view.ids.take(uniq.tolist()) if view is not None else [], dtype=pl.String)
+    return CandidateCodes(
+        pl.Series("qid", sorted(qids), dtype=pl.String), memory_ids, signals, rq, rm,
+        joined([np.full(len(r.scores), s_of[r.signal]) for r in ranked], np.int64),
+        joined([np.arange(1, len(r.scores) + 1) for r in ranked], np.float64),
+        joined([r.scores for r in ranked], np.float64), features,
+        np.asarray([q_code[r.query] for r in intents], dtype=np.int64),
+        np.asarray([int(r.scores[0]) for r in intents], dtype=np.int64))
 
 
 def best_cosines(nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -107,7 +181,7 @@ def best_cosines(nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray, p
     return out
 
 
-def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray,
+def _feature_rows(out: CandidateRuns, qi: int, q: Query, nsview: NamespaceView, idx: NamespaceIndex, qvec: np.ndarray,
                   ref: datetime, pool: np.ndarray, listed: np.ndarray, ep_of: np.ndarray, turn_of: np.ndarray) -> None:
     """The feature rows of the pooled candidates (columns at a time: a pool runs to hundreds)."""
     features: list[tuple[str, np.ndarray, np.ndarray]] = [  # (name, positions, values)
@@ -128,7 +202,7 @@ def _feature_rows(out: dict[str, list], q: Query, nsview: NamespaceView, idx: Na
         if lift is not None:
             features.append(("_adjacency", in_episode, np.full(len(in_episode), lift)))
     for name, positions, values in features:
-        _rows(out, q.qid, nsview.ids, name, positions, values, ranked=False)
+        out.add(qi, name, positions, values, ranked=False)
 
 
 def _allowed(config: SearchConfig, nsview: NamespaceView, analysis: QueryAnalysis) -> tuple[np.ndarray, np.ndarray]:
@@ -170,12 +244,26 @@ def candidates(
     analyses: Sequence[QueryAnalysis] | None = None,
     encoder_vectors: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
-    """Every enabled signal's top-``depth`` list (plus features) for each query.
+    """Every enabled signal's top-``depth`` list (plus features) for each query, as one table.
 
     ``snapshots`` holds each queried namespace; ``query_vectors`` the queries' embeddings, in order;
     ``analyses`` the queries' analyses when the caller has them already; ``encoder_vectors`` the
     queries' vectors by each extra encoder the config ranks (``config.encoders``), row i for query i.
     """
+    return candidate_runs(snapshots, queries, query_vectors, config, analyses=analyses,
+                          encoder_vectors=encoder_vectors).table()
+
+
+def candidate_runs(
+    snapshots: Mapping[str, NamespaceSnapshot],
+    queries: Sequence[Query],
+    query_vectors: np.ndarray,
+    config: SearchConfig,
+    *,
+    analyses: Sequence[QueryAnalysis] | None = None,
+    encoder_vectors: Mapping[str, Any] | None = None,
+) -> CandidateRuns:
+    """`candidates` as runs over view positions (its arguments are those of `candidates`)."""
     check_queries(queries)
     missing = sorted({q.namespace for q in queries} - set(snapshots))
     if missing:
@@ -186,13 +274,12 @@ def candidates(
     for name in config.encoders:
         if name not in encoder_vectors:
             raise ValidationError(f"config {config.name!r} ranks {name} but no query vectors of that encoder were given")
-    out: dict[str, list] = {"qid": [], "memory_id": [], "signal": [], "rank": [], "score": []}
+    out = CandidateRuns(queries, [snapshots[q.namespace].view for q in queries])
     enabled = [s for name, s in SIGNALS.items() if name in config.signals]
     depth = config.depth
     for i, (q, qvec) in enumerate(zip(queries, query_vectors)):
         snap = snapshots[q.namespace]
         nsview, idx = snap.view, snap.index
-        ids = nsview.ids
         ref = reference_time(config, nsview)
         analysis = analyses[i] if analyses is not None else query_analysis(q.text, config, ref)
         allowed, facts = _allowed(config, nsview, analysis)
@@ -215,14 +302,13 @@ def candidates(
             lists[name] = (np.array([nsview.pos[m] for m, _ in hits], dtype=np.int64),
                            np.array([score for _, score in hits], dtype=np.float64))
         for name, (positions, scores) in lists.items():
-            _rows(out, q.qid, ids, name, positions, scores)
+            out.add(i, name, positions, scores)
         # features of every candidate, for query-time post-processing
         listed = np.unique(np.concatenate([positions for positions, _ in lists.values()] or [np.zeros(0)])
                            ).astype(np.int64)
         pool = _feature_pool(nsview, listed, allowed)
         ep_of, turn_of = nsview.episode_turns()
         if len(pool):
-            _feature_rows(out, q, nsview, idx, qvec, ref, pool, listed, ep_of, turn_of)
-        out["qid"].append(q.qid); out["memory_id"].append(""); out["signal"].append("_intent")
-        out["rank"].append(0); out["score"].append(float(INTENTS.index(analysis.intent)))
-    return pl.DataFrame(out, schema=CANDIDATE_SCHEMA)
+            _feature_rows(out, i, q, nsview, idx, qvec, ref, pool, listed, ep_of, turn_of)
+        out.runs.append(Run(i, "_intent", None, np.asarray([float(INTENTS.index(analysis.intent))]), False))
+    return out

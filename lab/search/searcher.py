@@ -11,10 +11,12 @@ import polars as pl
 from lab.config import FusionConfig, SearchConfig
 from lab.errors import ValidationError
 from lab.fields import rule
-from lab.search.abstain import Abstention, best_scores, decide
+from lab.search.abstain import EVIDENCE, Abstention, decide
 from lab.search.analysis import QueryAnalysis
-from lab.search.candidates import NamespaceSnapshot, Query, candidates, query_analysis, reference_time
-from lab.search.fusion import explain_learned, fuse_detailed, prepare
+from lab.search.candidates import NamespaceSnapshot, Query, candidate_codes, candidate_runs, query_analysis, reference_time
+from lab.search.fusion import RESULT_SCHEMA, PreparedCandidates, explain_learned, fuse_arrays, fuse_detailed
+from lab.search.fusion.fused import live_rows
+from lab.search.fusion.prepare import CandidateCodes, prepare_codes
 from lab.search.rerank import memory_text, reranked
 
 
@@ -118,10 +120,11 @@ def _check(request: SearchRequest) -> None:
 def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], config: SearchConfig) -> list[SearchResponse]:
     """Several queries of one namespace under one configuration, answered together.
 
-    One candidate table and one fusion serve the whole batch: building polars tables and fusing
-    cost about the same for 16 queries as for one, so a server answering concurrent requests
-    pays them once. Fusion ranks each query on its own, so every response is the one ``search``
-    gives for that query alone (each request's ``k`` cuts its own ranking).
+    One encoding and one fusion serve the whole batch, so a server answering concurrent requests
+    pays their fixed cost once. The candidates stay view positions until the results are picked
+    (`candidate_codes`): no candidate table of strings is written out for a search. Fusion ranks
+    each query on its own, so every response is the one ``search`` gives for that query alone
+    (each request's ``k`` cuts its own ranking), and the one fusing its candidate table gives.
     """
     if not requests:
         return []
@@ -129,10 +132,9 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
         _check(request)
         if request.vector is None:
             raise ValidationError(f"search request {i} ({request.query!r}) has no query vector")
-    limit = np.asarray([r.k or config.fusion.top_k for r in requests])
-    widest = int(limit.max())
+    limit = [r.k or config.fusion.top_k for r in requests]
     # a rerank stage re-orders the fused top n: the fusion ranks at least that deep
-    config = replace(config, fusion=replace(config.fusion, top_k=max(widest, config.rerank.top_n if config.rerank.server else 0)))
+    config = replace(config, fusion=replace(config.fusion, top_k=max(max(limit), config.rerank.top_n if config.rerank.server else 0)))
     nsview = snapshot.view
     namespace = nsview.namespace
     ref = reference_time(config, nsview)
@@ -145,32 +147,21 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
         if missing:
             raise ValidationError(f"search request {missing[0]} has no {name} query vector (config {config.name!r} ranks it)")
         encoder_vectors[name] = [r.encoded[name] for r in requests]  # type: ignore[index]
-    table = candidates({namespace: snapshot}, [Query(qid, r.query, namespace) for qid, r in zip(qids, requests)],
-                       np.asarray([r.vector for r in requests]), config, analyses=analyses,
-                       encoder_vectors=encoder_vectors)
-    best = best_scores(table)
-    cands = prepare(table)
-    ranked, contrib = fuse_detailed(cands, config.fusion)
-    if config.rerank.server:
-        ranked = reranked(ranked, config.rerank, dict(zip(qids, (r.query for r in requests))),
-                          lambda ids: memory_texts(nsview, ids))
-    ranked = ranked.filter(ranked["rank"].to_numpy() <= limit[ranked["qid"].cast(pl.Int64).to_numpy()])
-    picked = ranked.select("qid", "memory_id")
-    ids = picked["memory_id"].unique(maintain_order=True).to_list()
-    rows = dict(zip(ids, nsview.rows_at([nsview.pos[m] for m in ids])))
-    details: dict[tuple[str, str], dict[str, SignalDetail]] = {}
-    for qid, mid, signal, rank, score, c in contrib.join(picked, on=["qid", "memory_id"], how="semi").select(
-        "qid", "memory_id", "signal", "rank", "score", "contribution"
-    ).iter_rows():
-        details.setdefault((qid, mid), {})[signal] = SignalDetail(int(rank), float(score), float(c))
-    per_query: dict[str, list[tuple[str, int, float]]] = {qid: [] for qid in qids}
-    for qid, mid, rank, score in ranked.select("qid", "memory_id", "rank", "score").iter_rows():
-        per_query[qid].append((mid, int(rank), float(score)))
+    codes = candidate_codes(candidate_runs(
+        {namespace: snapshot}, [Query(qid, r.query, namespace) for qid, r in zip(qids, requests)],
+        np.asarray([r.vector for r in requests]), config, analyses=analyses, encoder_vectors=encoder_vectors))
+    best = _best_evidence(codes)
+    cands = prepare_codes(codes)
+    per_query, details = _ranked(cands, config, dict(zip(qids, (r.query for r in requests))), nsview)
+    for qid, k in zip(qids, limit):
+        per_query[qid] = [hit for hit in per_query[qid] if hit[1] <= k]
     counterfactual = _counterfactuals(cands, config, requests, qids, per_query, details)
     learned_shares: dict[tuple[str, str], dict[str, float]] = {}
     if config.fusion.learned is not None:
         keys = [(qid, mid) for qid, r in zip(qids, requests) if r.explain for mid, _, _ in per_query[qid]]
         learned_shares = dict(zip(keys, explain_learned(cands, config.fusion, keys))) if keys else {}
+    ids = list(dict.fromkeys(mid for hits in per_query.values() for mid, _, _ in hits))
+    rows = dict(zip(ids, nsview.rows_at([nsview.pos[m] for m in ids])))
     episodes = nsview.episodes
     responses = []
     for qid, request, analysis in zip(qids, requests, analyses):
@@ -192,6 +183,44 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
         responses.append(SearchResponse(request.query, namespace, config.name, analysis, results,
                                         decide(best.get(qid), config.abstain)))
     return responses
+
+
+def _best_evidence(codes: CandidateCodes) -> dict[str, float]:
+    """`best_scores` of the table these codes stand for: per query id, its best candidate's cosine."""
+    got = codes.features.get(EVIDENCE)
+    if got is None or not len(got[0]):
+        return {}
+    q, _, values = got
+    best = np.full(len(codes.qids), -np.inf)
+    np.maximum.at(best, q, values)
+    qids = codes.qids.to_list()
+    return {qids[c]: float(best[c]) for c in np.unique(q).tolist()}
+
+
+def _ranked(cands: PreparedCandidates, config: SearchConfig, queries: dict[str, str], nsview
+            ) -> tuple[dict[str, list[tuple[str, int, float]]], dict[tuple[str, str], dict[str, SignalDetail]]]:
+    """Per query id its fused (and reranked) results as (memory id, rank, score), and per result
+    the signals behind it (the contributions `fuse_detailed` reports for those pairs)."""
+    idx, rank, score, contribution = fuse_arrays(cands, config.fusion)
+    qid_of, mid_of = cands.qids.to_list(), cands.memory_ids.to_list()
+    per_query: dict[str, list[tuple[str, int, float]]] = {q: [] for q in queries}
+    for pair, r, s in zip(idx.tolist(), rank.tolist(), score.tolist()):
+        per_query[qid_of[cands.pair_q[pair]]].append((mid_of[cands.pair_m[pair]], int(r), float(s)))
+    if config.rerank.server:
+        run = pl.DataFrame([(q, m, r, s) for q, hits in per_query.items() for m, r, s in hits],
+                           schema=RESULT_SCHEMA, orient="row")
+        per_query = {q: [] for q in queries}
+        for qid, mid, r, s in reranked(run, config.rerank, queries, lambda ids: memory_texts(nsview, ids)).iter_rows():
+            per_query[qid].append((mid, int(r), float(s)))
+    at, found = cands.pair_index([(q, m) for q, hits in per_query.items() for m, _, _ in hits])
+    rows = cands.rows
+    sel = np.flatnonzero(np.isin(rows.pair, at[found]) & live_rows(cands, config.fusion))
+    details: dict[tuple[str, str], dict[str, SignalDetail]] = {}
+    for pair, signal, r, s, c in zip(rows.pair[sel].tolist(), rows.signal[sel].tolist(), rows.rank[sel].tolist(),
+                                     rows.score[sel].tolist(), contribution[sel].tolist()):
+        key = (qid_of[cands.pair_q[pair]], mid_of[cands.pair_m[pair]])
+        details.setdefault(key, {})[cands.signals[signal]] = SignalDetail(int(r), float(s), float(c))
+    return per_query, details
 
 
 def _counterfactuals(cands, config: SearchConfig, requests: Sequence[SearchRequest], qids: list[str],

@@ -129,6 +129,26 @@ def _dense_unique(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return uniq, index[keys]
 
 
+@dataclass
+class CandidateCodes:
+    """A candidate table as integer codes, before its pairs are made: what `prepare` makes of a
+    table's strings, and what a search over one namespace makes without strings
+    (`lab.search.candidates.candidate_codes`). Codes follow sorted order of the names they stand for."""
+
+    qids: pl.Series  # sorted distinct query ids
+    memory_ids: pl.Series  # sorted distinct memory ids
+    signals: tuple[str, ...]  # sorted ranked-list names
+    rq: np.ndarray  # per ranked-list row: query code
+    rm: np.ndarray  # memory code
+    rs: np.ndarray  # signal code
+    rank: np.ndarray  # float64
+    score: np.ndarray  # float64
+    # per feature name: (query codes, memory codes, values), in row order (a later row wins)
+    features: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    iq: np.ndarray  # per intent row: query code
+    intents: np.ndarray  # its index into INTENTS
+
+
 def prepare(candidates: pl.DataFrame, encodings: dict[str, tuple[pl.Series, np.ndarray]] | None = None) -> PreparedCandidates:
     """Encode a candidate table ``(qid, memory_id, signal, rank, score)`` (with feature rows).
 
@@ -161,15 +181,33 @@ def prepare(candidates: pl.DataFrame, encodings: dict[str, tuple[pl.Series, np.n
     memory_ids, m_code = encode("memory_id", [ranked["memory_id"], features["memory_id"]])
     rm, fm = m_code[:n_rank], m_code[n_rank:]
     signals, s_code = encode("signal", ranked["signal"])
+    feats: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    if n_feat:
+        f_names = features["signal"]
+        f_values = features["score"].to_numpy().astype(np.float64)
+        for name in FEATURE_DEFAULTS:
+            sel = (f_names == name).to_numpy()
+            if sel.any():
+                feats[name] = (fq[sel], fm[sel], f_values[sel])
+    codes = CandidateCodes(qids, memory_ids, tuple(signals.to_list()), rq, rm, s_code,
+                           ranked["rank"].to_numpy().astype(np.float64), ranked["score"].to_numpy().astype(np.float64),
+                           feats, iq, intents["score"].to_numpy().astype(np.int64))
+    return prepare_codes(codes, used)
+
+
+def prepare_codes(codes: CandidateCodes, encodings: dict[str, tuple[pl.Series, np.ndarray]] | None = None) -> PreparedCandidates:
+    """The integer work of `prepare`: pairs, ranked-list rows in (pair, signal) order, features."""
+    qids, memory_ids, signals = codes.qids, codes.memory_ids, codes.signals
+    rq, rm, s_code, rank, score = codes.rq, codes.rm, codes.rs, codes.rank, codes.score
+    n_rank = len(rq)
+    n_m = len(memory_ids)
     n_sig = max(len(signals), 1)
     # pairs: every (query, memory) with a ranked row or a feature row (a turn next to a candidate
     # has features and no list; only a neighbour boost can make it live)
-    fkey = fq * len(memory_ids) + fm
-    pair_key, inverse = _dense_unique(np.r_[rq * len(memory_ids) + rm, fkey].astype(np.int64),
-                                      len(qids) * len(memory_ids))
-    row_pair, f_pair = inverse[:n_rank], inverse[n_rank:]
-    rank = ranked["rank"].to_numpy().astype(np.float64)
-    score = ranked["score"].to_numpy().astype(np.float64)
+    fkeys = [fq * n_m + fm for fq, fm, _ in codes.features.values()]
+    pair_key, inverse = _dense_unique(np.concatenate([rq * n_m + rm, *fkeys]).astype(np.int64),
+                                      len(qids) * n_m)
+    row_pair = inverse[:n_rank]
     slot = row_pair * n_sig + s_code
     if len(slot) and np.bincount(slot, minlength=len(pair_key) * n_sig).max() > 1:
         # the same memory twice in one list (e.g. two chunks): keep its best rank, deterministically
@@ -181,25 +219,22 @@ def prepare(candidates: pl.DataFrame, encodings: dict[str, tuple[pl.Series, np.n
     # rows ordered by (pair, signal): per-pair sums then add in one fixed order, whatever the input order
     order = np.argsort(row_pair * n_sig + s_code, kind="stable")
     row_pair, s_code, rank, score, rq = row_pair[order], s_code[order], rank[order], score[order], rq[order]
-    pair_q = pair_key // max(len(memory_ids), 1)
-    pair_m = pair_key % max(len(memory_ids), 1)
+    pair_q = pair_key // max(n_m, 1)
+    pair_m = pair_key % max(n_m, 1)
     # pairs are sorted by query: a pair's column in a (query x pair) grid, for per-query top-k cuts
     q_start = np.searchsorted(pair_q, np.arange(len(qids)))
     pair_col = np.arange(len(pair_q)) - q_start[pair_q] if len(pair_q) else np.zeros(0, dtype=np.int64)
     rows = RankedLists(pair=row_pair, signal=s_code, rank=rank, score=score,
                        list_id=rq * n_sig + s_code, n_lists=len(qids) * n_sig)
     feats: dict[str, np.ndarray] = {}
-    if n_feat:
-        f_names = features["signal"]
-        f_values = features["score"].to_numpy().astype(np.float64)
-        for name, default in FEATURE_DEFAULTS.items():
-            sel = (f_names == name).to_numpy()
-            if sel.any():
-                arr = np.full(len(pair_key), default)
-                arr[f_pair[sel]] = f_values[sel]
-                feats[name] = arr
+    at = n_rank
+    for (name, (fq, _, values)), fkey in zip(codes.features.items(), fkeys):
+        arr = np.full(len(pair_key), FEATURE_DEFAULTS[name])
+        arr[inverse[at:at + len(fkey)]] = values
+        feats[name] = arr
+        at += len(fkey)
     intent = np.full(len(qids), -1, dtype=np.int64)
-    if intents.height:
-        intent[iq] = intents["score"].to_numpy().astype(np.int64)
-    return PreparedCandidates(qids, memory_ids, tuple(signals.to_list()), pair_q, pair_m, pair_col, rows, feats, intent,
-                              used)
+    if len(codes.iq):
+        intent[codes.iq] = codes.intents
+    return PreparedCandidates(qids, memory_ids, signals, pair_q, pair_m, pair_col, rows, feats, intent,
+                              encodings or {})
