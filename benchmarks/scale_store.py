@@ -226,22 +226,33 @@ def phase_resave(size: int) -> dict:
         return {"snapshot_save_s": round(time.perf_counter() - started, 1), "peak_rss_gb": peak_gb()}
 
 
-def phase_saves(size: int, n_saves: int) -> dict:
+ASKED_NAMES_PRESET = "mie"  # a preset with the entity signal: its names are matched and memoised per view
+
+
+def phase_saves(size: int, n_saves: int, n_asked: int) -> dict:
     """Single saves into the store (a copy) with its index loaded and its writes warmed, as a server
     saves; then as many updates (a new content: re-chunked, re-embedded) and soft deletes of
     memories already there, each write followed by a `lab` search (which pays for what the write
-    changed in the view)."""
+    changed in the view). Before the first save, ``n_asked`` questions are answered, as a server
+    that has been answering does: the view then holds what those searches memoised (the names they
+    asked about, under a preset that matches names), which a save must carry over."""
     from lab.pipeline import Pipeline
     from lab.store.store import warm_writes
 
     fresh = [f"a new note {i} about the weekend plans, number {size + i}" for i in range(n_saves)]
     changed = [f"a changed note {i} about the weekday plans, number {size + i}" for i in range(n_saves)]
-    texts = fresh + changed + [r["content"] for r in records(size, range(1))]
+    asked = questions()[:n_asked]
+    texts = fresh + changed + [r["content"] for r in records(size, range(1))] + asked
     with Pipeline.open(BENCH / f"scale-{size}-copy", embedder=precomputed(texts)) as pipe:
         started = time.perf_counter()
         pipe.index(NAMESPACE)
         load_s = time.perf_counter() - started
         pipe.retriever.search_response(fresh[0], NAMESPACE, 10, query_vector=pipe.embedder.embed(fresh[:1])[0])
+        for query in asked:  # by the default and by the preset that matches names (what a view memoises)
+            for preset in ("lab", ASKED_NAMES_PRESET):
+                pipe.retriever.search_response(query, NAMESPACE, 10, preset=preset,
+                                               query_vector=pipe.embedder.embed([query])[0])
+        memoised = pipe.retriever.view(NAMESPACE).matches_memoised
         started = time.perf_counter()
         warm_writes(pipe.store)  # as `lab serve` warms up: the first save is then like the others
         warm_writes_s = time.perf_counter() - started
@@ -264,7 +275,8 @@ def phase_saves(size: int, n_saves: int) -> dict:
         deleted = [timed(lambda m=m: pipe.delete(m), fresh[0]) for m in targets]
         started = time.perf_counter()
     column = lambda pairs, i: percentiles([p[i] for p in pairs])  # noqa: E731
-    return {"load_s": round(load_s, 2), "warm_writes_s": round(warm_writes_s, 3), "single_save": column(saved, 0),
+    return {"load_s": round(load_s, 2), "asked_before": n_asked, "matches_memoised_before": memoised,
+            "warm_writes_s": round(warm_writes_s, 3), "single_save": column(saved, 0),
             "lab_search_right_after_a_save": column(saved, 1),
             "single_update": column(updated, 0), "lab_search_right_after_an_update": column(updated, 1),
             "single_soft_delete": column(deleted, 0), "lab_search_right_after_a_delete": column(deleted, 1),
@@ -274,7 +286,7 @@ def phase_saves(size: int, n_saves: int) -> dict:
 def run_phase(name: str, size: int, args: argparse.Namespace) -> dict:
     """One phase in a child process (its own peak RSS); its result is its last stdout line."""
     cmd = [sys.executable, __file__, "--phase", name, "--vectors", args.vectors, "--sizes", str(size), "--queries", str(args.queries),
-           "--batch", str(args.batch), "--saves", str(args.saves)]
+           "--batch", str(args.batch), "--saves", str(args.saves), "--asked", str(args.asked)]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     if done.returncode:
         raise SystemExit(f"phase {name} at {size:,} failed with exit code {done.returncode}")
@@ -416,6 +428,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50, help="served searches offered per second")
     parser.add_argument("--batch", type=int, default=5000, help="memories per save while building")
     parser.add_argument("--saves", type=int, default=30, help="single saves timed into the copy")
+    parser.add_argument("--asked", type=int, default=200,
+                        help="questions answered before the timed saves (what they memoise, a save carries over)")
     parser.add_argument("--no-compact", action="store_true", help="skip the saves and compact phases")
     parser.add_argument("--compact-max", type=int, default=10 ** 9,
                         help="compact only stores of at most this size (compact rebuilds the index: 40 min at 1M)")
@@ -439,12 +453,14 @@ def main() -> None:
     for name, rate in [("--rate", args.rate)] + [("--more-rates", r) for r in args.more_rates]:
         if not 0 < rate < float("inf"):  # a rate of 0 paces nothing; NaN fails this too
             parser.error(f"{name} {rate:g}: searches per second must be a positive number")
+    if args.asked < 0:
+        parser.error(f"--asked {args.asked}: the questions answered before the saves cannot be fewer than 0")
     KIND["kind"] = args.vectors
     BENCH.mkdir(parents=True, exist_ok=True)
     if args.phase:  # a child: one phase at one size, its figures as the last line
         size = args.sizes[0]
         run = {"build": lambda: phase_build(size, args.batch), "library": lambda: phase_library(size, args.queries),
-               "saves": lambda: phase_saves(size, args.saves), "resave": lambda: phase_resave(size)}[args.phase]
+               "saves": lambda: phase_saves(size, args.saves, args.asked), "resave": lambda: phase_resave(size)}[args.phase]
         print(json.dumps(run()))
         return
     if args.build_only:

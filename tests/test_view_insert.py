@@ -17,6 +17,7 @@ from lab.search.presets import resolve
 from lab.embed.fake import FakeEmbedder
 from lab.pipeline import Pipeline
 from lab.retriever import Retriever
+from lab.search.pending import PENDING_AT_MOST, PendingMatch
 from lab.search.view import build_view
 
 NS = "n"
@@ -100,6 +101,7 @@ def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, ste
         n = 0
         pipe.save_many([record(m, i) for i, m in enumerate(first)], progress=False)
         n += len(first)
+        pipe.retriever.view(NS).contains("piano")  # memoised once, asked again only after every step
         for kind, arg in steps:
             exercise(pipe)
             ids = sorted(pipe.store.memories(NS)["id"].to_list())
@@ -132,6 +134,33 @@ def test_a_moved_view_equals_one_built_from_scratch(tmp_path_factory, first, ste
                         for r in fresh.search_response("quokka deploy yesterday", NS, 5, config=config).results]
                 got = [(h.memory_id, round(h.score, 9)) for h in pipe.search("quokka deploy yesterday", NS, k=5, config=config)]
                 assert got == want, config.name
+        moved = pipe.retriever.view(NS)
+        assert np.array_equal(moved.contains("piano"), build_view(pipe.store.memories(NS), pipe.store.edges(NS), NS,
+                                                                   moved.key).contains("piano"))
+
+
+def test_a_move_carries_the_memoised_matches_unmoved_until_a_search_asks(pipe):
+    """A save must not copy every memoised match (128 arrays of a million at a million memories):
+    each waits for its moves until asked, and one left waiting too long is dropped, to be scanned."""
+    pipe.save_many([{"namespace": NS, "content": f"note {i} about the river"} for i in range(20)], progress=False)
+    pipe.retriever.view(NS).contains_all(("river", "quokka"))
+    for i in range(PENDING_AT_MOST + 1):
+        pipe.save(f"quokka sighting {i} by the river", namespace=NS)
+        moved = pipe.retriever.view(NS)
+        if i == 0:
+            assert all(isinstance(moved._contains[n], PendingMatch) for n in ("river", "quokka"))
+        if i == 1:
+            pipe.delete(moved.ids[0], hard=True)  # a memory taken out between the moves
+            moved = pipe.retriever.view(NS)
+        if i == PENDING_AT_MOST - 3:
+            moved.contains("quokka")  # asked: moved now, and memoised as an array again
+            assert isinstance(moved._contains["quokka"], np.ndarray)
+    assert "river" not in moved._contains  # waited through PENDING_AT_MOST moves: dropped
+    assert isinstance(moved._contains["quokka"], PendingMatch) and len(moved._contains["quokka"].moves) == 3
+    built = build_view(pipe.store.memories(NS), pipe.store.edges(NS), NS, moved.key)
+    for needle in ("river", "quokka"):
+        assert np.array_equal(moved.contains(needle), built.contains(needle)), needle
+    assert int(moved.contains("quokka").sum()) == PENDING_AT_MOST + 1
 
 
 def test_saves_updates_and_deletes_move_the_view_and_an_edge_builds_it_again(pipe, monkeypatch):

@@ -13,6 +13,7 @@ from lab.config import FilterConfig
 from lab.errors import ValidationError
 from lab.schema import MEMORY_TYPES
 from lab.search import timex
+from lab.search.pending import PendingMatch, resolved
 from lab.search.sorted_ids import Positions, SortedIds
 from lab.store.records import episode_expr, parse_time
 
@@ -43,7 +44,8 @@ class NamespaceView:
     by_access: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # most accessed first
     _label_maps: dict[int, np.ndarray] = field(default_factory=dict)
     _by_position: dict[int, tuple[tuple[int, int], tuple[np.ndarray, ...]]] = field(default_factory=dict)
-    _contains: dict[str, np.ndarray] = field(default_factory=dict)
+    # a moved view's matches wait for their moves until asked (lab.search.pending)
+    _contains: dict[str, np.ndarray | PendingMatch] = field(default_factory=dict)
     _masks: dict[tuple[FilterConfig, bool], np.ndarray] = field(default_factory=dict)  # (filters, without_derived)
     # per index: the last memoised mask asked for, the index's label list and count then, and the
     # per-label mask
@@ -86,6 +88,11 @@ class NamespaceView:
             self._event_s = timex.event_seconds(self.text_lower, self.created_s, self.dated())
         return self._event_s
 
+    @property
+    def matches_memoised(self) -> int:
+        """How many text matches this view memoises (`contains_all`), moved or waiting for their moves."""
+        return len(self._contains)
+
     def contains(self, needle: str) -> np.ndarray:
         """Which memories hold ``needle`` (lower-case) in title or content, as booleans."""
         return self.contains_all((needle,))[0]
@@ -109,7 +116,7 @@ class NamespaceView:
                 hit = scanned[str(i)].to_numpy().astype(bool)
                 hit.setflags(write=False)
                 self._contains[needle] = hit
-        return [self._contains[n] for n in needles]
+        return [resolved(self._contains, n) for n in needles]
 
     def terms(self, positions: list[int], term_sets) -> list[frozenset[str]]:
         """The analysed terms of title + content at ``positions``, memoised per view (``term_sets``

@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from lab.search import timex
+from lab.search.pending import carried_matches
 from lab.search.episode_order import episode_order_inserted
 from lab.search.view import NamespaceView, Positions, build_view, text_of
 from lab.search.splice import rechunked as _rechunked, spliced as _spliced
@@ -160,10 +161,7 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new
     for index_id, (key, (labels, indptr, covered)) in list(view._by_position.items()):
         # the new memories' label runs are empty until their labels are added (NamespaceView._by_label_group)
         moved._by_position[index_id] = (key, (labels, np.insert(indptr, ins, indptr[ins]), np.insert(covered, ins, False)))
-    for needle, hit in list(view._contains.items()):
-        fresh = np.insert(hit, ins, text.str.contains(needle, literal=True).fill_null(False).to_numpy().astype(bool))
-        fresh.setflags(write=False)
-        moved._contains[needle] = fresh
+    moved._contains = carried_matches(view._contains, lambda hit, needle: np.insert(hit, ins, _matches(text, needle)))
     moved._terms = view._terms  # keyed by id: an old memory's terms stay right
     if view._types is not None:
         types = added["type"].to_numpy().astype(str)
@@ -187,6 +185,10 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, ins: np.ndarray, new
         moved._dated = np.insert(view._dated, ins, dated)
         if view._event_s is not None:
             moved._event_s = np.insert(view._event_s, ins, timex.event_seconds(text, created, dated))
+
+
+def _matches(text: pl.Series, needle: str) -> np.ndarray:
+    return text.str.contains(needle, literal=True).fill_null(False).to_numpy().astype(bool)
 
 
 def _accessed(view: NamespaceView, accessed: pl.DataFrame) -> None:

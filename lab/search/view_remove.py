@@ -15,6 +15,7 @@ import polars as pl
 
 from lab.search.episode_order import episode_order_without
 from lab.search.sorted_ids import Positions
+from lab.search.pending import carried_matches
 from lab.search.splice import without
 from lab.search.view import NamespaceView
 
@@ -60,10 +61,7 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, keep: np.ndarray, ne
     for index_id, labels_at in list(view._label_maps.items()):
         # a label of a removed memory now names no memory here (-1), as a rebuilt map says
         moved._label_maps[index_id] = np.where(labels_at >= 0, new_pos[np.maximum(labels_at, 0)], -1)
-    for needle, hit in list(view._contains.items()):
-        fresh = hit[keep]
-        fresh.setflags(write=False)
-        moved._contains[needle] = fresh
+    moved._contains = carried_matches(view._contains, lambda hit, needle: np.delete(hit, gone))  # gone: small, keep: not
     for key, mask in list(view._masks.items()):
         fresh = mask[keep]
         fresh.setflags(write=False)

@@ -20,6 +20,7 @@ import polars as pl
 
 from lab.search import timex
 from lab.search.episode_order import episode_order_inserted, episode_order_without
+from lab.search.pending import carried_matches
 from lab.search.splice import rechunked, replaced
 from lab.search.view import NamespaceView, text_of
 from lab.store.records import episode_expr
@@ -72,10 +73,8 @@ def _carry_memos(view: NamespaceView, moved: NamespaceView, at: np.ndarray, adde
                  text: pl.Series, created: np.ndarray) -> None:
     """``view``'s memos with the rewritten positions worked out again (read as copies: a search
     still running on ``view`` may be adding to them)."""
-    for needle, hit in list(view._contains.items()):
-        fresh = _set(hit, at, text.str.contains(needle, literal=True).fill_null(False).to_numpy().astype(bool))
-        fresh.setflags(write=False)
-        moved._contains[needle] = fresh
+    moved._contains = carried_matches(view._contains, lambda hit, needle: _set(
+        hit, at, text.str.contains(needle, literal=True).fill_null(False).to_numpy().astype(bool)))
     if view._types is not None:
         types = added["type"].to_numpy().astype(str)
         moved._types = _set(view._types.astype(np.promote_types(view._types.dtype, types.dtype), copy=False),
