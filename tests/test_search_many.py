@@ -5,6 +5,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from lab.config import FilterConfig
 from lab.errors import ValidationError
@@ -96,8 +97,8 @@ def _prepared_fields(prep) -> dict:
 def moved_store(tmp_path_factory):
     """Episodes of turns saved in two rounds with ids in no particular order, so the second round
     lands in a view moved on by a save (ids inserted between the ones read), and one deleted."""
+    from lab.embed.fake import FakeEmbedder
     from lab.pipeline import Pipeline
-    from tests.conftest import FakeEmbedder
     p = Pipeline.open(tmp_path_factory.mktemp("moved") / "store", embedder=FakeEmbedder(), create=True)
     t0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
     rows = [{"id": f"{(e * 37 + t * 11) % 97:02d}-e{e}t{t}", "namespace": "c",
@@ -112,13 +113,11 @@ def moved_store(tmp_path_factory):
     p.close()
 
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(preset=st.sampled_from(["lab", "rrf-k2", "bm25", "vector", "stackmemory", "maia"]),
        picked=st.lists(st.integers(0, len(QUERIES) - 1), min_size=1, max_size=4),
        k=st.one_of(st.none(), st.integers(1, 30)), threshold=st.sampled_from([None, 0.2, 0.9]))
+@example(preset="maia", picked=[0, 3], k=None, threshold=None)  # its frequency and graph lists come back empty
 def test_a_search_is_what_fusing_its_candidate_table_gives(moved_store, preset, picked, k, threshold):
     """search_many encodes candidates from view positions, never writing out the table of strings
     that evaluation fuses: the encoding, the ranking, each result's signals and the abstention's

@@ -30,6 +30,22 @@ def test_collapse_equals_a_full_fold_even_with_many_ties(hits, k):
     assert collapse(labels, scores, memory_of, k) == brute_collapse(labels, scores, memory_of, k)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0])), max_size=300),
+       st.integers(1, 12), st.sets(st.integers(0, 12), max_size=4))
+def test_collapse_to_view_positions_names_the_same_memories_in_the_same_order(hits, k, not_in_view):
+    """A search collapses to view positions (positions are in id order): the ids' collapse, minus the
+    memories the view does not hold, whose labels map to -1."""
+    memory_of = [f"m{(i * 7) % 13:02d}" for i in range(31)]  # labels in no id order
+    held = sorted({m for m in memory_of} - {f"m{i:02d}" for i in not_in_view})
+    positions = np.array([held.index(m) if m in held else -1 for m in memory_of], dtype=np.int64)
+    labels = np.array([h[0] for h in hits], dtype=np.int64)
+    scores = np.array([h[1] for h in hits], dtype=np.float32)
+    keep = positions[labels] >= 0
+    want = [(held.index(m), s) for m, s in collapse(labels[keep], scores[keep], memory_of, k)]
+    assert collapse(labels, scores, memory_of, k, positions) == want
+
+
 def view_of(created_s: list[float], access: list[int]) -> NamespaceView:
     n = len(created_s)
     created = np.array(created_s, dtype=np.float64)

@@ -19,12 +19,21 @@ from lab.index.vector import GraphShortfall, VectorIndex, shards_for
 from lab.store.table import StoredRows
 
 
-def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: int) -> list[tuple[str, float]]:
+def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: int,
+             positions: np.ndarray | None = None) -> list[tuple[str, float]] | list[tuple[int, float]]:
     """Chunk hits -> memory hits (max score over a memory's chunks), best first, ties by id.
 
     Only the best chunks are folded in Python: every chunk scoring at least the m-th best score is
     kept, so once those hold k distinct memories no memory left out can beat (or tie) them.
+
+    With ``positions`` (label -> the memory's position in a namespace view, -1 where it has none),
+    hits name positions instead of ids: a view's positions are in id order, so the memories and
+    their order are the same, and no id string is looked up or compared. Labels without a
+    position are left out.
     """
+    if positions is not None:
+        has = positions[labels] >= 0
+        labels, scores = labels[has], scores[has]
     n = len(scores)
     m = max(4 * k, 16)
     while True:
@@ -34,7 +43,8 @@ def collapse(labels: np.ndarray, scores: np.ndarray, memory_of: list[str], k: in
         else:
             sel = np.arange(n)
         sc = scores[sel]
-        mids = np.array([memory_of[label] for label in labels[sel].tolist()])
+        mids = (np.array([memory_of[label] for label in labels[sel].tolist()]) if positions is None
+                else positions[labels[sel]])
         order = np.lexsort((mids, -sc))  # best score first, ties by memory id
         _, first = np.unique(mids[order], return_index=True)  # each memory's best chunk
         if len(first) >= k or len(sel) == n:
@@ -292,8 +302,10 @@ class ViewIndex:
             thread.join()
 
     # ------------------------------------------------------------------ search
-    def search_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters).
+    def search_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None,
+                      positions: np.ndarray | None = None) -> list:
+        """Top ``k`` memories by cosine of their best chunk; ``allowed`` masks labels (filters);
+        with ``positions`` (label -> view position), hits name positions (`collapse`).
 
         The graph is asked in at most ``GRAPH_ROUNDS`` widening fetches. When those do not yield
         ``k`` allowed memories (a selective filter, many deleted chunks) or hnswlib cannot return
@@ -309,13 +321,14 @@ class ViewIndex:
             except GraphShortfall:
                 break
             keep = self.live[labels] if allowed is None else self.live[labels] & allowed[labels]
-            hits = collapse(labels[keep], sims[keep], self.memory_of, k)
+            hits = collapse(labels[keep], sims[keep], self.memory_of, k, positions)
             if len(hits) >= k or fetch >= self.vector.n_live:
                 return hits
             fetch = min(self.vector.n_live, fetch * 4)
-        return self.exact_vector(query_vector, k, allowed)
+        return self.exact_vector(query_vector, k, allowed, positions)
 
-    def exact_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+    def exact_vector(self, query_vector: np.ndarray, k: int, allowed: np.ndarray | None = None,
+                     positions: np.ndarray | None = None) -> list:
         """Top ``k`` memories by an exact scan of the live (and allowed) chunks' stored vectors."""
         with self._lock:
             mask = self.live if allowed is None else self.live & allowed[: len(self.live)]
@@ -325,11 +338,13 @@ class ViewIndex:
             # a block of labels at a time: gathering every vector at once copied 1.5 GB at a million chunks
             for start in range(0, len(labels), EXACT_BLOCK):
                 sims[start:start + EXACT_BLOCK] = self._vectors.take(labels[start:start + EXACT_BLOCK]) @ query
-            return collapse(labels, sims, self.memory_of, k)
+            return collapse(labels, sims, self.memory_of, k, positions)
 
-    def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+    def search_lexical(self, query: str, k: int, allowed: np.ndarray | None = None,
+                       positions: np.ndarray | None = None) -> list:
         """Top ``k`` memories by the BM25 score of their best chunk, main segment and delta scored
-        with the statistics of every live chunk (exact: as after a rebuild)."""
+        with the statistics of every live chunk (exact: as after a rebuild); with ``positions``
+        (label -> view position), hits name positions (`collapse`)."""
         if k <= 0:
             return []
         with self._lock:
@@ -341,7 +356,7 @@ class ViewIndex:
 
         # the common terms' postings are scored only where they can still change the top k (MaxScore)
         return top_lexical(query, stats, parts, self.analyzer, k, keep,
-                           lambda labels, scores, n: collapse(labels, scores, memory_of, n))
+                           lambda labels, scores, n: collapse(labels, scores, memory_of, n, positions))
 
 
 def build_view(namespace: str, chunks: pl.DataFrame, dim: int, config: IndexConfig, embed_model: str,

@@ -132,7 +132,7 @@ def candidate_codes(runs: CandidateRuns) -> CandidateCodes:
     qids = [q.qid for q in runs.queries]
     q_code = np.empty(len(qids), dtype=np.int64)
     q_code[np.argsort(np.asarray(qids, dtype=object), kind="stable")] = np.arange(len(qids))
-    ranked = [r for r in runs.runs if r.ranked]
+    ranked = [r for r in runs.runs if r.ranked and len(r.scores)]  # an empty list writes no row
     featured = [r for r in runs.runs if not r.ranked and r.positions is not None]
     intents = [r for r in runs.runs if r.positions is None]
     empty = np.zeros(0, dtype=np.int64)

@@ -69,12 +69,21 @@ def _from_hits(view: NamespaceView, hits: list[tuple[str, float]]) -> Ranked:
     return (np.array([view.pos[m] for m, _ in hits], dtype=np.int64), np.array([s for _, s in hits]))
 
 
+def _at_positions(hits: list[tuple[int, float]]) -> Ranked:
+    return np.array([p for p, _ in hits], dtype=np.int64), np.array([s for _, s in hits], dtype=np.float64)
+
+
+def _label_positions(q: SignalInput) -> np.ndarray:
+    """The main index's label -> view position (memoised by the view): hits collapse to positions."""
+    return q.view.label_positions(id(q.index), q.index.memory_of)
+
+
 def _vector(q: SignalInput) -> Ranked:
-    return _from_hits(q.view, q.index.search_vector(q.vector, q.depth, q.allowed_labels))
+    return _at_positions(q.index.search_vector(q.vector, q.depth, q.allowed_labels, _label_positions(q)))
 
 
 def _lexical(q: SignalInput) -> Ranked:
-    return _from_hits(q.view, q.index.search_lexical(q.text, q.depth, q.allowed_labels))
+    return _at_positions(q.index.search_lexical(q.text, q.depth, q.allowed_labels, _label_positions(q)))
 
 
 def _entity(q: SignalInput) -> Ranked | None:
@@ -125,7 +134,7 @@ def _hop(q: SignalInput) -> Ranked | None:
     mean = q.index.chunk_vectors(np.asarray(hits)).mean(axis=0)
     mix = q.config.hop.mix
     moved = _unit((1 - mix) * _unit(qvec) + mix * _unit(mean))
-    return _from_hits(q.view, q.index.search_vector(moved, q.depth, q.allowed_labels))
+    return _at_positions(q.index.search_vector(moved, q.depth, q.allowed_labels, _label_positions(q)))
 
 
 BRIDGE_MAX_SHARE = 0.05  # a name in more of the namespace than this bridges to nothing in particular (a speaker)
