@@ -66,11 +66,23 @@ def _kill_session(sid: str) -> None:
 
 
 def _alive_nodes(address: str, env: dict[str, str], want: int, timeout: float) -> str:
-    check = ("import ray, time; ray.init(address=%r, logging_level='ERROR');"
-             "t = time.time()\nwhile len([n for n in ray.nodes() if n['Alive']]) < %d and time.time() - t < %d: time.sleep(0.5)\n"
-             "print(len([n for n in ray.nodes() if n['Alive']]))" % (address, want, timeout))
-    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=timeout + 120, env=env)
-    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+    """How many nodes the cluster reports alive (waiting up to ``timeout`` for ``want``), or what the
+    last check said instead. A check whose driver could not connect yet (a head still starting under
+    a loaded machine) is tried again until the deadline, not taken as the answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(deadline - time.monotonic(), 1.0)
+        check = ("import ray, time; ray.init(address=%r, logging_level='ERROR');"
+                 "t = time.time()\nwhile len([n for n in ray.nodes() if n['Alive']]) < %d and time.time() - t < %d: time.sleep(0.5)\n"
+                 "print(len([n for n in ray.nodes() if n['Alive']]))" % (address, want, left))
+        proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=left + 120, env=env)
+        said = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        if said.isdigit() and (int(said) >= want or time.monotonic() > deadline):
+            return said
+        if time.monotonic() > deadline:
+            # Ray's log lines come first on stderr: the error is at its end
+            return said or f"exit {proc.returncode}: {proc.stderr[-1500:]}"
+        time.sleep(1.0)
 
 
 @contextmanager

@@ -5,8 +5,8 @@ A view memoises which memories hold each name a query asked about (`NamespaceVie
 up to `CONTAINS_MEMO_BYTES` of per-position arrays, 128 of them at a million memories. A save moves
 the view on (`lab.search.view_insert`), and moving every memoised match at once copied each of
 them, paid by the search right after the save whether it asked for any name or not. A match is now
-moved when asked, and one not asked for through `PENDING_AT_MOST` moves is dropped, since scanning
-the texts once more costs about what applying that many moves does.
+moved when asked; one not asked for through `PENDING_AT_MOST` moves is dropped (scanned again when
+asked), so a long run of saves never piles up moves for a name nobody asks about.
 """
 from __future__ import annotations
 
