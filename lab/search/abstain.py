@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from lab.config import AbstainConfig
+from lab.search.fusion.prepare import CandidateCodes
 
 EVIDENCE = "_cosine"  # the candidate table's feature rows this decision reads
 
@@ -59,3 +61,16 @@ def best_scores(cands: pl.DataFrame) -> dict[str, float]:
     best = (cands.filter(pl.col("signal") == EVIDENCE).group_by("qid")
             .agg(pl.col("score").max().alias("best")))
     return dict(best.iter_rows())
+
+
+def best_scores_of_codes(codes: CandidateCodes) -> dict[str, float]:
+    """`best_scores` of the table ``codes`` stand for (a search encodes its candidates without
+    writing the table out): per query id, its best candidate's cosine."""
+    got = codes.features.get(EVIDENCE)
+    if got is None or not len(got[0]):
+        return {}
+    q, _, values = got
+    best = np.full(len(codes.qids), -np.inf)
+    np.maximum.at(best, q, values)
+    qids = codes.qids.to_list()
+    return {qids[c]: float(best[c]) for c in np.unique(q).tolist()}

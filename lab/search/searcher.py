@@ -11,12 +11,12 @@ import polars as pl
 from lab.config import FusionConfig, SearchConfig
 from lab.errors import ValidationError
 from lab.fields import rule
-from lab.search.abstain import EVIDENCE, Abstention, decide
+from lab.search.abstain import Abstention, best_scores_of_codes, decide
 from lab.search.analysis import QueryAnalysis
 from lab.search.candidates import NamespaceSnapshot, Query, candidate_codes, candidate_runs, query_analysis, reference_time
 from lab.search.fusion import RESULT_SCHEMA, PreparedCandidates, explain_learned, fuse_arrays, fuse_detailed
 from lab.search.fusion.fused import live_rows
-from lab.search.fusion.prepare import CandidateCodes, prepare_codes
+from lab.search.fusion.prepare import prepare_codes
 from lab.search.rerank import memory_text, reranked
 
 
@@ -150,7 +150,7 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
     codes = candidate_codes(candidate_runs(
         {namespace: snapshot}, [Query(qid, r.query, namespace) for qid, r in zip(qids, requests)],
         np.asarray([r.vector for r in requests]), config, analyses=analyses, encoder_vectors=encoder_vectors))
-    best = _best_evidence(codes)
+    best = best_scores_of_codes(codes)
     cands = prepare_codes(codes)
     per_query, details = _ranked(cands, config, dict(zip(qids, (r.query for r in requests))), nsview)
     for qid, k in zip(qids, limit):
@@ -183,18 +183,6 @@ def search_many(snapshot: NamespaceSnapshot, requests: Sequence[SearchRequest], 
         responses.append(SearchResponse(request.query, namespace, config.name, analysis, results,
                                         decide(best.get(qid), config.abstain)))
     return responses
-
-
-def _best_evidence(codes: CandidateCodes) -> dict[str, float]:
-    """`best_scores` of the table these codes stand for: per query id, its best candidate's cosine."""
-    got = codes.features.get(EVIDENCE)
-    if got is None or not len(got[0]):
-        return {}
-    q, _, values = got
-    best = np.full(len(codes.qids), -np.inf)
-    np.maximum.at(best, q, values)
-    qids = codes.qids.to_list()
-    return {qids[c]: float(best[c]) for c in np.unique(q).tolist()}
 
 
 def _ranked(cands: PreparedCandidates, config: SearchConfig, queries: dict[str, str], nsview
