@@ -398,25 +398,32 @@ def model_servers_table(data: dict[str, Any]) -> list[str]:
 
 
 def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
-    """The fine-tuned model on held-out LoCoMo conversations: base against fine-tuned, alone and in `lab`."""
+    """The fine-tuned model on held-out folds: base against fine-tuned, alone and in `lab`, per dataset."""
     st = data["settings"]
-    lines = [f"LoCoMo dev, leave one conversation out; {st['epochs']} epoch(s), batch {st['batch_size']}, learning rate "
-             f"{st['learning_rate']}, {st['hard_negatives']} in-namespace hard negative(s). Paired over every held-out "
-             "question.", "", "| preset | metric | base | fine-tuned | delta [95% CI] | p |", "|---|---|---|---|---|---|"]
-    for preset in ("vector", "lab"):
-        for metric, r in (data.get(preset) or {}).items():
-            lines.append(f"| {preset} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['delta']:+.4f} "
-                         f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} |")
-    lines += ["", "| held out | questions | triplets | train | store built again | vector recall@10 (base -> tuned) |",
-              "|---|---|---|---|---|---|"]
-    for f in data.get("folds", []):
-        lines.append(f"| {f['fold']} | {f['questions']} | {f['triplets']} | {f['train_s']} s | {f['embed_s']} s | "
-                     f"{f['vector_recall@10'][0]:.4f} -> {f['vector_recall@10'][1]:.4f} |")
-    if "timed" in data:
-        t = data["timed"]
-        lines += ["", f"Trained on all of LoCoMo dev's gold in {t['train_on_all_s']} s and every memory embedded again "
-                      f"in {t['re_embed_s']} s: {t['total_min']} min (load average {data['load_average_at_start']:.1f} "
-                      f"at the start, {data.get('load_average_at_end', 0):.1f} at the end)."]
+    lines = [f"Held-out folds as `adapt_cv` draws them (LoCoMo: one conversation; LongMemEval dev: hash groups of "
+             f"haystacks; SciFact: hash groups of questions); {st['epochs']} epoch(s), batch {st['batch_size']}, "
+             f"learning rate {st['learning_rate']}, {st['hard_negatives']} in-namespace hard negative(s). Paired over "
+             "every held-out question.", "",
+             "| dataset | preset | metric | base | fine-tuned | delta [95% CI] | p |", "|---|---|---|---|---|---|---|"]
+    datasets = data.get("datasets", {})
+    for name, d in datasets.items():
+        for preset in ("vector", "lab"):
+            for metric, r in (d.get(preset) or {}).items():
+                lines.append(f"| {name} | {preset} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['delta']:+.4f} "
+                             f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} |")
+    lines += ["", "| dataset | held out | questions | memories embedded again | triplets | train | store built again | "
+                  "vector recall@10 (base -> tuned) |", "|---|---|---|---|---|---|---|---|"]
+    for name, d in datasets.items():
+        for f in d.get("folds", []):
+            lines.append(f"| {name} | {f['fold']} | {f['questions']} | {f.get('memories', 'all')} | {f['triplets']} | "
+                         f"{f['train_s']} s | {f['embed_s']} s | "
+                         f"{f['vector_recall@10'][0]:.4f} -> {f['vector_recall@10'][1]:.4f} |")
+    for name, d in datasets.items():
+        if "timed" in d:
+            t = d["timed"]
+            lines += ["", f"Trained on all of {name}'s gold in {t['train_on_all_s']} s and every memory embedded again "
+                          f"in {t['re_embed_s']} s: {t['total_min']} min (load average {d['load_average_at_start']:.1f} "
+                          f"at the start, {d.get('load_average_at_end', 0):.1f} at the end)."]
     return lines + [""]
 
 
