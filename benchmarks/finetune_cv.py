@@ -51,6 +51,7 @@ from adapt_cv import outer_folds  # noqa: E402  (the same folds as the adapter's
 
 from lab.config import FinetuneConfig  # noqa: E402
 from lab.eval.dataset_ref import DatasetRef  # noqa: E402
+from lab.eval.longmemeval_metrics import scored_questions  # noqa: E402
 from lab.eval.metrics import compare_runs  # noqa: E402
 from lab.eval.runner import EvalOptions, evaluate  # noqa: E402
 from lab.eval.stores import eval_retriever, save_config  # noqa: E402
@@ -63,20 +64,56 @@ PRESETS = ("vector", "lab")
 DATASET_NAMES = ("locomo", "longmemeval-s-dev", "scifact")
 LME_ST_ROOT = ROOT / ".lab" / "bench" / "longmemeval-s" / "turn-st"
 FOLDS_ARE_NAMESPACES = {"locomo", "longmemeval-s-dev"}
+# the issue's LongMemEval targets, by the official code's definitions, and the presets whose best it must reach
+OFFICIAL = ("session recall_all@5", "turn ndcg_any@10")
+BASELINES = ("bm25", "vector", "rrf-k2", "rrf-k60", "stackmemory", "lma", "maia", "maia-code", "mie", "brainbridge")
 
 
-def paired(a: pl.DataFrame, b: pl.DataFrame) -> dict:
+def paired(a: pl.DataFrame, b: pl.DataFrame, metrics: tuple[str, ...] = METRICS) -> dict:
     out = {}
-    for row in compare_runs(a, b, list(METRICS)).iter_rows(named=True):
+    for row in compare_runs(a, b, list(metrics)).iter_rows(named=True):
         out[row["metric"]] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items() if k != "metric"}
     return out
 
 
-def scored(retriever, dataset, questions: list[str]) -> dict[str, pl.DataFrame]:
-    """Per preset: the per-question metrics of ``questions``."""
+def official(run: pl.DataFrame, dataset, questions: list[str]) -> pl.DataFrame:
+    """The official LongMemEval figures of the issue's targets, per scored question of ``questions``
+    (those without a target turn are excluded, as the official code excludes them)."""
+    info = dataset.report["longmemeval"]
+    _, per_q = scored_questions(run, info)
+    excluded = set(info["no_target"])
+    kept = [q for q in questions if q in per_q and q not in excluded]
+    return pl.DataFrame({"qid": kept, **{name: [float(per_q[q][name.split()[0]][name.split()[1]]) for q in kept]
+                                         for name in OFFICIAL}}, schema={"qid": pl.String, **dict.fromkeys(OFFICIAL, pl.Float64)})
+
+
+def scored(retriever, dataset, questions: list[str], presets: tuple[str, ...] = PRESETS):
+    """Per preset: the per-question metrics of ``questions``, and on LongMemEval the official ones."""
     sub = dataset.questions_only(dataset.questions.filter(pl.col("qid").is_in(questions)))
-    return {p: evaluate(retriever, sub, preset(p), EvalOptions(ks=(10,))).per_query.select("qid", *METRICS)
-            for p in PRESETS}
+    metrics, lme = {}, {}
+    for p in presets:
+        result = evaluate(retriever, sub, preset(p), EvalOptions(ks=(10,)))
+        metrics[p] = result.per_query.select("qid", *METRICS)
+        if "longmemeval" in dataset.report:
+            lme[p] = official(result.run, dataset, questions)
+    return metrics, lme
+
+
+def against_best_baseline(base_lme: dict[str, pl.DataFrame], tuned_lab: pl.DataFrame) -> dict:
+    """Per official target: the best baseline on the base model's store, and `lab` (base, and
+    fine-tuned on held-out folds) paired against it."""
+    out = {}
+    for metric in OFFICIAL:
+        means = {b: round(float(base_lme[b][metric].mean()), 4) for b in BASELINES}
+        best = max(BASELINES, key=lambda b: (means[b], b))
+        out[metric] = {"baselines": means, "best_baseline": best,
+                       "lab_base": paired(base_lme[best], base_lme["lab"], (metric,))[metric],
+                       "lab_finetuned": paired(base_lme[best], tuned_lab, (metric,))[metric]}
+        for what in ("lab_base", "lab_finetuned"):
+            r = out[metric][what]
+            print(f"  {metric}: best baseline {best} {r['mean_a']:.4f}, {what} {r['mean_b']:.4f} ({r['delta']:+.4f}, "
+                  f"95% CI [{r['delta_low']:+.4f}, {r['delta_high']:+.4f}], p {r['p_value']:.4f}, n {r['n']})", flush=True)
+    return out
 
 
 def narrowed(dataset, namespaces: set[str]):
@@ -106,7 +143,7 @@ def store(dataset, model_id: str | None, scratch: Path | None):
 def narrowing_holds(dataset, namespaces: set[str], base_scores: dict[str, pl.DataFrame], held_qids: list[str]) -> bool:
     """The base model's store of ``namespaces`` alone scores each held-out question as the whole store does."""
     small, _ = store(narrowed(dataset, namespaces), None, None)
-    got = scored(small, dataset, held_qids)
+    got, _ = scored(small, dataset, held_qids)
     small.close()
     same = True
     for p in PRESETS:
@@ -128,10 +165,12 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
     base = base_folder(retriever.embedder.model_id)
     gold = gold_vectors(retriever, dataset)
     folds = outer_folds(name, gold)
-    base_scores = scored(retriever, dataset, gold.qids)
+    lme = "longmemeval" in dataset.report
+    base_scores, base_lme = scored(retriever, dataset, gold.qids, PRESETS + (BASELINES if lme else ()))
     print(f"{name}: {len(gold.qids)} questions with gold in {len(gold.chunks)} namespace(s), base store and "
           f"scores in {time.perf_counter() - started:.0f} s", flush=True)
     tuned: dict[str, list[pl.DataFrame]] = {p: [] for p in PRESETS}
+    tuned_lme: list[pl.DataFrame] = []
     per_fold = []
     for fold in sorted(set(folds.tolist())):
         train, held = np.flatnonzero(folds != fold), np.flatnonzero(folds == fold)
@@ -151,8 +190,10 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
         with tempfile.TemporaryDirectory(prefix="finetune-cv-") as tmp:
             model_id = write_finetuned(Path(tmp) / "model", model, {"fold": fold})
             r2, embed_s = store(scope, model_id, Path(tmp))
-            got = scored(r2, dataset, held_qids)
+            got, got_lme = scored(r2, dataset, held_qids)
             r2.close()
+        if lme:
+            tuned_lme.append(got_lme["lab"])
         for p in PRESETS:
             tuned[p].append(got[p])
         v = paired(base_scores["vector"].filter(pl.col("qid").is_in(held_qids)), got["vector"])
@@ -171,6 +212,8 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
             r = out[p][m]
             print(f"  {p} {m}: {r['mean_a']:.4f} -> {r['mean_b']:.4f} ({r['delta']:+.4f}, 95% CI "
                   f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}], p {r['p_value']:.4f}, n {r['n']})", flush=True)
+    if lme:
+        out["official_targets"] = against_best_baseline(base_lme, pl.concat(tuned_lme))
     if timed:
         # the issue's time: one training on all the gold, then every memory embedded again by it
         started = time.perf_counter()
