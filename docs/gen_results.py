@@ -419,6 +419,18 @@ def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
                          f"{f['train_s']} s | {f['embed_s']} s | "
                          f"{f['vector_recall@10'][0]:.4f} -> {f['vector_recall@10'][1]:.4f} |")
     for name, d in datasets.items():
+        if "official_targets" not in d:
+            continue
+        lines += ["", f"{name}: the official metrics of the issue's targets. The best baseline of every preset but `lab` "
+                      "on the base model's store, and `lab` paired against it, with the base model and fine-tuned "
+                      "(held-out folds):", "",
+                  "| metric | best baseline | its mean | `lab` | mean | delta [95% CI] | p |", "|---|---|---|---|---|---|---|"]
+        for metric, t in d["official_targets"].items():
+            for what, label in (("lab_base", "base model"), ("lab_finetuned", "fine-tuned")):
+                r = t[what]
+                lines.append(f"| {metric} | {t['best_baseline']} | {r['mean_a']:.4f} | {label} | {r['mean_b']:.4f} | "
+                             f"{r['delta']:+.4f} [{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} |")
+    for name, d in datasets.items():
         if "timed" in d:
             t = d["timed"]
             lines += ["", f"Trained on all of {name}'s gold in {t['train_on_all_s']} s and every memory embedded again "
