@@ -411,12 +411,13 @@ def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
             for metric, r in (d.get(preset) or {}).items():
                 lines.append(f"| {name} | {preset} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['delta']:+.4f} "
                              f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} |")
-    lines += ["", "| dataset | held out | questions | memories embedded again | triplets | train | store built again | "
-                  "vector recall@10 (base -> tuned) |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| dataset | held out | questions | memories embedded again | triplets | held-out gold left out as "
+                  "positive | train | store built again | vector recall@10 (base -> tuned) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for name, d in datasets.items():
         for f in d.get("folds", []):
             lines.append(f"| {name} | {f['fold']} | {f['questions']} | {f.get('memories', 'all')} | {f['triplets']} | "
-                         f"{f['train_s']} s | {f['embed_s']} s | "
+                         f"{f.get('positives_left_out', 'not checked')} | {f['train_s']} s | {f['embed_s']} s | "
                          f"{f['vector_recall@10'][0]:.4f} -> {f['vector_recall@10'][1]:.4f} |")
     for name, d in datasets.items():
         if "official_targets" not in d:

@@ -7,9 +7,10 @@ it besides a query adapter. Every memory must then be embedded again by the mode
 - **Training.** sentence-transformers' trainer with MultipleNegativesRankingLoss, batches without
   duplicate texts (a duplicate would be a false in-batch negative), seeded, on the CPU.
 - **Judged held out** (``cross_validate_finetune``): each fold (a namespace, or a hash group where
-  there is one) is held out in turn; a model trained without its questions ranks the fold's
-  memories, embedded plainly by it and by the base model, exactly by cosine; the two are paired
-  over every held-out question, as `lab adapt`'s adapter judgement is.
+  there is one) is held out in turn; a model trained without its questions, and without their
+  gold memories' texts as positives, ranks the fold's memories, embedded plainly by it and by the
+  base model, exactly by cosine; the two are paired over every held-out question, as `lab adapt`'s
+  adapter judgement is.
 - **Written** as a sentence-transformers folder (``st:PATH``, which lab's registry loads, its id
   carrying the weights' fingerprint) with ``lab-finetune.json`` (base model, settings, what it was
   trained on, the held-out figures), into a temporary folder renamed into place.
@@ -61,8 +62,19 @@ def memory_texts(dataset: Any) -> dict[str, str]:
     return {str(m["id"]): memory_text(m.get("title"), m["content"]) for m in memories}
 
 
-def triplets(gold: GoldVectors, dataset: Any, rows: np.ndarray, hard_negatives: int) -> dict[str, list[str]]:
-    """The training columns (anchor, positive, negative_1..n) of the questions at ``rows``."""
+def held_out_gold_texts(gold: GoldVectors, dataset: Any, rows: np.ndarray) -> set[str]:
+    """The texts of the gold memories of the questions at ``rows`` (a held-out fold)."""
+    texts = memory_texts(dataset)
+    return {texts[m] for r in rows for m in gold.gold[r] if m in texts}
+
+
+def triplets(gold: GoldVectors, dataset: Any, rows: np.ndarray, hard_negatives: int,
+             avoid: set[str] | frozenset[str] = frozenset()) -> dict[str, list[str]]:
+    """The training columns (anchor, positive, negative_1..n) of the questions at ``rows``; a gold
+    memory whose text is in ``avoid`` (a held-out fold's gold: `held_out_gold_texts`) is no positive.
+    Fine-tuning moves the memories' vectors too, so a held-out question's answer trained on as
+    another question's positive would flatter the held-out figures: questions split by hash within
+    one namespace (SciFact) share gold documents, and LongMemEval's haystacks share sessions."""
     texts = memory_texts(dataset)
     asked = dict(dataset.questions.select("qid", "question").iter_rows())
     ranked = exact_run(gold, rows, None, depth=hard_negatives + max((len(gold.gold[r]) for r in rows), default=0))
@@ -76,7 +88,7 @@ def triplets(gold: GoldVectors, dataset: Any, rows: np.ndarray, hard_negatives: 
         if len(negatives) < hard_negatives:
             continue  # a namespace too small for its hard negatives
         for positive in sorted(gold.gold[r]):
-            if positive not in texts:
+            if positive not in texts or texts[positive] in avoid:
                 continue
             columns["anchor"].append(str(asked[qid]))
             columns["positive"].append(texts[positive])
@@ -168,7 +180,8 @@ def cross_validate_finetune(gold: GoldVectors, dataset: Any, base: Path, setting
         if len(train) < MIN_TRAIN_QUESTIONS:
             raise ValidationError(f"gold too small to split: holding out {name} leaves {len(train)} questions "
                                   f"to train on, at least {MIN_TRAIN_QUESTIONS} needed", field="dataset")
-        model, _ = train_finetune(base, triplets(gold, dataset, train, settings.hard_negatives), settings)
+        avoid = held_out_gold_texts(gold, dataset, rows)
+        model, _ = train_finetune(base, triplets(gold, dataset, train, settings.hard_negatives, avoid), settings)
         pq = score_run(plain_run(model, gold, dataset, rows), options, sub)[1]
         bq = score_run(plain_run(base_model, gold, dataset, rows), options, sub)[1]
         kept = [gold.qids[r] for r in rows]
