@@ -28,8 +28,8 @@ questions against the base model, alone and fused in `lab`.
   2-core machine): one training on all of LoCoMo dev's gold, then the store built with it. Take the
   time with nothing else running; the load average at start and end is recorded beside it.
 
-Results: stdout and benchmarks/results/finetune_cv.json (the datasets not run now are kept from the
-last run under the same settings).
+Results: stdout and benchmarks/results/finetune_cv.json, or ``--results finetune_cv_NAME`` for other
+settings (the datasets not run now are kept from the last run under the same settings).
 """
 from __future__ import annotations
 
@@ -240,12 +240,13 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
 
 
 RESULTS: dict = {}
+RESULTS_NAME = ["finetune_cv"]  # --results
 
 
 def yield_partial(name: str, out: dict) -> None:
     """After each fold: a long run stopped keeps what it measured."""
     RESULTS["datasets"][name] = out
-    report("finetune_cv", RESULTS)
+    report(RESULTS_NAME[0], RESULTS)
 
 
 def main() -> int:
@@ -254,10 +255,15 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=FinetuneConfig.epochs)
     parser.add_argument("--hard-negatives", type=int, default=FinetuneConfig.hard_negatives)
     parser.add_argument("--no-timed", action="store_true", help="skip LoCoMo's timed training on all of its gold")
+    parser.add_argument("--results", default="finetune_cv",
+                        help="results file name under benchmarks/results (another one for other settings)")
     args = parser.parse_args()
     settings = FinetuneConfig(epochs=args.epochs, hard_negatives=args.hard_negatives)
+    if not args.results.startswith("finetune_cv") or "/" in args.results:
+        parser.error(f"--results {args.results!r}: a name starting with finetune_cv, no folder")
+    RESULTS_NAME[0] = args.results
     RESULTS.update({"settings": settings.__dict__, "datasets": {}})
-    path = ROOT / "benchmarks" / "results" / "finetune_cv.json"
+    path = ROOT / "benchmarks" / "results" / f"{args.results}.json"
     last = json.loads(path.read_text()) if path.is_file() else {}
     if last.get("settings") == RESULTS["settings"]:
         RESULTS["datasets"] = {k: v for k, v in last.get("datasets", {}).items()
@@ -265,7 +271,7 @@ def main() -> int:
     failed = False
     for name in args.datasets:
         RESULTS["datasets"][name] = one_dataset(name, settings, timed=name == "locomo" and not args.no_timed)
-        report("finetune_cv", RESULTS)
+        report(args.results, RESULTS)
         failed |= RESULTS["datasets"][name].get("narrowed_equals_whole") is False
     return 1 if failed else 0
 

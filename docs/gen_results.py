@@ -79,7 +79,7 @@ def benchmark(path: Path) -> list[str]:
         return lines + model_servers_table(data)
     if path.stem == "adapt_cv" and isinstance(data, dict) and "datasets" in data:
         return lines + adapt_cv_tables(data)
-    if path.stem == "finetune_cv" and isinstance(data, dict) and "settings" in data:
+    if path.stem.startswith("finetune_cv") and isinstance(data, dict) and "settings" in data:
         return lines + finetune_cv_tables(data)
     if path.stem == "longmemeval_s" and isinstance(data, dict):
         return lines + longmemeval_s_tables(data)
