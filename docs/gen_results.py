@@ -419,6 +419,11 @@ def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
             lines.append(f"| {name} | {f['fold']} | {f['questions']} | {f.get('memories', 'all')} | {f['triplets']} | "
                          f"{f.get('positives_left_out', 'not checked')} | {f['train_s']} s | {f['embed_s']} s | "
                          f"{f['vector_recall@10'][0]:.4f} -> {f['vector_recall@10'][1]:.4f} |")
+    checked = {name: d["narrowed_equals_whole"] for name, d in datasets.items() if "narrowed_equals_whole" in d}
+    if checked:
+        lines += ["", "A fold's store held its held-out namespaces only; the base model's store narrowed alike scored "
+                      "the first fold's questions as the whole store does: " +
+                      ", ".join(f"{name} {'yes' if same else 'NO'}" for name, same in checked.items()) + "."]
     for name, d in datasets.items():
         if "official_targets" not in d:
             continue
