@@ -41,6 +41,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import polars as pl
@@ -58,7 +59,7 @@ from lab.eval.stores import eval_retriever, save_config  # noqa: E402
 from lab.search.presets import preset  # noqa: E402
 from lab.tune.adapt import gold_vectors  # noqa: E402
 from lab.tune.finetune import (  # noqa: E402
-    base_folder, held_out_gold_texts, train_finetune, triplets, write_finetuned,
+    base_folder, held_out_gold_texts, memory_texts, train_finetune, triplets, write_finetuned,
 )
 
 METRICS = ("recall@10", "ndcg@10")
@@ -135,11 +136,8 @@ def store(dataset, model_id: str | None, scratch: Path | None):
     if scratch is None and dataset.name == "longmemeval-s-dev":
         scratch = LME_ST_ROOT
     started = time.perf_counter()
-    if scratch is None:
-        retriever = eval_retriever(dataset, save, progress=True)
-    else:
-        retriever = eval_retriever(dataset, save, root=scratch / "eval", embeddings=scratch / "embeddings",
-                                   progress=True)
+    retriever = eval_retriever(dataset, save, root=scratch and scratch / "eval",
+                               embeddings=scratch and scratch / "embeddings", progress=True)
     return retriever, time.perf_counter() - started
 
 
@@ -162,7 +160,8 @@ def narrowing_holds(dataset, namespaces: set[str], base: tuple[dict, dict], held
     return same
 
 
-def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
+def one_dataset(name: str, settings: FinetuneConfig, timed: bool, keep: Callable[[dict], None]) -> dict:
+    """Every fold of ``name``; ``keep(out)`` after each (a long run stopped keeps what it measured)."""
     out: dict = {"load_average_at_start": os.getloadavg()[0]}
     dataset = DatasetRef(name, DATASETS).load()
     started = time.perf_counter()
@@ -170,6 +169,7 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
     base = base_folder(retriever.embedder.model_id)
     gold = gold_vectors(retriever, dataset)
     folds = outer_folds(name, gold)
+    texts = memory_texts(dataset)
     lme = "longmemeval" in dataset.report
     base_scores, base_lme = scored(retriever, dataset, gold.qids, tuple(dict.fromkeys(PRESETS + (BASELINES if lme else ()))))
     print(f"{name}: {len(gold.qids)} questions with gold in {len(gold.chunks)} namespace(s), base store and "
@@ -192,7 +192,7 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
         # a held-out question's gold is no training positive (lab.tune.finetune.triplets says why)
         avoid = held_out_gold_texts(gold, dataset, held)
         columns = triplets(gold, dataset, train, settings.hard_negatives, avoid)
-        left_out = len(triplets(gold, dataset, train, 0)["anchor"]) - len(triplets(gold, dataset, train, 0, avoid)["anchor"])
+        left_out = sum(texts[m] in avoid for r in train for m in gold.gold[r] if m in texts)
         started = time.perf_counter()
         model, loss = train_finetune(base, columns, settings)
         train_s = time.perf_counter() - started
@@ -214,7 +214,7 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
               f"stored in {embed_s:.0f} s, vector recall@10 {v['recall@10']['mean_a']:.4f} -> "
               f"{v['recall@10']['mean_b']:.4f}", flush=True)
         out["folds"] = per_fold
-        yield_partial(name, out)
+        keep(out)
     for p in PRESETS:
         out[p] = paired(base_scores[p], pl.concat(tuned[p]))
         for m in METRICS:
@@ -239,16 +239,6 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool) -> dict:
     return out
 
 
-RESULTS: dict = {}
-RESULTS_NAME = ["finetune_cv"]  # --results
-
-
-def yield_partial(name: str, out: dict) -> None:
-    """After each fold: a long run stopped keeps what it measured."""
-    RESULTS["datasets"][name] = out
-    report(RESULTS_NAME[0], RESULTS)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["locomo"], choices=DATASET_NAMES)
@@ -261,18 +251,21 @@ def main() -> int:
     settings = FinetuneConfig(epochs=args.epochs, hard_negatives=args.hard_negatives)
     if not args.results.startswith("finetune_cv") or "/" in args.results:
         parser.error(f"--results {args.results!r}: a name starting with finetune_cv, no folder")
-    RESULTS_NAME[0] = args.results
-    RESULTS.update({"settings": settings.__dict__, "datasets": {}})
+    results: dict = {"settings": settings.__dict__, "datasets": {}}
     path = ROOT / "benchmarks" / "results" / f"{args.results}.json"
     last = json.loads(path.read_text()) if path.is_file() else {}
-    if last.get("settings") == RESULTS["settings"]:
-        RESULTS["datasets"] = {k: v for k, v in last.get("datasets", {}).items()
+    if last.get("settings") == results["settings"]:
+        results["datasets"] = {k: v for k, v in last.get("datasets", {}).items()
                                if k not in args.datasets and v.get("complete")}
     failed = False
     for name in args.datasets:
-        RESULTS["datasets"][name] = one_dataset(name, settings, timed=name == "locomo" and not args.no_timed)
-        report(args.results, RESULTS)
-        failed |= RESULTS["datasets"][name].get("narrowed_equals_whole") is False
+
+        def keep(out: dict, name: str = name) -> None:
+            results["datasets"][name] = out
+            report(args.results, results)
+
+        keep(one_dataset(name, settings, timed=name == "locomo" and not args.no_timed, keep=keep))
+        failed |= results["datasets"][name].get("narrowed_equals_whole") is False
     return 1 if failed else 0
 
 
