@@ -3,12 +3,15 @@ inside each fold, paired against the base model alone and fused in `lab`.
 
     .venv/bin/python benchmarks/adapt_cv.py [--datasets locomo longmemeval-s-dev [scifact]]
 
-- **Folds.** LoCoMo dev: leave one conversation out (5 folds). LongMemEval-S dev (user turns, the
-  store `benchmarks/longmemeval_s.py` built with minilm-int8, under .lab/bench/longmemeval-s/turn):
-  5 folds of its haystacks by a hash of the namespace. SciFact train: 5 folds of its questions by a
-  hash of the qid (not run by default: its one namespace of 5,183 abstracts makes a training about a
-  minute here, an outer fold over ten). No question of a held-out fold (nor, for LoCoMo and LongMemEval, of its
-  conversation) is trained on.
+- **Folds.** LoCoMo dev: leave one conversation out (5 folds). LongMemEval-S dev (user turns, its
+  evaluation store with minilm-int8 under the default evaluation root, built on first use): 5 folds
+  of its haystacks by a hash of the namespace. SciFact train: 5 folds of its questions by a hash of
+  the qid (not run by default: its one namespace of 5,183 abstracts makes a training about a minute
+  here, an outer fold over ten). No question of a held-out fold (nor, for LoCoMo and LongMemEval, of
+  its conversation) is trained on, and no memory whose text is a held-out question's gold is seen by
+  the training, as a positive or a negative (`lab.tune.adapt.held_out_memories`): SciFact's
+  questions share gold abstracts across folds, LongMemEval's haystacks share sessions. Each fold
+  records how many training pairs that leaves out (``positives_left_out``).
 - **Inside each fold.** The penalty ``l2`` is chosen from ``L2_GRID`` by an inner cross-validation
   over the training folds (LoCoMo: leave one of the other conversations out; else 4 hash folds),
   on the mean of vector-only recall@10 and nDCG@10; the adapter is then trained on every training
@@ -48,11 +51,10 @@ from lab.eval.metrics import compare_runs, retrieval_metrics  # noqa: E402
 from lab.eval.runner import EvalOptions, evaluate  # noqa: E402
 from lab.eval.stores import eval_retriever, save_config  # noqa: E402
 from lab.search.presets import preset  # noqa: E402
-from lab.tune.adapt import GoldVectors, exact_run, gold_vectors, train_adapter  # noqa: E402
+from lab.tune.adapt import GoldVectors, exact_run, gold_vectors, held_out_memories, train_adapter  # noqa: E402
 
 L2_GRID = (0.03, 0.1, 0.3, 1.0)
 METRICS = ("recall@10", "ndcg@10")
-LME_ROOT = ROOT / ".lab" / "bench" / "longmemeval-s" / "turn"
 
 
 def setup(name: str):
@@ -61,7 +63,7 @@ def setup(name: str):
         dataset = DatasetRef(name, DATASETS).load()
         save = save_config()
         save = replace(save, embed=replace(save.embed, model="minilm-int8"))
-        return dataset, save, LME_ROOT / "eval", LME_ROOT / "embeddings"
+        return dataset, save, None, None
     dataset = DatasetRef(name, DATASETS).load()
     return dataset, save_config(), None, None
 
@@ -85,20 +87,30 @@ def per_query(gold: GoldVectors, rows: np.ndarray, matrix, qrels: pl.DataFrame) 
     return pl.DataFrame({"qid": qids}).join(scored.select("qid", *METRICS), on="qid", how="left").fill_null(0.0)
 
 
-def inner_choice(gold: GoldVectors, rows: np.ndarray, inner: np.ndarray, qrels: pl.DataFrame) -> tuple[float, dict]:
-    """The l2 of L2_GRID with the best inner held-out mean of recall@10 and nDCG@10 (ties: the larger)."""
+def inner_choice(gold: GoldVectors, dataset, rows: np.ndarray, held: np.ndarray, inner: np.ndarray,
+                 qrels: pl.DataFrame) -> tuple[float, dict]:
+    """The l2 of L2_GRID with the best inner held-out mean of recall@10 and nDCG@10 (ties: the larger).
+    An inner training sees neither the inner held-out fold's gold nor the outer one's (``held``)."""
+    names = sorted(set(inner.tolist()))
+    unseen = {name: held_out_memories(gold, dataset, np.concatenate([held, rows[inner == name]])) for name in names}
     scores = {}
     for l2 in L2_GRID:
         parts = []
-        for name in sorted(set(inner.tolist())):
+        for name in names:
             train = np.zeros(len(gold.qids), dtype=bool)
             train[rows[inner != name]] = True
-            w = train_adapter(gold, train, AdaptConfig(l2=l2))
+            w = train_adapter(gold, train, AdaptConfig(l2=l2), unseen=unseen[name])
             parts.append(per_query(gold, rows[inner == name], w, qrels))
         pq = pl.concat(parts)
         scores[l2] = round(float((pq["recall@10"].mean() + pq["ndcg@10"].mean()) / 2), 4)
     best = max(L2_GRID, key=lambda l2: (scores[l2], l2))
     return best, scores
+
+
+def positives_left_out(gold: GoldVectors, rows: np.ndarray, unseen: dict[str, set[str]]) -> int:
+    """How many (training question, gold memory) pairs the fold's training leaves out: the memory's
+    text is a held-out question's gold."""
+    return sum(len(gold.gold[r] & unseen.get(gold.namespaces[r], set())) for r in rows)
 
 
 def paired(a: pl.DataFrame, b: pl.DataFrame) -> dict:
@@ -129,11 +141,12 @@ def one_dataset(name: str) -> dict:
     for fold in sorted(set(folds.tolist())):
         rows, held = np.flatnonzero(folds != fold), np.flatnonzero(folds == fold)
         inner = folds[rows] if name == "locomo" else np.asarray([hashed(gold.qids[r] + "/inner", 4) for r in rows])
-        l2, inner_scores = inner_choice(gold, rows, inner, qrels)
+        l2, inner_scores = inner_choice(gold, dataset, rows, held, inner, qrels)
         train = np.zeros(len(gold.qids), dtype=bool)
         train[rows] = True
+        unseen = held_out_memories(gold, dataset, held)
         t0 = time.perf_counter()
-        w = train_adapter(gold, train, AdaptConfig(l2=l2))
+        w = train_adapter(gold, train, AdaptConfig(l2=l2), unseen=unseen)
         train_s = time.perf_counter() - t0
         adapted_vector.append(per_query(gold, held, w, qrels))
         held_qids = [gold.qids[r] for r in held]
@@ -144,8 +157,9 @@ def one_dataset(name: str) -> dict:
             adapted_lab.append(evaluate(r2, sub, lab, options).per_query)
         v = paired(base_vector.filter(pl.col("qid").is_in(held_qids)), adapted_vector[-1])
         per_fold.append({"fold": fold, "questions": len(held), "l2": l2, "inner": inner_scores,
+                         "positives_left_out": positives_left_out(gold, rows, unseen),
                          "train_s": round(train_s, 1), "vector_recall@10": [v["recall@10"]["mean_a"], v["recall@10"]["mean_b"]]})
-        print(f"  {fold}: l2 {l2} (inner {inner_scores}), vector recall@10 {v['recall@10']['mean_a']:.4f} -> "
+        print(f"  {fold}: l2 {l2} (inner {inner_scores}), {per_fold[-1]['positives_left_out']} positives left out, vector recall@10 {v['recall@10']['mean_a']:.4f} -> "
               f"{v['recall@10']['mean_b']:.4f}, trained in {train_s:.1f} s", flush=True)
     t0 = time.perf_counter()
     train_adapter(gold, np.ones(len(gold.qids), dtype=bool), AdaptConfig())

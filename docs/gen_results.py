@@ -450,15 +450,19 @@ def adapt_cv_tables(data: dict[str, Any]) -> list[str]:
     lines = [f"The penalty chosen inside each fold from {data['l2_grid']}; otherwise {data['settings']['kind']} "
              f"rank {data['settings']['rank']}, {data['settings']['steps']} steps. Paired over every held-out "
              "question: delta, 95% bootstrap CI, randomization p.", "",
-             "| dataset | questions | list | metric | base | adapted | delta [95% CI] | p | l2 chosen | train on all |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "`positives left out`: per fold, the training pairs whose memory's text is a held-out question's gold "
+             "(not seen by that fold's training); `not checked`: measured before that guard.", "",
+             "| dataset | questions | list | metric | base | adapted | delta [95% CI] | p | l2 chosen | "
+             "positives left out | train on all |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, d in data["datasets"].items():
         chosen = ", ".join(sorted({str(f["l2"]) for f in d["folds"]}))
+        left = ", ".join(str(f.get("positives_left_out", "not checked")) for f in d["folds"])
         for what, label in (("vector_only", "vector only"), ("lab", "`lab` fused")):
             for metric, r in d[what].items():
                 lines.append(f"| {name} | {r['n']} | {label} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | "
                              f"{r['delta']:+.4f} [{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} | "
-                             f"{chosen} | {d['train_on_all_s']} s |")
+                             f"{chosen} | {left} | {d['train_on_all_s']} s |")
     return lines + [""]
 
 

@@ -315,3 +315,40 @@ def test_an_adapted_candidate_is_gated_with_its_adapter_and_the_bundle_serves_it
     with Server(bundle_dir, tmp_path / "store", env={"LAB_SERVE_QUERY_EMBEDDERS": "0"}) as srv, srv.client() as c:
         served = c.get("/ready").json()["served"]["embedding"]
     assert served["query"] == "adapter:query_model#" + adapter_id.rsplit("#", 1)[1]  # no path leaves the server
+
+
+def test_a_held_out_questions_gold_is_never_seen_by_its_folds_adapter(monkeypatch):
+    """An adapter learns where its training questions' answers lie: a held-out question's answer
+    among them (by text: another namespace may hold the same session under another id) would
+    flatter the held-out figures, so a fold's training sees none of its held-out gold."""
+    import lab.tune.adapt as adapt
+    from tests.sharing_gold import sharing_gold
+
+    gold, dataset = sharing_gold(copies=True)
+    namespaces = np.asarray(gold.namespaces)
+    held = np.flatnonzero(namespaces == "copy")  # the first fold `cross_validate_adapter` holds out
+    unseen = adapt.held_out_memories(gold, dataset, held)
+    assert unseen == {"copy": {f"c{i:02d}" for i in range(8)}, "ns": {f"m{i:02d}" for i in range(8)}}
+    train, config = namespaces == "ns", AdaptConfig(steps=30)
+    guarded = train_adapter(gold, train, config, unseen=unseen)
+    assert not np.array_equal(guarded, train_adapter(gold, train, config))  # the guard has work to do here
+    # the same weights as a training over a store where those memories never were
+    kept = ~np.isin(gold.owners["ns"], sorted(unseen["ns"]))
+    without = GoldVectors("fake", chunks={**gold.chunks, "ns": gold.chunks["ns"][kept]},
+                          owners={**gold.owners, "ns": gold.owners["ns"][kept]}, qids=gold.qids,
+                          namespaces=gold.namespaces, queries=gold.queries, gold=gold.gold)
+    assert np.array_equal(guarded, train_adapter(without, train, config))
+
+    class Trained(Exception):
+        pass
+
+    seen = {}
+
+    def record(gold, use, settings, progress=None, unseen=None):
+        seen["use"], seen["unseen"] = use.copy(), unseen
+        raise Trained
+
+    monkeypatch.setattr(adapt, "train_adapter", record)
+    with pytest.raises(Trained):
+        adapt.cross_validate_adapter(gold, dataset, config)
+    assert np.array_equal(seen["use"], train) and seen["unseen"] == unseen  # as `lab adapt` judges it

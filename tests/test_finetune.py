@@ -11,6 +11,7 @@ import pytest
 
 from lab.config import DEFAULT_MODEL, FinetuneConfig
 from lab.errors import ValidationError
+from tests.sharing_gold import sharing_gold
 
 
 def _tiny_columns():
@@ -161,33 +162,6 @@ def test_a_gated_candidate_on_a_local_model_packs_it_so_the_champion_loads_where
     assert got.stdout.split()[-2:] == [model_id, "3"]  # the recorded id, read from the packed copy
 
 
-def _sharing_gold():
-    """One namespace of 12 memories and 24 questions (split by hash, as a one-namespace dataset is),
-    each memory the gold of two questions: most folds hold a question whose gold another fold trains on."""
-    import numpy as np
-    import polars as pl
-
-    from lab.eval.dataset import EvalDataset
-    from lab.tune.adapt import GoldVectors
-
-    rng = np.random.default_rng(0)
-
-    def unit(n):
-        v = rng.standard_normal((n, 8)).astype(np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-    ids = [f"m{i:02d}" for i in range(12)]
-    qids = [f"q{i:02d}" for i in range(24)]
-    gold = GoldVectors("fake", chunks={"ns": unit(12)}, owners={"ns": np.asarray(ids)}, qids=qids,
-                       namespaces=["ns"] * 24, queries=unit(24), gold=[{ids[i // 2]} for i in range(24)])
-    dataset = EvalDataset(
-        "sharing", [{"id": m, "namespace": "ns", "content": f"what memory {m} says"} for m in ids],
-        pl.DataFrame({"qid": qids, "namespace": ["ns"] * 24, "question": [f"asking {q}" for q in qids],
-                      "category": ["single"] * 24}),
-        pl.DataFrame({"qid": qids, "memory_id": [ids[i // 2] for i in range(24)], "relevance": [1] * 24}))
-    return gold, dataset
-
-
 def test_a_held_out_questions_gold_is_never_a_training_positive_of_its_fold(monkeypatch):
     """Fine-tuning moves the memories' vectors: a held-out answer trained on as another question's
     positive would flatter the held-out figures, so the judgement leaves it out of its fold's training."""
@@ -197,7 +171,7 @@ def test_a_held_out_questions_gold_is_never_a_training_positive_of_its_fold(monk
     from lab.embed.st import model_dir
     from lab.tune.learn import fold_groups
 
-    gold, dataset = _sharing_gold()
+    gold, dataset = sharing_gold()
     of = fold_groups(dataset.questions, 5)
     first = sorted(set(of.values()))[0]
     held = np.asarray([r for r, q in enumerate(gold.qids) if of[q] == first])

@@ -11,8 +11,9 @@ Training reads the stored chunk vectors of the dataset's evaluation store (nothi
 the questions) and runs full-batch Adam in torch, seeded: the same gold gives the same weights.
 
 ``cross_validate_adapter`` holds each namespace (a LoCoMo conversation; else a hash group of
-questions) out in turn: the adapter is trained without any question of it and scored on its
-questions, exact cosine ranking of the stored vectors, against the base model's queries.
+questions) out in turn: the adapter is trained without any question of it, and without seeing any
+memory whose text is one of its questions' gold (`held_out_memories`), and scored on its questions,
+exact cosine ranking of the stored vectors, against the base model's queries.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from lab.config import AdaptConfig
 from lab.embed.adapter import adapt_queries, write_adapter
 from lab.errors import ValidationError
 from lab.eval.runner import EvalOptions, score_run
+from lab.search.rerank import memory_text
 from lab.tune.learn import CrossValidation, fold_groups
 
 MIN_TRAIN_QUESTIONS = 8  # questions with gold a fold trains on, at least
@@ -75,9 +77,34 @@ def gold_vectors(retriever: Any, dataset: Any, progress: Callable[[str], None] |
     return out
 
 
+def memory_texts(dataset: Any) -> dict[str, str]:
+    memories = [*dataset.memories, *dataset.saves.values()]  # save-then-search memories are in the store too
+    return {str(m["id"]): memory_text(m.get("title"), m["content"]) for m in memories}
+
+
+def held_out_gold_texts(gold: GoldVectors, dataset: Any, rows: np.ndarray) -> set[str]:
+    """The texts of the gold memories of the questions at ``rows`` (a held-out fold)."""
+    texts = memory_texts(dataset)
+    return {texts[m] for r in rows for m in gold.gold[r] if m in texts}
+
+
+def held_out_memories(gold: GoldVectors, dataset: Any, rows: np.ndarray) -> dict[str, set[str]]:
+    """Per namespace, the stored memories whose text is the gold of a question at ``rows`` (a
+    held-out fold): what a fold's adapter must not see. By text, not id: questions split by hash
+    within one namespace (SciFact) share gold documents, and LongMemEval's haystacks hold the same
+    sessions under other ids."""
+    avoid = held_out_gold_texts(gold, dataset, rows)
+    texts = memory_texts(dataset)
+    return {ns: hidden for ns, owners in gold.owners.items()
+            if (hidden := {m for m in set(owners.tolist()) if texts.get(m) in avoid})}
+
+
 def train_adapter(gold: GoldVectors, use: np.ndarray, settings: AdaptConfig,
-                  progress: Callable[[int, float], None] | None = None) -> np.ndarray:
-    """W, trained on the questions ``use`` (a boolean per gold question) marks."""
+                  progress: Callable[[int, float], None] | None = None,
+                  unseen: dict[str, set[str]] | None = None) -> np.ndarray:
+    """W, trained on the questions ``use`` (a boolean per gold question) marks. The memories in
+    ``unseen`` (per namespace: `held_out_memories`) are neither a positive nor a negative: a
+    held-out question's answer the adapter learnt to reach would flatter the held-out figures."""
     import torch  # heavy: torch loads in seconds, only to train
 
     picked = np.flatnonzero(use)
@@ -92,11 +119,13 @@ def train_adapter(gold: GoldVectors, use: np.ndarray, settings: AdaptConfig,
     namespaces = np.asarray(gold.namespaces)
     for ns in sorted(set(namespaces[picked].tolist())):
         rows = picked[namespaces[picked] == ns]
-        mask = np.stack([np.isin(gold.owners[ns], list(gold.gold[r])) for r in rows])
-        keep = mask.any(axis=1)  # a question whose gold is not stored here teaches nothing
+        seen = ~np.isin(gold.owners[ns], list((unseen or {}).get(ns, ())))
+        owners = gold.owners[ns][seen]
+        mask = np.stack([np.isin(owners, list(gold.gold[r])) for r in rows])
+        keep = mask.any(axis=1)  # a question whose gold is not stored here (or unseen) teaches nothing
         if keep.any():
-            groups.append((torch.from_numpy(gold.queries[rows[keep]]), torch.from_numpy(gold.chunks[ns]),
-                           torch.from_numpy(mask[keep])))
+            groups.append((torch.from_numpy(gold.queries[rows[keep]]),
+                           torch.from_numpy(np.ascontiguousarray(gold.chunks[ns][seen])), torch.from_numpy(mask[keep])))
     n_questions = sum(len(g[0]) for g in groups)
     if n_questions < MIN_TRAIN_QUESTIONS:
         raise ValidationError(f"gold too small to train an adapter: {n_questions} questions whose gold memories are "
@@ -176,8 +205,8 @@ def cross_validate_adapter(gold: GoldVectors, dataset: Any, settings: AdaptConfi
         if (of != name).sum() < MIN_TRAIN_QUESTIONS:
             raise ValidationError(f"gold too small to split: holding out {name} leaves {(of != name).sum()} questions "
                                   f"to train on, at least {MIN_TRAIN_QUESTIONS} needed", field="dataset")
-        matrix = train_adapter(gold, of != name, settings)
         rows = np.flatnonzero(of == name)
+        matrix = train_adapter(gold, of != name, settings, unseen=held_out_memories(gold, dataset, rows))
         pq = score_run(exact_run(gold, rows, matrix), options, sub)[1].filter(pl.col("qid").is_in([gold.qids[r] for r in rows]))
         out.add_fold(name, base.filter(pl.col("qid").is_in(pq["qid"].to_list())), pq, progress, "vector-only ")
         held.append(pq)

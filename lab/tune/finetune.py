@@ -37,8 +37,8 @@ from lab.embed.local import FINETUNE_META, local_model_id, looks_local
 from lab.embed.st import model_dir
 from lab.errors import ValidationError
 from lab.eval.runner import EvalOptions, score_run
-from lab.search.rerank import memory_text
-from lab.tune.adapt import MIN_TRAIN_QUESTIONS, GoldVectors, exact_run, gold_vectors, track_training
+from lab.tune.adapt import (MIN_TRAIN_QUESTIONS, GoldVectors, exact_run, gold_vectors, held_out_gold_texts,
+                            memory_texts, track_training)
 from lab.tune.learn import CrossValidation, fold_groups
 from lab.workspace import set_library_env
 
@@ -55,17 +55,6 @@ def base_folder(model_id: str) -> Path:
         return Path(local_model_id(model_id)[3:].rsplit("#", 1)[0])
     raise ValidationError(f"fine-tuning needs a sentence-transformers model; the store's model is {model_id!r}: "
                           f"build the evaluation store with {DEFAULT_MODEL} or an st:PATH folder", field="model")
-
-
-def memory_texts(dataset: Any) -> dict[str, str]:
-    memories = [*dataset.memories, *dataset.saves.values()]  # save-then-search memories are in the store too
-    return {str(m["id"]): memory_text(m.get("title"), m["content"]) for m in memories}
-
-
-def held_out_gold_texts(gold: GoldVectors, dataset: Any, rows: np.ndarray) -> set[str]:
-    """The texts of the gold memories of the questions at ``rows`` (a held-out fold)."""
-    texts = memory_texts(dataset)
-    return {texts[m] for r in rows for m in gold.gold[r] if m in texts}
 
 
 def triplets(gold: GoldVectors, dataset: Any, rows: np.ndarray, hard_negatives: int,
