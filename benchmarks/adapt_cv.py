@@ -159,8 +159,9 @@ def one_dataset(name: str) -> dict:
         per_fold.append({"fold": fold, "questions": len(held), "l2": l2, "inner": inner_scores,
                          "positives_left_out": positives_left_out(gold, rows, unseen),
                          "train_s": round(train_s, 1), "vector_recall@10": [v["recall@10"]["mean_a"], v["recall@10"]["mean_b"]]})
-        print(f"  {fold}: l2 {l2} (inner {inner_scores}), {per_fold[-1]['positives_left_out']} positives left out, vector recall@10 {v['recall@10']['mean_a']:.4f} -> "
-              f"{v['recall@10']['mean_b']:.4f}, trained in {train_s:.1f} s", flush=True)
+        print(f"  {fold}: l2 {l2} (inner {inner_scores}), {per_fold[-1]['positives_left_out']} positives left out, "
+              f"vector recall@10 {v['recall@10']['mean_a']:.4f} -> {v['recall@10']['mean_b']:.4f}, "
+              f"trained in {train_s:.1f} s", flush=True)
     t0 = time.perf_counter()
     train_adapter(gold, np.ones(len(gold.qids), dtype=bool), AdaptConfig())
     all_s = time.perf_counter() - t0

@@ -190,7 +190,7 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool, keep: Callable
                     return out
             scope = narrowed(dataset, namespaces)
         # a held-out question's gold is no training positive (lab.tune.finetune.triplets says why)
-        avoid = held_out_gold_texts(gold, dataset, held)
+        avoid = held_out_gold_texts(gold, dataset, held, texts)
         columns = triplets(gold, dataset, train, settings.hard_negatives, avoid)
         left_out = sum(texts[m] in avoid for r in train for m in gold.gold[r] if m in texts)
         started = time.perf_counter()

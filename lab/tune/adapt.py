@@ -82,9 +82,11 @@ def memory_texts(dataset: Any) -> dict[str, str]:
     return {str(m["id"]): memory_text(m.get("title"), m["content"]) for m in memories}
 
 
-def held_out_gold_texts(gold: GoldVectors, dataset: Any, rows: np.ndarray) -> set[str]:
-    """The texts of the gold memories of the questions at ``rows`` (a held-out fold)."""
-    texts = memory_texts(dataset)
+def held_out_gold_texts(gold: GoldVectors, dataset: Any, rows: np.ndarray,
+                        texts: dict[str, str] | None = None) -> set[str]:
+    """The texts of the gold memories of the questions at ``rows`` (a held-out fold); ``texts``:
+    `memory_texts(dataset)` when the caller has it already."""
+    texts = memory_texts(dataset) if texts is None else texts
     return {texts[m] for r in rows for m in gold.gold[r] if m in texts}
 
 
@@ -93,8 +95,8 @@ def held_out_memories(gold: GoldVectors, dataset: Any, rows: np.ndarray) -> dict
     held-out fold): what a fold's adapter must not see. By text, not id: questions split by hash
     within one namespace (SciFact) share gold documents, and LongMemEval's haystacks hold the same
     sessions under other ids."""
-    avoid = held_out_gold_texts(gold, dataset, rows)
     texts = memory_texts(dataset)
+    avoid = held_out_gold_texts(gold, dataset, rows, texts)
     return {ns: hidden for ns, owners in gold.owners.items()
             if (hidden := {m for m in set(owners.tolist()) if texts.get(m) in avoid})}
 
