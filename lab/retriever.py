@@ -93,6 +93,9 @@ class Retriever:
         # passage vectors are cached under ``encoder_cache`` (None: in memory, nothing written)
         self.encoder_cache = encoder_cache
         self.encoder_progress = False  # a progress bar while an encoder embeds a namespace's chunks
+        # the evaluation root an evaluation store was built under (`eval_retriever`): its candidate
+        # tables are kept there, so a store in a temporary root leaves none in the workspace's
+        self.eval_root: Path | None = None
         self._encoders: dict[str, Encoder] | None = None
         self._encoder_indexes = LeastRecentlyUsed(self._views.cap * max(1, len(indexes.config.models)))
 

@@ -119,6 +119,21 @@ def test_candidate_cache_is_reused_and_fusion_changes_need_no_search(demo_eval, 
     assert r60.metrics["metrics"] != r1.metrics["metrics"]
 
 
+def test_a_store_in_another_root_keeps_its_candidate_tables_there(tmp_path):
+    """An evaluation store built under a temporary root (a benchmark's fold, a test) keeps its
+    candidate tables in that root, not in the workspace's, where they outlived the store."""
+    workspace.use(eval_root=tmp_path / "workspace")
+    d = load_golden(ROOT / "goldens" / "demo.yaml")
+    forget_loaded()
+    retriever = eval_retriever(d, embedder=FakeEmbedder(), root=tmp_path / "scratch")
+    try:
+        evaluate(retriever, d, SearchConfig(name="two", signals=("vector", "lexical")), EvalOptions(ks=(10,)))
+    finally:
+        retriever.close()
+    assert list((tmp_path / "scratch" / "candidates").glob("*.parquet"))
+    assert not (tmp_path / "workspace" / "candidates").exists()
+
+
 def test_encodings_kept_beside_the_cache_give_the_same_evaluation(demo_eval):
     """A warm evaluation reads the table's string encodings from disk; the result must be the
     one a fresh encoding gives, and an unreadable encodings file is recomputed, not trusted."""

@@ -55,8 +55,9 @@ def search_code() -> str:
 
 def candidate_table(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, *, depth: int = 0,
                     root: Path | None = None) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Every question's candidate lists, from the cache when this (store, config) was seen before."""
-    root = eval_root(root)
+    """Every question's candidate lists, from the cache when this (store, config) was seen before;
+    kept under ``root``'s candidates (None: the root the store was built under, else the workspace's)."""
+    root = eval_root(root or retriever.eval_root)
     # a dataset whose own metrics rank its whole corpus (LongMemEval's official ones) asks that deep
     depth = max(depth, int(dataset.report.get("ranking_depth") or 0))
     if dataset.reference_time and not config.reference_time:

@@ -96,11 +96,12 @@ def evaluate(retriever: Retriever, dataset: EvalDataset, config: SearchConfig, o
              cands: pl.DataFrame | None = None, prepared: PreparedCandidates | None = None,
              root: Path | None = None) -> EvalResult:
     """Fuse cached candidates under ``config`` and score them against the dataset's gold; ``root``:
-    the evaluation root whose candidate cache abstention's questions use (None: the workspace's)."""
+    the evaluation root whose candidate cache the questions use (None: the store's own evaluation
+    root, else the workspace's)."""
     options = options or EvalOptions()
     info: dict[str, Any] = {}
     if cands is None:
-        cands, info = candidate_table(retriever, dataset, config, depth=max(options.ks))
+        cands, info = candidate_table(retriever, dataset, config, depth=max(options.ks), root=root)
     prepared = prepared or prepared_for(cands)
     started = time.perf_counter()
     run, per_query = scored_run(prepared, config, options, dataset)

@@ -154,4 +154,5 @@ def eval_retriever(dataset: EvalDataset, config: SaveConfig | None = None, *, ro
     retriever = Retriever.open(path, embedder=embedder, cache=cache, index=None if config is None else config.index,
                                query_model=query, encoder_cache=cache_dir, settings=settings)
     retriever.encoder_progress = progress
+    retriever.eval_root = root
     return retriever
