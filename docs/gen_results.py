@@ -407,10 +407,19 @@ def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
              "| dataset | preset | metric | base | fine-tuned | delta [95% CI] | p |", "|---|---|---|---|---|---|---|"]
     datasets = data.get("datasets", {})
     for name, d in datasets.items():
-        for preset in ("vector", "lab"):
+        for preset, label in (("vector", "vector"), ("lab", "lab"),
+                              ("lab_fusion_on_train", "lab, vector weight chosen on the training folds")):
             for metric, r in (d.get(preset) or {}).items():
-                lines.append(f"| {name} | {preset} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['delta']:+.4f} "
+                lines.append(f"| {name} | {label} | {metric} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['delta']:+.4f} "
                              f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}] | {r['p_value']:.4f} |")
+    chosen = {name: [(f["fold"], f["vector_factor_on_train"]["chosen"]) for f in d.get("folds", [])
+                     if "vector_factor_on_train" in f] for name, d in datasets.items()}
+    if any(chosen.values()):
+        lines += ["", "`lab, vector weight chosen on the training folds`: each fold's model also embedded the training "
+                      "folds' memories, and `lab`'s vector lists were weighted by the factor the training questions "
+                      "preferred (base: `lab` on the base model's store). Chosen per fold: " +
+                  "; ".join(f"{name} " + ", ".join(f"{fold} x{factor:g}" for fold, factor in got)
+                            for name, got in chosen.items() if got) + "."]
     lines += ["", "| dataset | held out | questions | memories embedded again | triplets | held-out gold left out as "
                   "positive | train | store built again | vector recall@10 (base -> tuned) |",
               "|---|---|---|---|---|---|---|---|---|"]
