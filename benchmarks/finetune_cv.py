@@ -84,6 +84,11 @@ BASELINES = ("bm25", "vector", "rrf-k2", "rrf-k60", "stackmemory", "lma", "maia"
 VECTOR_FACTORS = (1.0, 1.5, 2.0, 3.0)
 
 
+def asked(dataset, qids: list[str]):
+    """``dataset`` with the questions ``qids`` only."""
+    return dataset.questions_only(dataset.questions.filter(pl.col("qid").is_in(qids)))
+
+
 def vector_weighted(factor: float):
     """The `lab` preset with its vector lists' weights times ``factor``."""
     lab = preset("lab")
@@ -94,15 +99,14 @@ def vector_weighted(factor: float):
 def fusion_on_train(retriever, dataset, train_qids: list[str], held_qids: list[str]) -> tuple[float, dict, pl.DataFrame]:
     """The vector factor the training questions prefer (mean recall@10 and nDCG@10, the smaller
     factor on a tie), each factor's training figure, and the held-out questions' metrics under it."""
-    train = dataset.questions_only(dataset.questions.filter(pl.col("qid").is_in(train_qids)))
+    train = asked(dataset, train_qids)
     on_train = {}
     for factor in VECTOR_FACTORS:
         per_q = evaluate(retriever, train, vector_weighted(factor), EvalOptions(ks=(10,))).per_query
         on_train[factor] = round(float((per_q["recall@10"].mean() + per_q["ndcg@10"].mean()) / 2), 4)
     chosen = max(VECTOR_FACTORS, key=lambda f: (on_train[f], -f))
-    held = dataset.questions_only(dataset.questions.filter(pl.col("qid").is_in(held_qids)))
-    got = evaluate(retriever, held, vector_weighted(chosen), EvalOptions(ks=(10,))).per_query.select("qid", *METRICS)
-    return chosen, {f"x{f:g}": v for f, v in on_train.items()}, got
+    got = evaluate(retriever, asked(dataset, held_qids), vector_weighted(chosen), EvalOptions(ks=(10,))).per_query
+    return chosen, {f"x{f:g}": v for f, v in on_train.items()}, got.select("qid", *METRICS)
 
 
 def paired(a: pl.DataFrame, b: pl.DataFrame, metrics: tuple[str, ...] = METRICS) -> dict:
@@ -125,7 +129,7 @@ def official(run: pl.DataFrame, dataset, questions: list[str]) -> pl.DataFrame:
 
 def scored(retriever, dataset, questions: list[str], presets: tuple[str, ...] = PRESETS):
     """Per preset: the per-question metrics of ``questions``, and on LongMemEval the official ones."""
-    sub = dataset.questions_only(dataset.questions.filter(pl.col("qid").is_in(questions)))
+    sub = asked(dataset, questions)
     metrics, lme = {}, {}
     for p in presets:
         result = evaluate(retriever, sub, preset(p), EvalOptions(ks=(10,)))
