@@ -3,7 +3,8 @@ without the held-out questions, the held-out memories embedded again by it, scor
 questions against the base model, alone and fused in `lab`.
 
     .venv/bin/python benchmarks/finetune_cv.py [--datasets locomo longmemeval-s-dev scifact]
-                                               [--epochs 1] [--hard-negatives 1] [--no-timed]
+                                               [--epochs 1 | --epochs-on-train 1 2 3] [--hard-negatives 1]
+                                               [--no-timed] [--fusion-on-train]
 
 - **Folds**, as `benchmarks/adapt_cv.py` draws them: LoCoMo dev, leave one conversation out;
   LongMemEval-S dev (turn granularity, user turns), 5 folds of its haystacks by a hash of the
@@ -32,6 +33,11 @@ questions against the base model, alone and fused in `lab`.
   then scored once on the held-out questions. Nothing held out takes part in the choice; the training
   questions were the model's training data, so the choice leans toward the vector list, and the
   held-out figure is what that procedure earns, bias included (``lab_fusion_on_train``).
+- **Epochs chosen on the training folds** (``--epochs-on-train 1 2 3 --no-timed``): how long to
+  train is a choice too, so it is made without the held-out fold. Per fold, one training fold
+  validates (the one after the held-out fold in name order), the rest train a model per count, the
+  count whose model gives `lab` the best validation figure trains the fold's model on all training
+  folds, and that model alone is scored on the held-out questions (``epochs_on_train`` per fold).
 - **Timed** (LoCoMo; the issue's target: trains and re-embeds LoCoMo dev in <= 45 min on this
   2-core machine): one training on all of LoCoMo dev's gold, then the store built with it. Take the
   time with nothing else running; the load average at start and end is recorded beside it.
@@ -107,6 +113,37 @@ def fusion_on_train(retriever, dataset, train_qids: list[str], held_qids: list[s
     chosen = max(VECTOR_FACTORS, key=lambda f: (on_train[f], -f))
     got = evaluate(retriever, asked(dataset, held_qids), vector_weighted(chosen), EvalOptions(ks=(10,))).per_query
     return chosen, {f"x{f:g}": v for f, v in on_train.items()}, got.select("qid", *METRICS)
+
+
+def epochs_on_train(dataset, gold, folds: np.ndarray, base: Path, settings: FinetuneConfig, held: np.ndarray,
+                    choices: tuple[int, ...], texts: dict[str, str]) -> tuple[int, dict]:
+    """The epoch count of ``choices`` the training folds prefer, and what each earned. The training
+    fold after the held-out one (in name order, wrapping round) validates; the other training folds
+    train one model per count (each with its own learning-rate schedule, as a run of that many
+    epochs has); `lab` is scored on the validation questions (mean of recall@10 and nDCG@10; a tie
+    keeps fewer epochs). Neither the validation fold's gold nor the held-out one's is a positive."""
+    names = sorted(set(folds.tolist()))
+    validating = names[(names.index(folds[held[0]]) + 1) % len(names)]
+    valid = np.flatnonzero(folds == validating)
+    inner = np.flatnonzero((folds != validating) & (folds != folds[held[0]]))
+    columns = triplets(gold, dataset, inner, settings.hard_negatives,
+                       held_out_gold_texts(gold, dataset, np.concatenate([held, valid]), texts))
+    valid_qids = [gold.qids[r] for r in valid]
+    scope = narrowed(dataset, {gold.namespaces[r] for r in valid}) if dataset.name in FOLDS_ARE_NAMESPACES else dataset
+    figures = {}
+    for epochs in choices:
+        started = time.perf_counter()
+        model, _ = train_finetune(base, columns, replace(settings, epochs=epochs))
+        with tempfile.TemporaryDirectory(prefix="finetune-cv-inner-") as tmp:
+            retriever, _ = store(scope, write_finetuned(Path(tmp) / "model", model, {"epochs": epochs}), Path(tmp))
+            per_q = evaluate(retriever, asked(dataset, valid_qids), preset("lab"), EvalOptions(ks=(10,))).per_query
+            retriever.close()
+        figures[epochs] = round(float((per_q["recall@10"].mean() + per_q["ndcg@10"].mean()) / 2), 4)
+        print(f"    validating on {validating}: {epochs} epoch(s) on {len(columns['anchor'])} triplets, `lab` mean of "
+              f"recall@10 and nDCG@10 {figures[epochs]:.4f} ({time.perf_counter() - started:.0f} s)", flush=True)
+    chosen = max(choices, key=lambda e: (figures[e], -e))
+    return chosen, {"chosen": chosen, "validation_fold": str(validating), "validation_questions": len(valid),
+                    "lab_mean_recall_ndcg@10": {str(e): v for e, v in figures.items()}}
 
 
 def paired(a: pl.DataFrame, b: pl.DataFrame, metrics: tuple[str, ...] = METRICS) -> dict:
@@ -198,9 +235,10 @@ def narrowing_holds(dataset, namespaces: set[str], base: tuple[dict, dict], held
 
 
 def one_dataset(name: str, settings: FinetuneConfig, timed: bool, keep: Callable[[dict], None],
-                on_train: bool = False) -> dict:
+                on_train: bool = False, epoch_choices: tuple[int, ...] = ()) -> dict:
     """Every fold of ``name``; ``keep(out)`` after each (a long run stopped keeps what it measured);
-    ``on_train``: `lab`'s vector weight also chosen on the training folds (the store then holds them)."""
+    ``on_train``: `lab`'s vector weight also chosen on the training folds (the store then holds them);
+    ``epoch_choices``: each fold's epochs chosen among them on its training folds (`epochs_on_train`)."""
     out: dict = {"load_average_at_start": os.getloadavg()[0]}
     dataset = DatasetRef(name, DATASETS).load()
     started = time.perf_counter()
@@ -234,8 +272,12 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool, keep: Callable
         avoid = held_out_gold_texts(gold, dataset, held, texts)
         columns = triplets(gold, dataset, train, settings.hard_negatives, avoid)
         left_out = sum(texts[m] in avoid for r in train for m in gold.gold[r] if m in texts)
+        fold_settings, epochs_chosen = settings, None
+        if epoch_choices:
+            epochs, epochs_chosen = epochs_on_train(dataset, gold, folds, base, settings, held, epoch_choices, texts)
+            fold_settings = replace(settings, epochs=epochs)
         started = time.perf_counter()
-        model, loss = train_finetune(base, columns, settings)
+        model, loss = train_finetune(base, columns, fold_settings)
         train_s = time.perf_counter() - started
         with tempfile.TemporaryDirectory(prefix="finetune-cv-") as tmp:
             model_id = write_finetuned(Path(tmp) / "model", model, {"fold": fold})
@@ -255,6 +297,9 @@ def one_dataset(name: str, settings: FinetuneConfig, timed: bool, keep: Callable
                          "triplets": len(columns["anchor"]), "positives_left_out": left_out, "train_s": round(train_s, 1),
                          "embed_s": round(embed_s, 1), "final_loss": loss[-1][1],
                          "vector_recall@10": [v["recall@10"]["mean_a"], v["recall@10"]["mean_b"]]})
+        if epochs_chosen:
+            per_fold[-1]["epochs_on_train"] = epochs_chosen
+            print(f"  {fold}: {epochs_chosen['chosen']} epoch(s) chosen on the training folds", flush=True)
         if on_train:
             per_fold[-1]["vector_factor_on_train"] = {"chosen": factor, "train_mean_recall_ndcg@10": on_train_figures}
             print(f"  {fold}: `lab`'s vector weight x{factor:g} chosen on the training folds {on_train_figures}", flush=True)
@@ -302,14 +347,23 @@ def main() -> int:
     parser.add_argument("--no-timed", action="store_true", help="skip LoCoMo's timed training on all of its gold")
     parser.add_argument("--fusion-on-train", action="store_true",
                         help="also choose `lab`'s vector weight on each fold's training questions (embeds every memory per fold)")
+    parser.add_argument("--epochs-on-train", type=int, nargs="+", metavar="N",
+                        help="choose each fold's epochs among these on its training folds (one of them validates); "
+                             "--epochs is then unused")
     parser.add_argument("--results", default="finetune_cv",
                         help="results file name under benchmarks/results (another one for other settings)")
     args = parser.parse_args()
     settings = FinetuneConfig(epochs=args.epochs, hard_negatives=args.hard_negatives)
     if not args.results.startswith("finetune_cv") or "/" in args.results:
         parser.error(f"--results {args.results!r}: a name starting with finetune_cv, no folder")
-    results: dict = {"settings": {**settings.__dict__, **({"fusion_on_train": True} if args.fusion_on_train else {})},
-                     "datasets": {}}
+    choices = tuple(sorted(set(args.epochs_on_train or ())))
+    if any(n < 1 for n in choices):
+        parser.error(f"--epochs-on-train {' '.join(map(str, args.epochs_on_train))}: every count must be at least 1")
+    said = {**settings.__dict__, **({"epochs": None, "epochs_on_train": list(choices)} if choices else {}),
+            **({"fusion_on_train": True} if args.fusion_on_train else {})}
+    if choices and not args.no_timed:
+        parser.error("--epochs-on-train chooses per fold: add --no-timed (the timed run trains with --epochs)")
+    results: dict = {"settings": said, "datasets": {}}
     path = ROOT / "benchmarks" / "results" / f"{args.results}.json"
     last = json.loads(path.read_text()) if path.is_file() else {}
     if last.get("settings") == results["settings"]:
@@ -323,7 +377,7 @@ def main() -> int:
             report(args.results, results)
 
         keep(one_dataset(name, settings, timed=name == "locomo" and not args.no_timed, keep=keep,
-                         on_train=args.fusion_on_train))
+                         on_train=args.fusion_on_train, epoch_choices=choices))
         failed |= results["datasets"][name].get("narrowed_equals_whole") is False
     return 1 if failed else 0
 

@@ -75,6 +75,8 @@ class FreshInstall:
         if self.proc.poll() is None:  # the test was not reached (or failed before waiting): end pip, by its PID
             self.proc.kill()
             self.proc.wait(timeout=60)
+        # the environment holds torch and the rest (GBs): CI's disk is not ours to fill for the session
+        shutil.rmtree(self.venv, ignore_errors=True)
 
 
 def test_lab_demo_twice_registers_one_version(demo_twice):
