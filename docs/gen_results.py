@@ -400,8 +400,10 @@ def model_servers_table(data: dict[str, Any]) -> list[str]:
 def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
     """The fine-tuned model on held-out folds: base against fine-tuned, alone and in `lab`, per dataset."""
     st = data["settings"]
+    epochs = (f"{st['epochs']} epoch(s)" if st.get("epochs") else
+              f"epochs chosen per fold among {', '.join(map(str, st['epochs_on_train']))} on its training folds")
     lines = [f"Held-out folds as `adapt_cv` draws them (LoCoMo: one conversation; LongMemEval dev: hash groups of "
-             f"haystacks; SciFact: hash groups of questions); {st['epochs']} epoch(s), batch {st['batch_size']}, "
+             f"haystacks; SciFact: hash groups of questions); {epochs}, batch {st['batch_size']}, "
              f"learning rate {st['learning_rate']}, {st['hard_negatives']} in-namespace hard negative(s). Paired over "
              "every held-out question.", "",
              "| dataset | preset | metric | base | fine-tuned | delta [95% CI] | p |", "|---|---|---|---|---|---|---|"]
@@ -420,6 +422,20 @@ def finetune_cv_tables(data: dict[str, Any]) -> list[str]:
                       "preferred (base: `lab` on the base model's store). Chosen per fold: " +
                   "; ".join(f"{name} " + ", ".join(f"{fold} x{factor:g}" for fold, factor in got)
                             for name, got in chosen.items() if got) + "."]
+    picked = {name: [f for f in d.get("folds", []) if "epochs_on_train" in f] for name, d in datasets.items()}
+    if any(picked.values()):
+        lines += ["", "Epochs chosen on the training folds: one training fold validated, the others trained a model "
+                      "per count, and the count giving `lab` the best mean of recall@10 and nDCG@10 on the validation "
+                      "questions trained the fold's model. Per fold, the validation figure of each count:", "",
+                  "| dataset | held out | validated on | " + " | ".join(
+                      f"{e} epoch(s)" for e in st["epochs_on_train"]) + " | chosen |",
+                  "|---|---|---|" + "---|" * (len(st["epochs_on_train"]) + 1)]
+        for name, folds in picked.items():
+            for f in folds:
+                e = f["epochs_on_train"]
+                lines.append(f"| {name} | {f['fold']} | {e['validation_fold']} ({e['validation_questions']} questions) | " +
+                             " | ".join(f"{e['lab_mean_recall_ndcg@10'][str(n)]:.4f}" for n in st["epochs_on_train"]) +
+                             f" | {e['chosen']} |")
     lines += ["", "| dataset | held out | questions | memories embedded again | triplets | held-out gold left out as "
                   "positive | train | store built again | vector recall@10 (base -> tuned) |",
               "|---|---|---|---|---|---|---|---|---|"]
