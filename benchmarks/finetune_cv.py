@@ -43,7 +43,9 @@ questions against the base model, alone and fused in `lab`.
   time with nothing else running; the load average at start and end is recorded beside it.
 
 Results: stdout and benchmarks/results/finetune_cv.json, or ``--results finetune_cv_NAME`` for other
-settings (the datasets not run now are kept from the last run under the same settings).
+settings (the datasets not run now are kept from the last run under the same settings). Each finished
+fold's held-out metrics per question go to benchmarks/results/folds/NAME-DATASET-FOLD.parquet, so
+``--resume`` (same settings and name) takes the folds a stopped run finished and runs the rest.
 """
 from __future__ import annotations
 
@@ -234,109 +236,142 @@ def narrowing_holds(dataset, namespaces: set[str], base: tuple[dict, dict], held
     return same
 
 
+FOLD_FILES = ROOT / "benchmarks" / "results" / "folds"  # each finished fold's held-out metrics per question
+
+
+def fold_file(results: str, name: str, fold: str) -> Path:
+    return FOLD_FILES / f"{results}-{name}-{fold}.parquet"
+
+
+def write_fold(path: Path, frames: dict[str, pl.DataFrame]) -> None:
+    """A fold's per-question frames, one file (``what`` names the frame), written whole then renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".writing")
+    pl.concat([f.with_columns(what=pl.lit(what)) for what, f in frames.items()], how="diagonal").write_parquet(tmp)
+    tmp.replace(path)
+
+
+def read_fold(path: Path) -> dict[str, pl.DataFrame]:
+    rows = pl.read_parquet(path)
+    return {what: part.select([c for c in part.columns if c == "qid" or (c != "what" and part[c].null_count() < part.height)])
+            for (what,), part in rows.group_by("what", maintain_order=True)}
+
+
+def run_fold(ctx: dict, fold: str, scope, on_train: bool, epoch_choices: tuple[int, ...]) -> tuple[dict, dict]:
+    """One outer fold: the model trained without it, its held-out questions scored; (the fold's
+    record, {what: per-question frame}: vector, lab, and lab_official / lab_fusion_on_train)."""
+    dataset, gold, folds, base, settings, texts = (ctx[k] for k in ("dataset", "gold", "folds", "base", "settings", "texts"))
+    train, held = np.flatnonzero(folds != fold), np.flatnonzero(folds == fold)
+    held_qids = [gold.qids[r] for r in held]
+    # a held-out question's gold is no training positive (lab.tune.finetune.triplets says why)
+    avoid = held_out_gold_texts(gold, dataset, held, texts)
+    columns = triplets(gold, dataset, train, settings.hard_negatives, avoid)
+    left_out = sum(texts[m] in avoid for r in train for m in gold.gold[r] if m in texts)
+    fold_settings, record = settings, {"fold": fold, "questions": len(held), "memories": len(scope.memories),
+                                       "triplets": len(columns["anchor"]), "positives_left_out": left_out}
+    if epoch_choices:
+        epochs, record["epochs_on_train"] = epochs_on_train(dataset, gold, folds, base, settings, held, epoch_choices, texts)
+        fold_settings = replace(settings, epochs=epochs)
+        print(f"  {fold}: {epochs} epoch(s) chosen on the training folds", flush=True)
+    started = time.perf_counter()
+    model, loss = train_finetune(base, columns, fold_settings)
+    record["train_s"] = round(time.perf_counter() - started, 1)
+    with tempfile.TemporaryDirectory(prefix="finetune-cv-") as tmp:
+        r2, embed_s = store(scope, write_finetuned(Path(tmp) / "model", model, {"fold": fold}), Path(tmp))
+        got, got_lme = scored(r2, dataset, held_qids)
+        frames = {p: got[p] for p in PRESETS}
+        if got_lme:
+            frames["lab_official"] = got_lme["lab"]
+        if on_train:
+            factor, figures, frames["lab_fusion_on_train"] = fusion_on_train(
+                r2, dataset, [gold.qids[r] for r in train], held_qids)
+            record["vector_factor_on_train"] = {"chosen": factor, "train_mean_recall_ndcg@10": figures}
+            print(f"  {fold}: `lab`'s vector weight x{factor:g} chosen on the training folds {figures}", flush=True)
+        r2.close()
+    v = paired(ctx["base_scores"]["vector"].filter(pl.col("qid").is_in(held_qids)), got["vector"])
+    record.update({"embed_s": round(embed_s, 1), "final_loss": loss[-1][1],
+                   "vector_recall@10": [v["recall@10"]["mean_a"], v["recall@10"]["mean_b"]]})
+    print(f"  {fold}: {len(columns['anchor'])} triplets, trained in {record['train_s']:.0f} s, {len(scope.memories)} "
+          f"memories stored in {embed_s:.0f} s, vector recall@10 {v['recall@10']['mean_a']:.4f} -> "
+          f"{v['recall@10']['mean_b']:.4f}", flush=True)
+    return record, frames
+
+
 def one_dataset(name: str, settings: FinetuneConfig, timed: bool, keep: Callable[[dict], None],
-                on_train: bool = False, epoch_choices: tuple[int, ...] = ()) -> dict:
+                on_train: bool = False, epoch_choices: tuple[int, ...] = (), results: str = "",
+                done: dict | None = None) -> dict:
     """Every fold of ``name``; ``keep(out)`` after each (a long run stopped keeps what it measured);
     ``on_train``: `lab`'s vector weight also chosen on the training folds (the store then holds them);
-    ``epoch_choices``: each fold's epochs chosen among them on its training folds (`epochs_on_train`)."""
+    ``epoch_choices``: each fold's epochs chosen among them on its training folds (`epochs_on_train`);
+    ``done``: this dataset's entry of an unfinished run under the same settings, whose finished folds
+    (their records, and their per-question files under ``results``' name) are taken, not run again."""
     out: dict = {"load_average_at_start": os.getloadavg()[0]}
     dataset = DatasetRef(name, DATASETS).load()
     started = time.perf_counter()
     retriever, _ = store(dataset, None, None)
-    base = base_folder(retriever.embedder.model_id)
     gold = gold_vectors(retriever, dataset)
-    folds = outer_folds(name, gold)
-    texts = memory_texts(dataset)
+    ctx = {"dataset": dataset, "gold": gold, "folds": outer_folds(name, gold), "settings": settings,
+           "base": base_folder(retriever.embedder.model_id), "texts": memory_texts(dataset)}
     lme = "longmemeval" in dataset.report
     base_scores, base_lme = scored(retriever, dataset, gold.qids, tuple(dict.fromkeys(PRESETS + (BASELINES if lme else ()))))
+    ctx["base_scores"] = base_scores
     print(f"{name}: {len(gold.qids)} questions with gold in {len(gold.chunks)} namespace(s), base store and "
           f"scores in {time.perf_counter() - started:.0f} s", flush=True)
-    tuned: dict[str, list[pl.DataFrame]] = {p: [] for p in PRESETS}
-    tuned_lme: list[pl.DataFrame] = []
-    fused_on_train: list[pl.DataFrame] = []
+    finished = {f["fold"]: f for f in (done or {}).get("folds", []) if fold_file(results, name, f["fold"]).is_file()}
+    if "narrowed_equals_whole" in (done or {}) and finished:
+        out["narrowed_equals_whole"] = done["narrowed_equals_whole"]
+    frames: dict[str, list[pl.DataFrame]] = {}
     per_fold = []
-    for fold in sorted(set(folds.tolist())):
-        train, held = np.flatnonzero(folds != fold), np.flatnonzero(folds == fold)
-        held_qids = [gold.qids[r] for r in held]
-        scope = dataset
-        if name in FOLDS_ARE_NAMESPACES:
-            namespaces = {gold.namespaces[r] for r in held}
-            if not per_fold:
-                out["narrowed_equals_whole"] = narrowing_holds(dataset, namespaces, (base_scores, base_lme), held_qids)
-                if not out["narrowed_equals_whole"]:
-                    out["load_average_at_end"] = os.getloadavg()[0]
-                    return out
-            if not on_train:  # the choice on the training folds needs their memories embedded too
-                scope = narrowed(dataset, namespaces)
-        # a held-out question's gold is no training positive (lab.tune.finetune.triplets says why)
-        avoid = held_out_gold_texts(gold, dataset, held, texts)
-        columns = triplets(gold, dataset, train, settings.hard_negatives, avoid)
-        left_out = sum(texts[m] in avoid for r in train for m in gold.gold[r] if m in texts)
-        fold_settings, epochs_chosen = settings, None
-        if epoch_choices:
-            epochs, epochs_chosen = epochs_on_train(dataset, gold, folds, base, settings, held, epoch_choices, texts)
-            fold_settings = replace(settings, epochs=epochs)
-        started = time.perf_counter()
-        model, loss = train_finetune(base, columns, fold_settings)
-        train_s = time.perf_counter() - started
-        with tempfile.TemporaryDirectory(prefix="finetune-cv-") as tmp:
-            model_id = write_finetuned(Path(tmp) / "model", model, {"fold": fold})
-            r2, embed_s = store(scope, model_id, Path(tmp))
-            got, got_lme = scored(r2, dataset, held_qids)
-            if on_train:
-                train_qids = [gold.qids[r] for r in train]
-                factor, on_train_figures, chosen_got = fusion_on_train(r2, dataset, train_qids, held_qids)
-                fused_on_train.append(chosen_got)
-            r2.close()
-        if lme:
-            tuned_lme.append(got_lme["lab"])
-        for p in PRESETS:
-            tuned[p].append(got[p])
-        v = paired(base_scores["vector"].filter(pl.col("qid").is_in(held_qids)), got["vector"])
-        per_fold.append({"fold": fold, "questions": len(held), "memories": len(scope.memories),
-                         "triplets": len(columns["anchor"]), "positives_left_out": left_out, "train_s": round(train_s, 1),
-                         "embed_s": round(embed_s, 1), "final_loss": loss[-1][1],
-                         "vector_recall@10": [v["recall@10"]["mean_a"], v["recall@10"]["mean_b"]]})
-        if epochs_chosen:
-            per_fold[-1]["epochs_on_train"] = epochs_chosen
-            print(f"  {fold}: {epochs_chosen['chosen']} epoch(s) chosen on the training folds", flush=True)
-        if on_train:
-            per_fold[-1]["vector_factor_on_train"] = {"chosen": factor, "train_mean_recall_ndcg@10": on_train_figures}
-            print(f"  {fold}: `lab`'s vector weight x{factor:g} chosen on the training folds {on_train_figures}", flush=True)
-        print(f"  {fold}: {len(columns['anchor'])} triplets, trained in {train_s:.0f} s, {len(scope.memories)} memories "
-              f"stored in {embed_s:.0f} s, vector recall@10 {v['recall@10']['mean_a']:.4f} -> "
-              f"{v['recall@10']['mean_b']:.4f}", flush=True)
+    for fold in sorted(set(ctx["folds"].tolist())):
+        if fold in finished:  # measured by an earlier run under the same settings
+            record, got = finished[fold], read_fold(fold_file(results, name, fold))
+            print(f"  {fold}: taken from {fold_file(results, name, fold).relative_to(ROOT)}", flush=True)
+        else:
+            held = np.flatnonzero(ctx["folds"] == fold)
+            scope = dataset
+            if name in FOLDS_ARE_NAMESPACES:
+                namespaces = {gold.namespaces[r] for r in held}
+                if "narrowed_equals_whole" not in out:
+                    out["narrowed_equals_whole"] = narrowing_holds(dataset, namespaces, (base_scores, base_lme),
+                                                                   [gold.qids[r] for r in held])
+                    if not out["narrowed_equals_whole"]:
+                        out["load_average_at_end"] = os.getloadavg()[0]
+                        return out
+                if not on_train:  # the choice on the training folds needs their memories embedded too
+                    scope = narrowed(dataset, namespaces)
+            record, got = run_fold(ctx, fold, scope, on_train, epoch_choices)
+            if results:
+                write_fold(fold_file(results, name, fold), got)
+        for what, frame in got.items():
+            frames.setdefault(what, []).append(frame)
+        per_fold.append(record)
         out["folds"] = per_fold
         keep(out)
-    for p in PRESETS:
-        out[p] = paired(base_scores[p], pl.concat(tuned[p]))
+    for p in PRESETS + (("lab_fusion_on_train",) if on_train else ()):
+        out[p] = paired(base_scores["lab" if p == "lab_fusion_on_train" else p], pl.concat(frames[p]))
         for m in METRICS:
             r = out[p][m]
             print(f"  {p} {m}: {r['mean_a']:.4f} -> {r['mean_b']:.4f} ({r['delta']:+.4f}, 95% CI "
                   f"[{r['delta_low']:+.4f}, {r['delta_high']:+.4f}], p {r['p_value']:.4f}, n {r['n']})", flush=True)
-    if on_train:
-        out["lab_fusion_on_train"] = paired(base_scores["lab"], pl.concat(fused_on_train))
-        for m in METRICS:
-            r = out["lab_fusion_on_train"][m]
-            print(f"  lab, vector weight chosen on the training folds, {m}: {r['mean_a']:.4f} -> {r['mean_b']:.4f} "
-                  f"({r['delta']:+.4f}, 95% CI [{r['delta_low']:+.4f}, {r['delta_high']:+.4f}], p {r['p_value']:.4f}, "
-                  f"n {r['n']})", flush=True)
     if lme:
-        out["official_targets"] = against_best_baseline(base_lme, pl.concat(tuned_lme))
+        out["official_targets"] = against_best_baseline(base_lme, pl.concat(frames["lab_official"]))
     if timed:
-        # the issue's time: one training on all the gold, then every memory embedded again by it
-        started = time.perf_counter()
-        model, _ = train_finetune(base, triplets(gold, dataset, np.arange(len(gold.qids)), settings.hard_negatives),
-                                  settings)
-        train_all_s = time.perf_counter() - started
-        with tempfile.TemporaryDirectory(prefix="finetune-cv-") as tmp:
-            _, embed_all_s = store(dataset, write_finetuned(Path(tmp) / "model", model, {}), Path(tmp))
-        out["timed"] = {"train_on_all_s": round(train_all_s, 1), "re_embed_s": round(embed_all_s, 1),
-                        "total_min": round((train_all_s + embed_all_s) / 60, 1)}
-        print(f"  trained on all in {train_all_s:.0f} s, re-embedded in {embed_all_s:.0f} s", flush=True)
+        out["timed"] = timed_on_all(dataset, gold, ctx["base"], settings)
     out["load_average_at_end"] = os.getloadavg()[0]
     out["complete"] = True
     return out
+
+
+def timed_on_all(dataset, gold, base: Path, settings: FinetuneConfig) -> dict:
+    """The issue's time: one training on all the gold, then every memory embedded again by it."""
+    started = time.perf_counter()
+    model, _ = train_finetune(base, triplets(gold, dataset, np.arange(len(gold.qids)), settings.hard_negatives), settings)
+    train_all_s = time.perf_counter() - started
+    with tempfile.TemporaryDirectory(prefix="finetune-cv-") as tmp:
+        _, embed_all_s = store(dataset, write_finetuned(Path(tmp) / "model", model, {}), Path(tmp))
+    print(f"  trained on all in {train_all_s:.0f} s, re-embedded in {embed_all_s:.0f} s", flush=True)
+    return {"train_on_all_s": round(train_all_s, 1), "re_embed_s": round(embed_all_s, 1),
+            "total_min": round((train_all_s + embed_all_s) / 60, 1)}
 
 
 def main() -> int:
@@ -350,6 +385,8 @@ def main() -> int:
     parser.add_argument("--epochs-on-train", type=int, nargs="+", metavar="N",
                         help="choose each fold's epochs among these on its training folds (one of them validates); "
                              "--epochs is then unused")
+    parser.add_argument("--resume", action="store_true",
+                        help="take the folds an unfinished run under the same settings and --results finished")
     parser.add_argument("--results", default="finetune_cv",
                         help="results file name under benchmarks/results (another one for other settings)")
     args = parser.parse_args()
@@ -366,9 +403,13 @@ def main() -> int:
     results: dict = {"settings": said, "datasets": {}}
     path = ROOT / "benchmarks" / "results" / f"{args.results}.json"
     last = json.loads(path.read_text()) if path.is_file() else {}
+    unfinished = {}
     if last.get("settings") == results["settings"]:
         results["datasets"] = {k: v for k, v in last.get("datasets", {}).items()
                                if k not in args.datasets and v.get("complete")}
+        unfinished = {k: v for k, v in last.get("datasets", {}).items() if not v.get("complete")}
+    if args.resume and not unfinished:
+        print(f"--resume: {path.relative_to(ROOT)} holds no unfinished run under these settings: starting afresh", flush=True)
     failed = False
     for name in args.datasets:
 
@@ -377,7 +418,8 @@ def main() -> int:
             report(args.results, results)
 
         keep(one_dataset(name, settings, timed=name == "locomo" and not args.no_timed, keep=keep,
-                         on_train=args.fusion_on_train, epoch_choices=choices))
+                         on_train=args.fusion_on_train, epoch_choices=choices, results=args.results,
+                         done=unfinished.get(name) if args.resume else None))
         failed |= results["datasets"][name].get("narrowed_equals_whole") is False
     return 1 if failed else 0
 
