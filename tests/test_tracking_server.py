@@ -306,3 +306,22 @@ def test_the_tracking_store_and_its_deadline_are_handed_down_not_read_from_the_i
 
     assert failure(requests.exceptions.ReadTimeout(), timeout_of(handed)) == (
         "no answer within 7 s (setting tracking_timeout)")
+
+
+def test_a_store_named_by_one_call_does_not_become_the_environments(tmp_path):
+    """MLflow writes the URI it is given into $MLFLOW_TRACKING_URI (for its subprocesses): a library
+    call naming one store left it there, and a notebook server started later by the same process
+    logged into that store instead of the one its environment named (a CI run failed on it)."""
+    import mlflow
+
+    from lab import track
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    named = f"sqlite:///{tmp_path / 'named' / 'mlflow.db'}"
+    _, c, exp_id = track.client(named)
+    assert os.environ.get("MLFLOW_TRACKING_URI") == before, "the named store leaked into the environment"
+    # this process's own runs still go where the call said
+    assert mlflow.get_tracking_uri() == named and c.get_experiment(exp_id).name == track.EXPERIMENT
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('MLFLOW_TRACKING_URI'))"],
+                           capture_output=True, text=True, timeout=60)
+    assert child.stdout.strip() == str(before)
