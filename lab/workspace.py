@@ -20,10 +20,11 @@ Environment variables (read by ``Workspace.resolve`` only):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping, get_type_hints
+from typing import Any, Iterator, Mapping, get_type_hints
 
 from lab.errors import ValidationError
 from lab.fields import check_declared, coerce, rule, setting
@@ -163,6 +164,21 @@ def process_environment() -> Mapping[str, str]:
     """The process's environment, from which a server model's file reads the variables it declares
     (``lab.embed.server_spec``; nothing else of it): every touch of the environment is in this module."""
     return os.environ
+
+
+@contextlib.contextmanager
+def env_kept(*keys: str) -> Iterator[None]:
+    """The environment's ``keys`` put back as they were when the block ends: a library call inside that
+    writes one (MLflow exports the tracking URI it is given, for its subprocesses) leaves none behind."""
+    before = {key: os.environ.get(key) for key in keys}
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def set_library_env(values: Mapping[str, str], *, overwrite: bool = False) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shlex
 import sys
 import warnings
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Union
 
 from lab.errors import LabError, LabWarning, ValidationError
-from lab.workspace import Workspace, set_library_env
+from lab.workspace import Workspace, env_kept, set_library_env
 
 EXPERIMENT = "lab"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow 3's UI: runs, not traces
@@ -265,26 +264,17 @@ def client(uri: Where = None):
         pyfunc_log.addFilter(_DropKnownNoise())
     resolved = tracking_uri(uri)
     require_reachable(resolved)
-    _set_without_exporting(mlflow, resolved)
+    # MLflow also writes the URI into $MLFLOW_TRACKING_URI, for its subprocesses: one call naming a
+    # store would send every later subprocess of the caller (a `lab` command, a notebook server) and
+    # every edge resolving its workspace from the environment to that store
+    with env_kept("MLFLOW_TRACKING_URI"):
+        mlflow.set_tracking_uri(resolved)
     if resolved not in _configured:
         with guarded(Tracking(resolved, timeout_of(uri)), f"opening experiment {EXPERIMENT!r}"):
             c = MlflowClient(resolved)
             exp_id = _server_experiment(c, resolved) if is_server(resolved) else _local_experiment(c, resolved)
         _configured[resolved] = exp_id
     return mlflow, MlflowClient(resolved), _configured[resolved]
-
-
-def _set_without_exporting(mlflow: Any, uri: str) -> None:
-    """MLflow's tracking URI for this process's runs, ``$MLFLOW_TRACKING_URI`` left as it was. MLflow
-    also writes the URI into the environment, for its subprocesses: one call naming a store would then
-    send every later subprocess of the caller (a `lab` command, a notebook server) and every edge
-    resolving its workspace from the environment to that store."""
-    before = os.environ.get("MLFLOW_TRACKING_URI")
-    mlflow.set_tracking_uri(uri)
-    if before is None:
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-    else:
-        os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 def _local_experiment(c: Any, resolved: str) -> str:
